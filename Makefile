@@ -1,0 +1,31 @@
+# Two entry points for a fresh clone (see README): `make demo` and `make test`.
+# Each creates its own virtual environment in .venv on first use.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat setup.py | cksum | cut -d' ' -f1)
+OUT ?= demo_out
+
+.PHONY: venv demo test bench clean
+
+venv: $(STAMP)
+
+# torch==2.13.0 first: on a CPU-only machine an unpinned torch pulls GBs of CUDA packages.
+$(STAMP): setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[test]'
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+demo: $(STAMP)
+	$(BIN)/diffsim-ros demo --out $(OUT) --force
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider test
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks.run_all
+
+clean:
+	rm -rf $(VENV) $(OUT) build *.egg-info

@@ -1,0 +1,1 @@
+"""diffsim_ros.estimation."""

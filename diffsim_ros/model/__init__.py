@@ -1,0 +1,25 @@
+"""Robot model: URDF (yourdfpy) -> fixed structure plus differentiable physical parameters."""
+
+from diffsim_ros.model.config import RobotConfig, load_robot_config
+from diffsim_ros.model.errors import RobotModelError
+from diffsim_ros.model.inertia import (
+    inertial_from_log_cholesky,
+    log_cholesky_from_inertial,
+    pseudo_inertia,
+)
+from diffsim_ros.model.robot_model import PRISMATIC, REVOLUTE, Frame, JointSpring, RobotModel, RobotParams
+
+__all__ = [
+    "PRISMATIC",
+    "REVOLUTE",
+    "Frame",
+    "JointSpring",
+    "RobotModel",
+    "RobotConfig",
+    "RobotModelError",
+    "RobotParams",
+    "inertial_from_log_cholesky",
+    "load_robot_config",
+    "log_cholesky_from_inertial",
+    "pseudo_inertia",
+]

@@ -1,0 +1,445 @@
+"""Robot model: fixed kinematic structure plus differentiable physical parameters.
+
+The structure (joint types, tree topology, joint axes and frame rotations, limits) is fixed
+and made of ints and constant tensors. Everything a calibration may change lives in one
+:class:`RobotParams` of float tensors, addressed by the parameter names used in calibration
+files and logs:
+
+===============================  =========================================================
+``<link>.mass``                  body mass [kg] (link = the body's URDF link)
+``<link>.com``                   body COM in the body frame [m], (3,)
+``<link>.inertia``               inertia about the COM, body axes [kg·m²],
+                                 ``[ixx, ixy, ixz, iyy, iyz, izz]``
+``<joint>.origin.xyz``           joint origin translation in the parent body frame [m], (3,)
+``<joint>.damping``              viscous damping [N·m·s/rad or N·s/m]
+``<joint>.friction``             Coulomb friction [N·m or N]
+``<joint>.spring.stiffness``     spring element stiffness k [N/m]
+``<joint>.spring.offset``        spring element offset angle alpha2 [rad]
+``<joint>.spring.alpha1``        spring element mounting angle alpha1 [rad]
+``<joint>.spring.l1``            spring element lever l1 [m]
+``<joint>.spring.l2``            spring element lever l2 [m]
+``<joint>.spring.rest_length``   spring rest length x_rest [m]
+``payload.mass``                 point-mass payload on the payload frame [kg]
+``payload.com``                  payload position in the payload frame [m], (3,)
+===============================  =========================================================
+"""
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from diffsim_ros.model.errors import RobotModelError
+from diffsim_ros.model.inertia import inertia_to_vector
+from diffsim_ros.model.urdf import PRISMATIC, REVOLUTE, describe_tree, read_urdf
+
+__all__ = ["REVOLUTE", "PRISMATIC", "Frame", "JointSpring", "RobotParams", "RobotModel"]
+
+
+@dataclass(frozen=True)
+class JointSpring:
+    """A series-elastic spring element acting on one joint (e.g. Baxter's shoulder spring).
+
+    Potential ``V = 0.5 k (x(theta) - x_rest)^2`` with
+    ``x(theta) = sqrt(l1^2 + l2^2 - 2 l1 l2 cos(pi - alpha1 - alpha2 + theta))``, theta the
+    URDF joint angle. Defaults are Baxter's nominal values.
+    """
+
+    joint: str
+    stiffness: float = 8000.0
+    offset: float = 0.10
+    alpha1: float = 0.20
+    l1: float = 0.30
+    l2: float = 0.07
+    rest_length: float = 0.20
+
+
+@dataclass(frozen=True)
+class RobotParams:
+    """Differentiable physical parameters. n actuated joints (one body each), s springs."""
+
+    mass: torch.Tensor
+    """Body masses [kg], shape (n,)."""
+    com: torch.Tensor
+    """Body centres of mass in body frames [m], shape (n, 3)."""
+    inertia: torch.Tensor
+    """Body inertias about the COM, body axes [kg·m²], shape (n, 6) ``[ixx ixy ixz iyy iyz izz]``."""
+    joint_origin_xyz: torch.Tensor
+    """Joint origin translations in parent body frames [m], shape (n, 3)."""
+    damping: torch.Tensor
+    """Joint viscous damping [N·m·s/rad], shape (n,)."""
+    friction: torch.Tensor
+    """Joint Coulomb friction [N·m], shape (n,)."""
+    spring_stiffness: torch.Tensor
+    """Spring stiffness k [N/m], shape (s,)."""
+    spring_offset: torch.Tensor
+    """Spring offset angle alpha2 [rad], shape (s,)."""
+    spring_alpha1: torch.Tensor
+    """Spring mounting angle alpha1 [rad], shape (s,)."""
+    spring_l1: torch.Tensor
+    """Spring lever l1 [m], shape (s,)."""
+    spring_l2: torch.Tensor
+    """Spring lever l2 [m], shape (s,)."""
+    spring_rest_length: torch.Tensor
+    """Spring rest length x_rest [m], shape (s,)."""
+    payload_mass: torch.Tensor
+    """Payload point mass [kg], shape ()."""
+    payload_com: torch.Tensor
+    """Payload position in the payload frame [m], shape (3,)."""
+
+    def to(self, dtype=None, device=None):
+        """Copy with every tensor converted."""
+        return RobotParams(
+            **{f.name: getattr(self, f.name).to(dtype=dtype, device=device) for f in dataclasses.fields(self)}
+        )
+
+    def detach(self):
+        """Copy with every tensor detached from the autograd graph."""
+        return RobotParams(**{f.name: getattr(self, f.name).detach().clone() for f in dataclasses.fields(self)})
+
+
+# parameter-name suffix -> (RobotParams field, indexed by 'body' | 'joint' | 'spring' | None)
+_BODY_FIELDS = {"mass": "mass", "com": "com", "inertia": "inertia"}
+_JOINT_FIELDS = {"origin.xyz": "joint_origin_xyz", "damping": "damping", "friction": "friction"}
+_SPRING_FIELDS = {
+    "spring.stiffness": "spring_stiffness",
+    "spring.offset": "spring_offset",
+    "spring.alpha1": "spring_alpha1",
+    "spring.l1": "spring_l1",
+    "spring.l2": "spring_l2",
+    "spring.rest_length": "spring_rest_length",
+}
+_PAYLOAD_FIELDS = {"payload.mass": "payload_mass", "payload.com": "payload_com"}
+
+
+@dataclass(frozen=True)
+class Frame:
+    """A URDF link kept in the model: its body (-1 = base) and placement in that body frame."""
+
+    name: str
+    body: int
+    placement: torch.Tensor
+    """Link frame in the body frame, shape (4, 4)."""
+
+
+@dataclass(frozen=True)
+class RobotModel:
+    """Fixed-base articulated robot: structure plus :class:`RobotParams`.
+
+    Build with :meth:`from_urdf`. Body ``i`` is the child link of actuated joint ``i`` with
+    all fixed (and locked) descendants merged; its frame is the joint frame. Instances are
+    immutable; :meth:`replace`, :meth:`with_parameters` and :meth:`to` return new models that
+    share the structure.
+    """
+
+    name: str
+    base_link: str
+    tip_link: str | None
+    joint_names: tuple
+    body_names: tuple
+    parents: tuple
+    """Parent body of each joint, -1 for the base; parents[i] < i."""
+    joint_types: tuple
+    """REVOLUTE (continuous included) or PRISMATIC per joint."""
+    continuous: tuple
+    joint_axis: torch.Tensor
+    """Unit joint axes in the joint frame, shape (n, 3)."""
+    joint_origin_rot: torch.Tensor
+    """Joint frame rotation in the parent body frame at q = 0, shape (n, 3, 3)."""
+    lower: torch.Tensor
+    """Lower position limits [rad or m], shape (n,), -inf when continuous."""
+    upper: torch.Tensor
+    """Upper position limits [rad or m], shape (n,), +inf when continuous."""
+    velocity_limit: torch.Tensor
+    """Velocity limits [rad/s or m/s], shape (n,), +inf when absent."""
+    effort_limit: torch.Tensor
+    """Effort limits [N·m or N], shape (n,), +inf when absent."""
+    frames: dict
+    """Link name -> :class:`Frame` for every URDF link kept in the model."""
+    spring_joints: tuple
+    """Joint index of each spring element, length s."""
+    payload_frame: str
+    gravity: torch.Tensor
+    """Gravity acceleration in the base frame [m/s²], shape (3,)."""
+    params: RobotParams
+    support: torch.Tensor = field(repr=False)
+    """support[k, j] = 1 if joint j is body k or one of its ancestors, shape (n, n)."""
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_urdf(
+        cls,
+        path_or_xml,
+        base_link=None,
+        tip_link=None,
+        dtype=torch.float64,
+        device="cpu",
+        springs=(),
+        payload_frame=None,
+        gravity=(0.0, 0.0, -9.81),
+    ):
+        """Load a robot from a URDF file or XML string (meshes are never loaded).
+
+        Args:
+            path_or_xml: URDF path, or the XML as str/bytes.
+            base_link: Link fixed to the world; default the URDF root.
+            tip_link: End of a serial sub-chain; default the whole tree (branches allowed).
+            dtype: Floating dtype of every tensor (float64 recommended for estimation).
+            device: Torch device.
+            springs: :class:`JointSpring` elements on actuated joints.
+            payload_frame: Link carrying ``payload.*``; default ``tip_link``, else the last body.
+            gravity: Gravity in the base frame [m/s²].
+
+        Returns:
+            RobotModel.
+
+        Raises:
+            RobotModelError: Any problem with the file, the tree, the inertials or the arguments.
+        """
+        desc = describe_tree(read_urdf(path_or_xml), base_link, tip_link)
+        if not desc.joints:
+            raise RobotModelError(
+                f"no actuated joints between base_link '{desc.base_link}' and tip_link '{tip_link}'"
+            )
+        return cls._from_description(desc, dtype, device, springs, payload_frame, gravity)
+
+    @classmethod
+    def _from_description(cls, desc, dtype, device, springs, payload_frame, gravity):
+        joints = desc.joints
+        names = tuple(j.name for j in joints)
+
+        def tensor(values):
+            return torch.as_tensor(np.asarray(values, dtype=np.float64), dtype=dtype, device=device)
+
+        springs = tuple(springs)
+        spring_joints = _spring_joint_indices(names, tuple(j.type for j in joints), springs)
+
+        if payload_frame is None:
+            payload_frame = desc.tip_link if desc.tip_link is not None else joints[-1].body
+        if payload_frame not in desc.frames or desc.frames[payload_frame].body < 0:
+            raise RobotModelError(f"payload frame '{payload_frame}' is not a link moved by the robot")
+
+        params = RobotParams(
+            mass=tensor([j.mass for j in joints]),
+            com=tensor([j.com for j in joints]),
+            inertia=tensor(inertia_to_vector(np.stack([j.inertia for j in joints]))),
+            joint_origin_xyz=tensor([j.origin[:3, 3] for j in joints]),
+            damping=tensor([j.damping for j in joints]),
+            friction=tensor([j.friction for j in joints]),
+            **_spring_tensors(springs, dtype, device),
+            payload_mass=tensor(0.0),
+            payload_com=tensor([0.0, 0.0, 0.0]),
+        )
+        parents = tuple(j.parent for j in joints)
+        return cls(
+            name=desc.robot_name,
+            base_link=desc.base_link,
+            tip_link=desc.tip_link,
+            joint_names=names,
+            body_names=tuple(j.body for j in joints),
+            parents=parents,
+            joint_types=tuple(j.type for j in joints),
+            continuous=tuple(j.continuous for j in joints),
+            joint_axis=tensor([j.axis for j in joints]),
+            joint_origin_rot=tensor([j.origin[:3, :3] for j in joints]),
+            lower=tensor([j.lower for j in joints]),
+            upper=tensor([j.upper for j in joints]),
+            velocity_limit=tensor([j.velocity_limit for j in joints]),
+            effort_limit=tensor([j.effort_limit for j in joints]),
+            frames={
+                f.name: Frame(f.name, f.body, tensor(f.placement)) for f in desc.frames.values()
+            },
+            spring_joints=spring_joints,
+            payload_frame=payload_frame,
+            gravity=tensor(gravity),
+            params=params,
+            support=tensor(_support_matrix(parents)),
+        )
+
+    # ------------------------------------------------------------------ basic properties
+    @property
+    def nq(self):
+        """Number of actuated joints (= bodies = velocity dimension)."""
+        return len(self.joint_names)
+
+    @property
+    def dtype(self):
+        return self.params.mass.dtype
+
+    @property
+    def device(self):
+        return self.params.mass.device
+
+    @property
+    def frame_names(self):
+        """Every URDF link name kept in the model."""
+        return tuple(self.frames)
+
+    @property
+    def springs(self):
+        """The spring elements with their current parameter values (floats)."""
+        p = self.params
+        return tuple(
+            JointSpring(
+                joint=self.joint_names[j],
+                stiffness=float(p.spring_stiffness[s]),
+                offset=float(p.spring_offset[s]),
+                alpha1=float(p.spring_alpha1[s]),
+                l1=float(p.spring_l1[s]),
+                l2=float(p.spring_l2[s]),
+                rest_length=float(p.spring_rest_length[s]),
+            )
+            for s, j in enumerate(self.spring_joints)
+        )
+
+    def joint_index(self, name):
+        """Index of an actuated joint, with a clear error for unknown names."""
+        try:
+            return self.joint_names.index(name)
+        except ValueError:
+            raise RobotModelError(f"unknown joint '{name}'; actuated joints: {list(self.joint_names)}") from None
+
+    def frame(self, name):
+        """The :class:`Frame` of a link, with a clear error for unknown names."""
+        try:
+            return self.frames[name]
+        except KeyError:
+            raise RobotModelError(f"unknown link '{name}'; links in the model: {sorted(self.frames)}") from None
+
+    # ------------------------------------------------------------------ copies
+    def replace(self, **changes):
+        """New model with some fields replaced (e.g. ``params=...``, ``gravity=...``)."""
+        return dataclasses.replace(self, **changes)
+
+    def to(self, dtype=None, device=None):
+        """New model with every tensor converted to ``dtype`` / ``device``."""
+        changes = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, torch.Tensor):
+                changes[f.name] = value.to(dtype=dtype, device=device)
+        changes["params"] = self.params.to(dtype=dtype, device=device)
+        changes["frames"] = {
+            k: Frame(f.name, f.body, f.placement.to(dtype=dtype, device=device)) for k, f in self.frames.items()
+        }
+        return dataclasses.replace(self, **changes)
+
+    # ------------------------------------------------------------------ named parameters
+    def parameter_names(self):
+        """All parameter names, in a fixed order (bodies, joints, springs, payload)."""
+        names = [f"{b}.{s}" for b in self.body_names for s in _BODY_FIELDS]
+        names += [f"{j}.{s}" for j in self.joint_names for s in _JOINT_FIELDS]
+        names += [f"{self.joint_names[j]}.{s}" for j in self.spring_joints for s in _SPRING_FIELDS]
+        names += list(_PAYLOAD_FIELDS)
+        return names
+
+    def _locate(self, name):
+        """(RobotParams field, index or None) of a parameter name."""
+        if name in _PAYLOAD_FIELDS:
+            return _PAYLOAD_FIELDS[name], None
+        for suffixes, owners in (
+            (_SPRING_FIELDS, [self.joint_names[j] for j in self.spring_joints]),
+            (_JOINT_FIELDS, self.joint_names),
+            (_BODY_FIELDS, self.body_names),
+        ):
+            for suffix, field_name in suffixes.items():
+                owner = name[: -len(suffix) - 1]
+                if name.endswith("." + suffix) and owner in owners:
+                    return field_name, list(owners).index(owner)
+        raise RobotModelError(f"unknown parameter '{name}'; see RobotModel.parameter_names()")
+
+    def get_parameter(self, name):
+        """Current value of one named parameter (a view into ``params``, keeps autograd)."""
+        field_name, index = self._locate(name)
+        value = getattr(self.params, field_name)
+        return value if index is None else value[index]
+
+    def named_parameters(self):
+        """Dict ``name -> tensor`` of every parameter (views, keeping autograd)."""
+        return {name: self.get_parameter(name) for name in self.parameter_names()}
+
+    def with_parameters(self, values):
+        """New model with the named parameters replaced, differentiably.
+
+        Args:
+            values: Mapping ``name -> value`` (tensor, float or sequence). Tensor values keep
+                their autograd graph, so ``d(loss)/d(value)`` flows through every algorithm.
+
+        Returns:
+            RobotModel sharing this model's structure.
+        """
+        updates = {}
+        for name, value in values.items():
+            field_name, index = self._locate(name)
+            current = updates.get(field_name, getattr(self.params, field_name))
+            value = torch.as_tensor(value, dtype=self.dtype, device=self.device)
+            expected = current.shape if index is None else current.shape[1:]
+            if value.shape != expected:
+                raise RobotModelError(f"parameter '{name}' needs shape {tuple(expected)}, got {tuple(value.shape)}")
+            if not bool(torch.isfinite(value).all()):
+                raise RobotModelError(f"parameter '{name}' is not finite: {value.tolist()}")
+            if index is None:
+                updates[field_name] = value
+            else:
+                if field_name not in updates:
+                    current = current.clone()
+                current[index] = value
+                updates[field_name] = current
+        return self.replace(params=dataclasses.replace(self.params, **updates))
+
+    def with_payload(self, mass, com=(0.0, 0.0, 0.0)):
+        """New model with a point-mass payload [kg] at ``com`` [m] in the payload frame."""
+        return self.with_parameters({"payload.mass": mass, "payload.com": com})
+
+    def with_springs(self, springs):
+        """New model whose spring elements are ``springs`` (a sequence of :class:`JointSpring`)."""
+        springs = tuple(springs)
+        joints = _spring_joint_indices(self.joint_names, self.joint_types, springs)
+        tensors = _spring_tensors(springs, self.dtype, self.device)
+        return self.replace(spring_joints=joints, params=dataclasses.replace(self.params, **tensors))
+
+
+def _support_matrix(parents):
+    """support[k, j] = 1 where joint j moves body k (j is k or an ancestor of k)."""
+    n = len(parents)
+    support = np.zeros((n, n))
+    for k in range(n):
+        j = k
+        while j >= 0:
+            support[k, j] = 1.0
+            j = parents[j]
+    return support
+
+
+def _spring_joint_indices(joint_names, joint_types, springs):
+    """Joint index of each spring, validating joint names, types and uniqueness."""
+    indices = []
+    for spring in springs:
+        if spring.joint not in joint_names:
+            raise RobotModelError(
+                f"spring on unknown joint '{spring.joint}'; actuated joints: {list(joint_names)}"
+            )
+        index = joint_names.index(spring.joint)
+        if joint_types[index] != REVOLUTE:
+            raise RobotModelError(f"spring element on joint '{spring.joint}' needs a revolute joint")
+        indices.append(index)
+    if len(set(indices)) != len(indices):
+        raise RobotModelError("at most one spring element per joint")
+    return tuple(indices)
+
+
+def _spring_tensors(springs, dtype, device):
+    """RobotParams spring fields from JointSpring values."""
+    fields = {
+        "spring_stiffness": "stiffness",
+        "spring_offset": "offset",
+        "spring_alpha1": "alpha1",
+        "spring_l1": "l1",
+        "spring_l2": "l2",
+        "spring_rest_length": "rest_length",
+    }
+    return {
+        key: torch.tensor([float(getattr(s, attr)) for s in springs], dtype=dtype, device=device).reshape(len(springs))
+        for key, attr in fields.items()
+    }

@@ -1,0 +1,51 @@
+"""ament_python / pip build script for diffsim_ros."""
+
+from glob import glob
+
+from setuptools import find_packages, setup
+
+PACKAGE = "diffsim_ros"
+
+setup(
+    name=PACKAGE,
+    version="0.1.0",
+    packages=find_packages(exclude=["test", "test.*", "benchmarks", "benchmarks.*"]),
+    data_files=[
+        ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
+        (f"share/{PACKAGE}", ["package.xml"]),
+        (f"share/{PACKAGE}/launch", glob("launch/*.py")),
+        (f"share/{PACKAGE}/config", glob("config/*.yaml")),
+        (f"share/{PACKAGE}/urdf", glob("urdf/*")),
+    ],
+    # The URDF and configs are also package data so that a pip install finds them.
+    package_data={PACKAGE: []},
+    python_requires=">=3.10",
+    install_requires=[
+        "numpy>=1.24",
+        "scipy>=1.10",
+        # Install torch==2.13.0 first on CPU-only machines (see README); any
+        # already-installed torch in this range is used as is.
+        "torch>=2.1",
+        "yourdfpy>=0.0.56",
+        "lxml",
+        "pyyaml",
+        "rosbags>=0.10",
+        "matplotlib",
+        "tqdm",
+    ],
+    extras_require={
+        "sim": ["mujoco>=3.1"],
+        "test": ["pytest", "pin>=3", "mujoco>=3.1", "example-robot-data"],
+    },
+    zip_safe=True,
+    maintainer="diffsim_ros maintainers",
+    maintainer_email="maintainers@diffsim-ros.dev",
+    description="Differentiable robot physics for real-to-sim on ROS 2.",
+    license="BSD-3-Clause",
+    tests_require=["pytest"],
+    entry_points={
+        "console_scripts": [
+            "diffsim-ros = diffsim_ros.cli:main",
+        ],
+    },
+)
