@@ -1,0 +1,80 @@
+"""Shared benchmark utilities: timing with medians and section-wise updates of RESULTS.md.
+
+Each benchmark script owns one section of RESULTS.md (between BEGIN/END markers) and
+rewrites only that section, so scripts can be re-run independently.
+"""
+
+import datetime
+import fcntl
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+__all__ = ["RESULTS", "time_call", "percentile", "machine_line", "write_section", "markdown_table"]
+
+RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+
+
+def time_call(fn, repeats=50, warmup=5, inner=1):
+    """Per-call wall times [s] of ``fn`` (``inner`` calls per sample), after ``warmup`` calls."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        samples.append((time.perf_counter() - start) / inner)
+    return samples
+
+
+def percentile(samples, p):
+    """The p-th percentile (0..100) of a list of numbers (nearest rank)."""
+    ordered = sorted(samples)
+    index = min(len(ordered) - 1, max(0, int(round(p / 100.0 * (len(ordered) - 1)))))
+    return ordered[index]
+
+
+def median(samples):
+    return statistics.median(samples)
+
+
+def machine_line():
+    """One line describing where and when the numbers were measured."""
+    return (
+        f"{datetime.date.today().isoformat()}, {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} cores, torch {torch.__version__} ({torch.get_num_threads()} threads), "
+        f"Python {platform.python_version()}"
+    )
+
+
+def markdown_table(header, rows):
+    """A Markdown table from a header list and rows of already formatted cells."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def write_section(name, body):
+    """Replace (or append) the section ``name`` of RESULTS.md with ``body`` (Markdown)."""
+    begin, end = f"<!-- BEGIN {name} -->", f"<!-- END {name} -->"
+    block = f"{begin}\n{body.strip()}\n{end}"
+    RESULTS.touch()
+    with open(RESULTS, "r+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        text = handle.read()
+        if not text.strip():
+            text = "# Benchmark results\n\nWritten by the scripts in `benchmarks/` (run by hand, e.g. `make bench`).\n"
+        if begin in text and end in text:
+            head, rest = text.split(begin, 1)
+            _, tail = rest.split(end, 1)
+            text = head + block + tail
+        else:
+            text = text.rstrip() + "\n\n" + block + "\n"
+        handle.seek(0)
+        handle.write(text)
+        handle.truncate()

@@ -1,0 +1,132 @@
+"""Joint-space simulator interface shared by every simulator, and the rigid-body reference.
+
+Identification, torque maps and MPC work through :class:`JointSpaceSimulator`, so they can
+select the PBD simulator or the exact rigid-body integrator without changing code.
+"""
+
+import abc
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+from diffsim_ros.dynamics.aba import forward_dynamics
+from diffsim_ros.dynamics.checks import joint_tensor
+
+__all__ = ["JointSpaceSimulator", "RigidBodySimulator"]
+
+
+class JointSpaceSimulator(abc.ABC):
+    """A differentiable simulator seen in joint space.
+
+    Attributes:
+        model: RobotModel (owns dtype and device; parameters may require grad).
+        dt: Control period [s]: one :meth:`joint_step` advances time by ``dt``.
+    """
+
+    def __init__(self, model, dt):
+        if not dt > 0:
+            raise ValueError(f"dt must be positive, got {dt}")
+        self.model = model
+        self.dt = float(dt)
+
+    @abc.abstractmethod
+    def joint_step(self, q, qd, tau):
+        """Advance one control period with ``tau`` held constant.
+
+        Args:
+            q: Joint positions [rad or m], shape (..., n).
+            qd: Joint velocities, shape (..., n).
+            tau: Applied joint torques [N·m or N], shape (..., n).
+
+        Returns:
+            ``(q_next, qd_next)``, each shape (..., n).
+        """
+
+    def with_model(self, model):
+        """Same simulator settings on another model (e.g. with candidate parameters)."""
+        clone = object.__new__(type(self))
+        clone.__dict__.update(self.__dict__)
+        clone.model = model
+        return clone
+
+    def rollout(self, q0, qd0, tau_seq, checkpoint_every=None):
+        """Simulate a torque sequence.
+
+        Args:
+            q0: Initial positions, shape (..., n).
+            qd0: Initial velocities, shape (..., n).
+            tau_seq: Torques, shape (..., T, n); step t applies ``tau_seq[..., t, :]``.
+            checkpoint_every: If set, recompute every block of this many steps in the backward
+                pass instead of storing it (memory O(T / k + k) instead of O(T)).
+
+        Returns:
+            ``(q, qd)``, each shape (..., T, n): the states after each step.
+        """
+        q = joint_tensor(self.model, "q0", q0)
+        qd = joint_tensor(self.model, "qd0", qd0)
+        tau_seq = joint_tensor(self.model, "tau_seq", tau_seq)
+        if tau_seq.ndim < 2:
+            raise ValueError(f"tau_seq must have shape (..., T, n), got {tuple(tau_seq.shape)}")
+        steps = tau_seq.shape[-2]
+        block = steps if not checkpoint_every else int(checkpoint_every)
+        qs, qds = [], []
+        for start in range(0, steps, block):
+            chunk = tau_seq[..., start : start + block, :]
+            if checkpoint_every and torch.is_grad_enabled():
+                bq, bqd = checkpoint(self._block, q, qd, chunk, use_reentrant=False)
+            else:
+                bq, bqd = self._block(q, qd, chunk)
+            qs.append(bq)
+            qds.append(bqd)
+            q, qd = bq[..., -1, :], bqd[..., -1, :]
+        return torch.cat(qs, dim=-2), torch.cat(qds, dim=-2)
+
+    def _block(self, q, qd, tau_block):
+        qs, qds = [], []
+        for t in range(tau_block.shape[-2]):
+            q, qd = self.joint_step(q, qd, tau_block[..., t, :])
+            qs.append(q)
+            qds.append(qd)
+        return torch.stack(qs, dim=-2), torch.stack(qds, dim=-2)
+
+
+class RigidBodySimulator(JointSpaceSimulator):
+    """Exact rigid-body dynamics (ABA) integrated in joint space: the reference simulator.
+
+    Args:
+        model: RobotModel.
+        dt: Control period [s].
+        substeps: Integration substeps per control period.
+        integrator: ``"semi_implicit_euler"`` (symplectic, cheap) or ``"rk4"``.
+        passive: Include springs, damping and smoothed Coulomb friction.
+    """
+
+    INTEGRATORS = ("semi_implicit_euler", "rk4")
+
+    def __init__(self, model, dt, substeps=1, integrator="rk4", passive=True):
+        super().__init__(model, dt)
+        if integrator not in self.INTEGRATORS:
+            raise ValueError(f"unknown integrator '{integrator}'; choose from {self.INTEGRATORS}")
+        if int(substeps) < 1:
+            raise ValueError(f"substeps must be >= 1, got {substeps}")
+        self.substeps = int(substeps)
+        self.integrator = integrator
+        self.passive = passive
+
+    def _accel(self, q, qd, tau):
+        return forward_dynamics(self.model, q, qd, tau, passive=self.passive)
+
+    def joint_step(self, q, qd, tau):
+        h = self.dt / self.substeps
+        for _ in range(self.substeps):
+            if self.integrator == "semi_implicit_euler":
+                qd = qd + h * self._accel(q, qd, tau)
+                q = q + h * qd
+            else:
+                k1v, k1a = qd, self._accel(q, qd, tau)
+                k2v, k2a = qd + 0.5 * h * k1a, self._accel(q + 0.5 * h * k1v, qd + 0.5 * h * k1a, tau)
+                k3v, k3a = qd + 0.5 * h * k2a, self._accel(q + 0.5 * h * k2v, qd + 0.5 * h * k2a, tau)
+                k4v, k4a = qd + h * k3a, self._accel(q + h * k3v, qd + h * k3a, tau)
+                q = q + h / 6.0 * (k1v + 2 * k2v + 2 * k3v + k4v)
+                qd = qd + h / 6.0 * (k1a + 2 * k2a + 2 * k3a + k4a)
+        return q, qd
