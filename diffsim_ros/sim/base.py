@@ -11,6 +11,9 @@ from torch.utils.checkpoint import checkpoint
 
 from diffsim_ros.dynamics.aba import forward_dynamics
 from diffsim_ros.dynamics.checks import joint_tensor
+from diffsim_ros.dynamics.crba import mass_matrix
+from diffsim_ros.dynamics.passive import DEFAULT_FRICTION_VELOCITY_SCALE, passive_torques
+from diffsim_ros.dynamics.rnea import nonlinear_effects
 
 __all__ = ["JointSpaceSimulator", "RigidBodySimulator"]
 
@@ -91,19 +94,26 @@ class JointSpaceSimulator(abc.ABC):
 
 
 class RigidBodySimulator(JointSpaceSimulator):
-    """Exact rigid-body dynamics (ABA) integrated in joint space: the reference simulator.
+    """Exact rigid-body dynamics integrated in joint space: the reference simulator.
+
+    ``"implicit_euler"`` (default) is semi-implicit Euler with the velocity-dependent passive
+    terms (viscous damping and the slope of the smoothed Coulomb friction) taken implicitly,
+    ``(M + h B) qd+ = M qd + h (tau - nle + tau_passive)``, like MuJoCo's implicit damping:
+    Baxter's joint damping on its light wrist links has time constants far below any
+    practical step, so explicit schemes diverge there. ``"rk4"`` is explicit and suited to
+    models without stiff damping.
 
     Args:
         model: RobotModel.
         dt: Control period [s].
         substeps: Integration substeps per control period.
-        integrator: ``"semi_implicit_euler"`` (symplectic, cheap) or ``"rk4"``.
+        integrator: ``"implicit_euler"`` or ``"rk4"``.
         passive: Include springs, damping and smoothed Coulomb friction.
     """
 
-    INTEGRATORS = ("semi_implicit_euler", "rk4")
+    INTEGRATORS = ("implicit_euler", "rk4")
 
-    def __init__(self, model, dt, substeps=1, integrator="rk4", passive=True):
+    def __init__(self, model, dt, substeps=1, integrator="implicit_euler", passive=True):
         super().__init__(model, dt)
         if integrator not in self.INTEGRATORS:
             raise ValueError(f"unknown integrator '{integrator}'; choose from {self.INTEGRATORS}")
@@ -113,20 +123,32 @@ class RigidBodySimulator(JointSpaceSimulator):
         self.integrator = integrator
         self.passive = passive
 
-    def _accel(self, q, qd, tau):
-        return forward_dynamics(self.model, q, qd, tau, passive=self.passive)
+    def _implicit_euler(self, q, qd, tau, h):
+        model = self.model
+        rhs = tau - nonlinear_effects(model, q, qd)
+        mass = mass_matrix(model, q)
+        if self.passive:
+            rhs = rhs + passive_torques(model, q, qd)
+            slope = model.params.damping + model.params.friction / DEFAULT_FRICTION_VELOCITY_SCALE * (
+                1.0 - torch.tanh(qd / DEFAULT_FRICTION_VELOCITY_SCALE) ** 2
+            )
+            mass = mass + h * torch.diag_embed(slope)
+        qd = qd + h * torch.linalg.solve(mass, rhs.unsqueeze(-1)).squeeze(-1)
+        return q + h * qd, qd
+
+    def _rk4(self, q, qd, tau, h):
+        def accel(q_, qd_):
+            return forward_dynamics(self.model, q_, qd_, tau, passive=self.passive)
+
+        k1v, k1a = qd, accel(q, qd)
+        k2v, k2a = qd + 0.5 * h * k1a, accel(q + 0.5 * h * k1v, qd + 0.5 * h * k1a)
+        k3v, k3a = qd + 0.5 * h * k2a, accel(q + 0.5 * h * k2v, qd + 0.5 * h * k2a)
+        k4v, k4a = qd + h * k3a, accel(q + h * k3v, qd + h * k3a)
+        return q + h / 6.0 * (k1v + 2 * k2v + 2 * k3v + k4v), qd + h / 6.0 * (k1a + 2 * k2a + 2 * k3a + k4a)
 
     def joint_step(self, q, qd, tau):
         h = self.dt / self.substeps
+        advance = self._implicit_euler if self.integrator == "implicit_euler" else self._rk4
         for _ in range(self.substeps):
-            if self.integrator == "semi_implicit_euler":
-                qd = qd + h * self._accel(q, qd, tau)
-                q = q + h * qd
-            else:
-                k1v, k1a = qd, self._accel(q, qd, tau)
-                k2v, k2a = qd + 0.5 * h * k1a, self._accel(q + 0.5 * h * k1v, qd + 0.5 * h * k1a, tau)
-                k3v, k3a = qd + 0.5 * h * k2a, self._accel(q + 0.5 * h * k2v, qd + 0.5 * h * k2a, tau)
-                k4v, k4a = qd + h * k3a, self._accel(q + h * k3v, qd + h * k3a, tau)
-                q = q + h / 6.0 * (k1v + 2 * k2v + 2 * k3v + k4v)
-                qd = qd + h / 6.0 * (k1a + 2 * k2a + 2 * k3a + k4a)
+            q, qd = advance(q, qd, tau, h)
         return q, qd
