@@ -32,6 +32,8 @@ setup(
         "rosbags>=0.10",
         "matplotlib",
         "tqdm",
+        # Compiles the single-configuration control-loop kernels (dynamics/fast.py).
+        "numba>=0.59",
     ],
     extras_require={
         "sim": ["mujoco>=3.1"],

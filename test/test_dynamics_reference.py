@@ -120,3 +120,15 @@ def test_rnea_matches_mujoco_inverse(config):
         data.qpos[dofs], data.qvel[dofs], data.qacc[dofs] = q, qd, qdd
         mujoco.mj_inverse(mj, data)
         np.testing.assert_allclose(dyn.rnea(model, _t(q), _t(qd), _t(qdd)), data.qfrc_inverse[dofs], atol=MUJOCO_TOL, rtol=0)
+
+
+def test_fast_single_configuration_path_matches_pinocchio(setup):
+    from diffsim_ros.dynamics.fast import FastDynamics
+
+    model, oracle = setup
+    pin, pm, pd = oracle.pin, oracle.model, oracle.data
+    fast = FastDynamics.from_model(model)
+    for q, qd, qdd in _states(model, 5):
+        pq, pv, pa = oracle.q(q), oracle.v(qd), oracle.v(qdd)
+        np.testing.assert_allclose(fast.gravity_torques(q), oracle.sel(pin.computeGeneralizedGravity(pm, pd, pq)), atol=PIN_TOL, rtol=0)
+        np.testing.assert_allclose(fast.rnea(q, qd, qdd), oracle.sel(pin.rnea(pm, pd, pq, pv, pa)), atol=PIN_TOL, rtol=0)
