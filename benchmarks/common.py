@@ -9,10 +9,17 @@ import fcntl
 import os
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import torch
+
+# The test oracles (Pinocchio, MuJoCo built from the same URDF) are shared with benchmarks;
+# ROS packages name their test directory "test", which shadows the stdlib package of that name.
+_TEST_DIR = str(Path(__file__).resolve().parents[1] / "test")
+if _TEST_DIR not in sys.path:
+    sys.path.insert(0, _TEST_DIR)
 
 __all__ = ["RESULTS", "time_call", "percentile", "machine_line", "write_section", "markdown_table"]
 
