@@ -18,7 +18,7 @@ setup(
         (f"share/{PACKAGE}/urdf", glob("urdf/*")),
     ],
     # The URDF and configs are also package data so that a pip install finds them.
-    package_data={PACKAGE: []},
+    package_data={PACKAGE: ["io/msg/*.msg", "io/msg/LICENSE", "io/msg/README.md"]},
     python_requires=">=3.10",
     install_requires=[
         "numpy>=1.24",

@@ -1,1 +1,34 @@
-"""diffsim_ros.runtime."""
+"""diffsim_ros.runtime: the transport interface nodes are written against, and its backends.
+
+* :mod:`~diffsim_ros.runtime.interface` — NodeHandle, Publisher, Subscription, Timer, Logger.
+* :mod:`~diffsim_ros.runtime.params` — typed node configs (``declare_config``, ``param``) and
+  ROS 2 params YAML files.
+* :mod:`~diffsim_ros.runtime.qos` — QosProfile and the usual profiles.
+* message conversions and type names are in ``diffsim_ros.io.ros_messages`` and
+  ``diffsim_ros.io.ros_types`` (shared with the bag reader).
+* :mod:`~diffsim_ros.runtime.faults` — watchdog, validated inputs, joint-name checks.
+* :mod:`~diffsim_ros.runtime.embedded` — in-process runtime (simulated or wall time,
+  recording, bag replay).
+* :mod:`~diffsim_ros.runtime.rclpy_backend` — rclpy (the only module importing rclpy).
+"""
+
+from diffsim_ros.runtime.interface import LOG_LEVELS, Logger, NodeHandle, Publisher, Subscription, Timer
+from diffsim_ros.runtime.params import ParameterError, declare_config, param
+from diffsim_ros.runtime.qos import CLOCK_QOS, COMMAND_QOS, LATCHED_QOS, SENSOR_QOS, QosProfile
+
+__all__ = [
+    "CLOCK_QOS",
+    "COMMAND_QOS",
+    "LATCHED_QOS",
+    "LOG_LEVELS",
+    "Logger",
+    "NodeHandle",
+    "ParameterError",
+    "Publisher",
+    "QosProfile",
+    "SENSOR_QOS",
+    "Subscription",
+    "Timer",
+    "declare_config",
+    "param",
+]
