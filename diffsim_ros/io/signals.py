@@ -51,11 +51,11 @@ def _brackets(times, query, max_gap):
         raise ValueError(f"interpolation needs at least 2 samples, got {len(times)}")
     left = np.clip(np.searchsorted(times, query, side="right") - 1, 0, len(times) - 2)
     span = times[left + 1] - times[left]
-    weight = (query - times[left]) / span
+    weight = np.clip((query - times[left]) / span, 0.0, 1.0)
     valid = (query >= times[0]) & (query <= times[-1])
     if max_gap is not None:
-        valid &= span <= max_gap
-    return left, np.clip(weight, 0.0, 1.0), valid
+        valid &= (span <= max_gap) | (weight == 0.0) | (weight == 1.0)  # a query on a sample is always valid
+    return left, weight, valid
 
 
 def interpolate(times, values, query, *, max_gap=None):

@@ -30,6 +30,7 @@ QoS, stamped with the runtime time; the bag appears at its path only when the ru
 down cleanly.
 """
 
+import copy
 import heapq
 import itertools
 import logging
@@ -360,7 +361,8 @@ class EmbeddedRuntime:
         topic = self._topic(name, msg_type, node)
         topic.subscriptions.append(subscription)
         for publisher in topic.publishers:
-            if self._check_match(publisher, subscription) and publisher.history:
+            matched = self._check_match(publisher, subscription)
+            if matched and publisher.history and subscription.qos.durability == TRANSIENT_LOCAL:
                 for data in publisher.history:
                     self._enqueue(subscription, data)
         return subscription
@@ -413,7 +415,8 @@ class EmbeddedRuntime:
         fault = self._faults.get(publisher.topic)
         if fault is None:
             return [(0, data)]
-        return [(seconds_to_ns(delay), self._serialize(publisher, out)) for delay, out in fault(msg, now)]
+        outputs = fault(copy.deepcopy(msg), now)  # a private, writable copy: the publisher may reuse msg
+        return [(seconds_to_ns(delay), self._serialize(publisher, out)) for delay, out in outputs]
 
     def _enqueue(self, subscription, data):
         if subscription.queue.maxlen is not None and len(subscription.queue) == subscription.queue.maxlen:
