@@ -283,6 +283,8 @@ def test_zero_stamps_fall_back_to_receive_time(tmp_path):
 def test_policy_and_config_validation(tmp_path):
     with pytest.raises(ValueError, match="nan_policy must be one of"):
         read_bag(tmp_path, JOINTS, nan_policy="ignore")
+    with pytest.raises(ValueError, match=r"unknown stream\(s\) \['camera'\]"):
+        read_bag(tmp_path, JOINTS, required=("joint_states", "camera"))
     with pytest.raises(BagError, match="unknown keys"):
         BagTopics.from_config({"joint_state": "/js"})
 

@@ -508,7 +508,10 @@ def _torque_series(stream, order, stats, t0_ns):
     return TorqueSeries(stamps_ns=stamps, times=(stamps - t0_ns) * 1e-9, torques=torques, stats=stats)
 
 
-def _check_policies(nan_policy, order_policy):
+def _check_arguments(nan_policy, order_policy, required):
+    unknown = set(required) - set(_STREAM_TYPES)
+    if unknown:
+        raise ValueError(f"required: unknown stream(s) {sorted(unknown)}; streams are {sorted(_STREAM_TYPES)}")
     if nan_policy not in _NAN_POLICIES:
         raise ValueError(f"nan_policy must be one of {_NAN_POLICIES}, got {nan_policy!r}")
     if order_policy not in _ORDER_POLICIES:
@@ -582,7 +585,7 @@ def read_bag(
             samples (``nan_policy="raise"``), non-monotonic stamps (``order_policy="raise"``),
             or a stream left with no valid sample.
     """
-    _check_policies(nan_policy, order_policy)
+    _check_arguments(nan_policy, order_policy, required)
     topics = topics or BagTopics()
     path = Path(path)
     joint_map = JointNameMap(joint_names)

@@ -127,7 +127,6 @@ class _Subscription(Subscription):
         self.queue = deque(maxlen=qos.depth if qos.history == KEEP_LAST else None)
         self.scheduled = False
         self.received = self.taken = self.dropped = 0
-        self._warned = set()
 
     def accepts(self, publisher):
         return incompatibility(publisher.qos, self.qos) is None

@@ -10,6 +10,35 @@ deterministic, with rosbags message types). Message types are named by string
 
 The method names and argument orders follow rclpy (``create_publisher(msg_type, topic,
 qos)``, ``create_timer(period_s, callback)``, logger ``warning(..., throttle_duration_sec=)``).
+
+A node module (one node class, ``main(args=None)``, parameters declared once)::
+
+    @dataclass(frozen=True)
+    class HoldConfig:
+        rate_hz: float = param(100.0, "command rate [Hz]")
+        timeout_s: float = param(0.1, "joint state timeout [s]")
+
+    class HoldNode:
+        def __init__(self, handle):
+            self.handle = handle
+            self.config = declare_config(handle, HoldConfig)
+            self.joints = joint_state_input(JOINTS, self.config.timeout_s)
+            handle.create_subscription(JOINT_STATE, "/joint_states", self.on_joint_state, SENSOR_QOS)
+            self.commands = handle.create_publisher(FLOAT64_MULTI_ARRAY, "/effort_controller/commands", COMMAND_QOS)
+            handle.create_timer(1.0 / self.config.rate_hz, self.tick)
+
+        def on_joint_state(self, msg):
+            self.joints.update(msg, self.handle.now_ns())
+
+        def tick(self):
+            if self.joints.is_fresh(self.handle.now_ns()):
+                torque = ...  # library call on self.joints.latest.positions
+                self.commands.publish(float64_multi_array_msg(self.handle.messages, torque))
+
+    def main(args=None):
+        run_node(HoldNode, "hold", args)  # runtime.rclpy_backend
+
+and in-process: ``EmbeddedRuntime().add_node(HoldNode, "hold", parameter_overrides={...})``.
 """
 
 import sys
