@@ -30,7 +30,6 @@ from rosbags.rosbag2 import StoragePlugin, Writer
 
 from diffsim_ros.io.ros_messages import (
     TORQUE_MODE,
-    JointMappingError,
     JointNameMap,
     MessageConversionError,
     float64_multi_array_to_array,

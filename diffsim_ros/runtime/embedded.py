@@ -34,7 +34,6 @@ import copy
 import heapq
 import itertools
 import logging
-import math
 import re
 import time
 from collections import deque
