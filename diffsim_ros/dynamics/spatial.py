@@ -9,6 +9,7 @@ import torch
 __all__ = [
     "skew",
     "axis_angle_to_matrix",
+    "so3_exp",
     "matvec",
     "quat_multiply",
     "quat_conjugate",
@@ -46,6 +47,29 @@ def axis_angle_to_matrix(axis, angle):
     s = torch.sin(angle)[..., None, None]
     c = (1.0 - torch.cos(angle))[..., None, None]
     return eye + s * k + c * (k @ k)
+
+
+def so3_exp(rotvec):
+    """Rotation matrix of a rotation vector (axis * angle), exact derivatives at zero too.
+
+    ``R = I + A [w]x + B [w]x^2`` with ``A = sin t / t`` and ``B = (1 - cos t) / t^2``; Taylor
+    series below a small angle keep values and gradients finite and exact at ``w = 0``.
+
+    Args:
+        rotvec: Rotation vectors [rad], shape (..., 3).
+
+    Returns:
+        Rotation matrices, shape (..., 3, 3).
+    """
+    theta2 = (rotvec * rotvec).sum(-1)
+    small = theta2 < 1e-8
+    safe2 = torch.where(small, torch.ones_like(theta2), theta2)
+    theta = torch.sqrt(safe2)
+    a = torch.where(small, 1.0 - theta2 / 6.0, torch.sin(theta) / theta)
+    b = torch.where(small, 0.5 - theta2 / 24.0, (1.0 - torch.cos(theta)) / safe2)
+    k = skew(rotvec)
+    eye = torch.eye(3, dtype=rotvec.dtype, device=rotvec.device)
+    return eye + a[..., None, None] * k + b[..., None, None] * (k @ k)
 
 
 def matvec(mat, vec):

@@ -1,0 +1,234 @@
+"""Recording scenarios on the MuJoCo plant: static holds, excitation, camera tracking.
+
+These produce what a lab records on the real arm (``ros2 bag record``): joint states at
+``joint_rate`` with efforts, camera poses of the tracked link at ``camera_rate``, and the
+commanded torques. The controller that moves the plant only knows the *nominal* model.
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from diffsim_ros.dynamics.crba import mass_matrix
+from diffsim_ros.dynamics.fast import FastDynamics
+
+__all__ = ["Recording", "RecordingScenario", "random_poses", "nearest_neighbour_order", "record"]
+
+
+@dataclass
+class Recording:
+    """Raw streams, like the topics of a bag (times in seconds).
+
+    Attributes:
+        joint_names: Joint order of the arrays.
+        joint_time: (T,) stamps of joint states.
+        q, qd, effort: (T, n) measured joint positions [rad], velocities [rad/s], efforts [N·m].
+        command_time: (C,) stamps of commanded torques; command: (C, n) [N·m].
+        camera_time: (K,) stamps of camera poses; camera_position (K, 3) [m]; camera_quaternion
+            (K, 4) (w, x, y, z) of the tracked link in the camera frame.
+        holds: List of (start, end) times [s] of the settled part of each static hold.
+        camera_frame: Tracked link.
+    """
+
+    joint_names: tuple
+    joint_time: np.ndarray
+    q: np.ndarray
+    qd: np.ndarray
+    effort: np.ndarray
+    command_time: np.ndarray
+    command: np.ndarray
+    camera_time: np.ndarray
+    camera_position: np.ndarray
+    camera_quaternion: np.ndarray
+    holds: list = field(default_factory=list)
+    camera_frame: str | None = None
+
+
+@dataclass(frozen=True)
+class RecordingScenario:
+    """How to drive the plant.
+
+    Attributes:
+        poses: (N, n) joint targets to hold [rad], visited in this order (see
+            :func:`nearest_neighbour_order`).
+        settle: Time to reach and settle on each pose [s] (not used as static data).
+        hold: Settled time recorded as static data [s].
+        excitation: Duration of a sinusoidal torque excitation after the holds [s] (0: none).
+        excitation_amplitude: Per-joint torque amplitude [N·m], (n,) or scalar.
+        joint_rate: Joint-state rate [Hz].
+        camera_rate: Camera rate [Hz] (0: no camera).
+        camera_frame: Tracked link.
+        bandwidth: Closed-loop natural frequency of the recording controller [rad/s]; the PD
+            gains are critically damped for the nominal joint-space inertia at each target.
+        stiffness_floor: Minimum proportional gain [N·m/rad] (light distal joints still
+            need to hold their share of an unknown payload).
+        seed: Seed for the excitation phases.
+    """
+
+    poses: np.ndarray
+    settle: float = 2.5
+    hold: float = 0.5
+    excitation: float = 0.0
+    excitation_amplitude: object = 1.0
+    joint_rate: float = 100.0
+    camera_rate: float = 30.0
+    camera_frame: str | None = None
+    bandwidth: float = 20.0
+    stiffness_floor: float = 10.0
+    seed: int = 0
+
+
+def random_poses(model, count, rng, margin=0.25):
+    """``count`` joint configurations uniformly inside the limits shrunk by ``margin`` [rad]."""
+    lower = model.lower.detach().cpu().numpy()
+    upper = model.upper.detach().cpu().numpy()
+    lower = np.where(np.isfinite(lower), lower + margin, -np.pi)
+    upper = np.where(np.isfinite(upper), upper - margin, np.pi)
+    return rng.uniform(lower, upper, size=(count, len(lower)))
+
+
+class _Recorder:
+    """Samples the plant's sensors at their rates while the controller runs."""
+
+    def __init__(self, plant, scenario):
+        self.plant = plant
+        self.scenario = scenario
+        self.streams = {k: [] for k in ("jt", "q", "qd", "e", "ct", "c", "kt", "kp", "kq")}
+        self.next_joint = 0.0
+        self.next_camera = 0.0
+
+    def sample(self, command):
+        t = self.plant.time
+        s = self.streams
+        if t + 1e-9 >= self.next_joint:
+            q, qd, effort = self.plant.read_joint_state()
+            s["jt"].append(t)
+            s["q"].append(q)
+            s["qd"].append(qd)
+            s["e"].append(effort)
+            s["ct"].append(t)
+            s["c"].append(command)
+            self.next_joint += 1.0 / self.scenario.joint_rate
+        frame = self.scenario.camera_frame
+        if frame and self.scenario.camera_rate > 0 and t + 1e-9 >= self.next_camera:
+            position, quat = self.plant.read_camera_pose(frame)
+            s["kt"].append(t)
+            s["kp"].append(position)
+            s["kq"].append(quat)
+            self.next_camera += 1.0 / self.scenario.camera_rate
+
+    def recording(self, holds):
+        s = self.streams
+        n = len(self.plant.joint_names)
+
+        def arr(key, width):
+            return np.asarray(s[key], dtype=float).reshape(-1, width) if s[key] else np.zeros((0, width))
+
+        return Recording(
+            joint_names=self.plant.joint_names,
+            joint_time=np.asarray(s["jt"]),
+            q=arr("q", n),
+            qd=arr("qd", n),
+            effort=arr("e", n),
+            command_time=np.asarray(s["ct"]),
+            command=arr("c", n),
+            camera_time=np.asarray(s["kt"]),
+            camera_position=arr("kp", 3),
+            camera_quaternion=arr("kq", 4),
+            holds=holds,
+            camera_frame=self.scenario.camera_frame,
+        )
+
+
+def _pd_gains(nominal_model, target, scenario):
+    """Critically damped joint gains for the nominal inertia at ``target``: (kp, kd), (n,) each."""
+    q = torch.as_tensor(target, dtype=nominal_model.dtype, device=nominal_model.device)
+    inertia = mass_matrix(nominal_model, q).diagonal().detach().cpu().numpy()
+    kp = np.maximum(inertia * scenario.bandwidth**2, scenario.stiffness_floor)
+    return kp, 2.0 * np.sqrt(kp * inertia)
+
+
+def _quintic(x, duration):
+    """Position, velocity and acceleration factors of a rest-to-rest quintic at phase x."""
+    x = min(max(x, 0.0), 1.0)
+    pos = x**3 * (10.0 - 15.0 * x + 6.0 * x * x)
+    vel = 30.0 * x * x * (1.0 - x) ** 2 / duration
+    acc = 60.0 * x * (1.0 - x) * (1.0 - 2.0 * x) / duration**2
+    return pos, vel, acc
+
+
+def nearest_neighbour_order(poses):
+    """Greedy ordering that keeps consecutive poses close (shorter, gentler transitions)."""
+    remaining = list(range(1, len(poses)))
+    order = [0]
+    while remaining:
+        last = poses[order[-1]]
+        nearest = min(remaining, key=lambda i: np.abs(poses[i] - last).max())
+        order.append(nearest)
+        remaining.remove(nearest)
+    return np.asarray(poses)[order]
+
+
+def record(plant, nominal_model, scenario):
+    """Drive the plant through a scenario and record its sensors.
+
+    The controller is PD plus the *nominal* holding torque (gravity minus springs), so the
+    settled efforts measure the true holding torque whatever the nominal model gets wrong.
+    Targets move along rest-to-rest quintics over the first 60 % of the settle time, with
+    the nominal inverse dynamics of the reference as feed-forward.
+
+    Args:
+        plant: :class:`~diffsim_ros.sim.mujoco_plant.MujocoPlant`.
+        nominal_model: The model the lab believes in (drives the feed-forward).
+        scenario: :class:`RecordingScenario`.
+
+    Returns:
+        Recording.
+    """
+    nominal = FastDynamics.from_model(nominal_model)
+    dt = plant.mj_model.opt.timestep
+    recorder = _Recorder(plant, scenario)
+    holds = []
+    poses = np.asarray(scenario.poses, dtype=float)
+    plant.reset(poses[0])
+    previous = poses[0]
+    for target in poses:
+        kp, kd = _pd_gains(nominal_model, target, scenario)
+        steps = int(round((scenario.settle + scenario.hold) / dt))
+        start = plant.time
+        hold_start = start + scenario.settle
+        move = 0.6 * scenario.settle
+        for _ in range(steps):
+            pos, vel, acc = _quintic((plant.time - start) / move, move)
+            ref = previous + pos * (target - previous)
+            ref_vel, ref_acc = vel * (target - previous), acc * (target - previous)
+            q, qd = plant.true_state()
+            feedforward = nominal.rnea(ref, ref_vel, ref_acc) - nominal.spring_torques(ref)
+            command = kp * (ref - q) + kd * (ref_vel - qd) + feedforward
+            recorder.sample(command)
+            plant.step(command)
+        holds.append((hold_start, plant.time))
+        previous = target
+    if scenario.excitation > 0:
+        kp, kd = _pd_gains(nominal_model, poses[-1], scenario)
+        _excite(plant, nominal, scenario, poses[-1], kp, kd, recorder)
+    return recorder.recording(holds)
+
+
+def _excite(plant, nominal, scenario, center, kp, kd, recorder):
+    """Sum-of-sines torques around a soft PD hold: rich, bounded joint motion."""
+    rng = np.random.default_rng(scenario.seed)
+    n = len(center)
+    amplitude = np.broadcast_to(np.asarray(scenario.excitation_amplitude, float), (n,))
+    freqs = rng.uniform(0.3, 2.0, size=(3, n))
+    phases = rng.uniform(0, 2 * np.pi, size=(3, n))
+    dt = plant.mj_model.opt.timestep
+    start = plant.time
+    for _ in range(int(round(scenario.excitation / dt))):
+        q, qd = plant.true_state()
+        t = plant.time - start
+        wave = amplitude * np.sin(2 * np.pi * freqs * t + phases).sum(0) / 3.0
+        command = 0.3 * kp * (center - q) - 0.3 * kd * qd + nominal.gravity_torques(q) - nominal.spring_torques(q) + wave
+        recorder.sample(command)
+        plant.step(command)
