@@ -1,1 +1,56 @@
-"""diffsim_ros.control."""
+"""Controllers for the arm: gravity compensation, impedance with torque maps, MPC, and the safety layer.
+
+Every controller has ``compute(t, q, qd) -> tau`` (float64 arrays of shape (n,) in model joint
+order, [s], [rad], [rad/s] -> [N·m]), ``reset()`` and ``update_model(model)``. A node runs,
+each cycle::
+
+    tau = controller.compute(t, q, qd)           # may raise only on programming errors
+    command, status = safety.filter(t, tau, q, qd, state_time)
+    if status.publish:
+        publish(command)                        # None/absent for Baxter when stopped
+"""
+
+from diffsim_ros.control.errors import ControlError, TorqueMapError
+from diffsim_ros.control.gravity import GravityCompensation, holding_torques
+from diffsim_ros.control.impedance import MODEL_TERMS, JointImpedanceController
+from diffsim_ros.control.mpc import INITIALIZATIONS, ModelPredictiveController, MPCInfo, MPCSettings
+from diffsim_ros.control.references import MinimumJerkMove, SetPoint
+from diffsim_ros.control.safety import OUTPUT_TYPES, OutputType, SafetyConfig, SafetyLayer, SafetyStatus
+from diffsim_ros.control.simulators import default_simulator
+from diffsim_ros.control.torque_map import (
+    TorqueMap,
+    TorqueMapGrid,
+    build_torque_map,
+    joint_inertias,
+    parameter_hash,
+    solve_one_step_torques,
+    validate_torque_map,
+)
+
+__all__ = [
+    "INITIALIZATIONS",
+    "MODEL_TERMS",
+    "OUTPUT_TYPES",
+    "ControlError",
+    "GravityCompensation",
+    "JointImpedanceController",
+    "MPCInfo",
+    "MPCSettings",
+    "MinimumJerkMove",
+    "ModelPredictiveController",
+    "OutputType",
+    "SafetyConfig",
+    "SafetyLayer",
+    "SafetyStatus",
+    "SetPoint",
+    "TorqueMap",
+    "TorqueMapError",
+    "TorqueMapGrid",
+    "build_torque_map",
+    "default_simulator",
+    "holding_torques",
+    "joint_inertias",
+    "parameter_hash",
+    "solve_one_step_torques",
+    "validate_torque_map",
+]

@@ -1,0 +1,146 @@
+"""``diffsim-ros torque-map build|show``: build a net-torque lookup map, or summarize and plot one.
+
+    diffsim-ros torque-map build --config CONFIG [--calibration FILE] --out MAP.npz [--force]
+    diffsim-ros torque-map show MAP.npz [--png OUT.png] [--config CONFIG [--calibration FILE]]
+"""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+from diffsim_ros.control.errors import ControlError
+from diffsim_ros.control.plots import plot_torque_map
+from diffsim_ros.control.simulators import default_simulator
+from diffsim_ros.control.torque_map import TorqueMap, TorqueMapGrid, build_torque_map, validate_torque_map
+from diffsim_ros.dynamics.fast import FastDynamics
+from diffsim_ros.model import RobotModelError, load_robot_config
+
+__all__ = ["add_parser", "build_command", "load_model", "show_command"]
+
+NOT_MODEL_PARAMETERS = ("camera.pose",)
+"""Calibration entries that are not RobotModel parameters."""
+
+
+def add_parser(subparsers):
+    """Register ``torque-map`` with its ``build`` and ``show`` subcommands."""
+    parser = subparsers.add_parser("torque-map", help="build or inspect net-torque lookup maps (impedance control)")
+    commands = parser.add_subparsers(dest="torque_map_command", required=True)
+
+    build = commands.add_parser("build", help="build a map with the differentiable simulator")
+    _model_arguments(build, required=True)
+    build.add_argument("--out", required=True, type=Path, help="output .npz")
+    build.add_argument("--force", action="store_true", help="overwrite an existing output")
+    defaults = TorqueMapGrid()
+    build.add_argument("--dt", type=float, default=defaults.dt, help="simulator step [s] (default %(default)s)")
+    build.add_argument("--max-angle-step", type=float, default=defaults.max_angle_step, help="|dtheta| range [rad]")
+    build.add_argument("--max-velocity", type=float, default=defaults.max_velocity, help="|omega| range [rad/s]")
+    build.add_argument("--angle-points", type=int, default=defaults.angle_points)
+    build.add_argument("--velocity-points", type=int, default=defaults.velocity_points)
+    build.add_argument("--contexts", type=int, default=defaults.inertia_contexts, help="inertia contexts per joint")
+    build.add_argument("--substeps", type=int, default=1, help="simulator substeps per step")
+    build.add_argument("--validate", type=int, default=10, metavar="N", help="off-grid checks per joint (0: none)")
+    build.add_argument("--threads", type=int, default=1, help="torch threads (small batched ops: 1 is fastest)")
+    build.set_defaults(handler=build_command)
+
+    show = commands.add_parser("show", help="print a map's metadata and write a heat-map PNG")
+    show.add_argument("map", type=Path, help="map .npz")
+    show.add_argument("--png", type=Path, help="output PNG (default: the map path with .png)")
+    _model_arguments(show, required=False)
+    show.set_defaults(handler=show_command)
+
+
+def _model_arguments(parser, required):
+    parser.add_argument("--config", type=Path, required=required, help="robot config YAML")
+    parser.add_argument("--calibration", type=Path, help="calibration.yaml (its 'parameters' are applied)")
+
+
+def load_model(config_path, calibration_path=None):
+    """The robot model of a config, with a calibration file's parameters applied.
+
+    Raises:
+        ControlError: Unreadable calibration, or parameters the model does not have.
+        RobotModelError: Config or URDF problems.
+    """
+    model = load_robot_config(config_path).build_model()
+    if calibration_path is None:
+        return model
+    path = Path(calibration_path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise ControlError(f"cannot read calibration {path}: {err}") from None
+    parameters = (raw or {}).get("parameters") if isinstance(raw, dict) else None
+    if not isinstance(parameters, dict):
+        raise ControlError(f"{path}: expected a top-level 'parameters' mapping")
+    values = {k: np.asarray(v, dtype=np.float64) for k, v in parameters.items() if k not in NOT_MODEL_PARAMETERS}
+    try:
+        return model.with_parameters(values)
+    except RobotModelError as err:
+        raise ControlError(f"{path}: {err}") from None
+
+
+def build_command(args):
+    """Handler of ``torque-map build``; returns the exit code."""
+    try:
+        if args.out.exists() and not args.force:
+            raise ControlError(f"{args.out} exists; pass --force to overwrite it")
+        torch.set_num_threads(max(1, args.threads))
+        model = load_model(args.config, args.calibration)
+        grid = TorqueMapGrid(
+            dt=args.dt,
+            max_angle_step=args.max_angle_step,
+            max_velocity=args.max_velocity,
+            angle_points=args.angle_points,
+            velocity_points=args.velocity_points,
+            inertia_contexts=args.contexts,
+        )
+        simulator = default_simulator(model, args.dt, substeps=args.substeps)
+        tmap = build_torque_map(simulator, grid, progress=_progress)
+        report = validate_torque_map(tmap, simulator, FastDynamics.from_model(model), args.validate) if args.validate else None
+        tmap.save(args.out)
+    except (ControlError, RobotModelError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.out}: {_summary(tmap)}")
+    if report is not None:
+        _print_validation(tmap, report)
+    return 0
+
+
+def show_command(args):
+    """Handler of ``torque-map show``; returns the exit code."""
+    try:
+        model = load_model(args.config, args.calibration) if args.config else None
+        tmap = TorqueMap.load(args.map, model)
+        png = plot_torque_map(tmap, args.png or args.map.with_suffix(".png"))
+    except (ControlError, RobotModelError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"{args.map}: {_summary(tmap)}")
+    if model is not None:
+        print("matches the given model (parameter hash)")
+    print(f"wrote {png}")
+    return 0
+
+
+def _progress(done, total):
+    print(f"  joint {done}/{total}", file=sys.stderr)
+
+
+def _summary(tmap):
+    g = tmap.grid
+    return (
+        f"robot {tmap.robot}, {len(tmap.joint_names)} joints, dt {g.dt} s, |dtheta| <= {g.max_angle_step} rad x "
+        f"{g.angle_points}, |omega| <= {g.max_velocity} rad/s x {g.velocity_points}, {g.inertia_contexts} inertia "
+        f"contexts, {tmap.simulator}, built in {tmap.build_seconds:.1f} s, parameter hash {tmap.parameter_hash[:12]}"
+    )
+
+
+def _print_validation(tmap, report):
+    print(f"validation against direct optimization at off-grid points (lookup {report['lookup_seconds'] * 1e6:.1f} µs):")
+    print(f"  {'joint':<10} {'rms [N·m]':>10} {'max [N·m]':>10} {'range [N·m]':>12}")
+    for name, rms, worst, scale in zip(tmap.joint_names, report["rms"], report["max"], report["scale"]):
+        print(f"  {name:<10} {rms:>10.4f} {worst:>10.4f} {scale:>12.2f}")

@@ -1,0 +1,553 @@
+"""Net-torque lookup maps built with the differentiable simulator (Liu et al., §IV-C, Fig. 12).
+
+For joint j, the map answers: which torque takes the joint from angular velocity ``omega``
+to ``q_j + dtheta`` in one simulator step ``dt`` (the other joints at rest, held in place)?
+The key is ``(dtheta, omega)`` on a regular grid (paper: dt = 0.01 s, |omega| <= 0.5 rad/s,
+|dtheta| <= 0.00625 rad).
+
+**Conditioning on the other joints.** The net torque depends on the configuration in two
+ways, handled separately:
+
+1. The static holding torque ``h(q) = g(q) - tau_spring(q)`` (gravity, payload, springs)
+   depends on every joint. It is *not* tabulated: the map stores the net torque minus
+   ``h`` at the start configuration, and the lookup adds ``h`` back from the compiled
+   model (:func:`~diffsim_ros.control.gravity.holding_torques`), exactly. (Evaluating h at
+   the start is exact for a one-substep simulator and measured no worse than the mid-step
+   or time-averaged configuration with five substeps.)
+2. What remains is the dynamic part: ``M_jj(q) * acceleration + damping(omega)`` (the
+   Coriolis term of a joint's own velocity on itself vanishes, since M_jj does not depend on
+   q_j). It depends on the other joints only through the joint's effective inertia
+   ``M_jj(q)``, which varies 40-fold for Baxter's s0. So each joint's map has a third axis:
+   the inertia of ``inertia_contexts`` configurations chosen at the quantiles of M_jj over
+   random configurations; lookups interpolate linearly along it (exact for a term affine
+   in M_jj) and extrapolate linearly by at most ``INERTIA_EXTRAPOLATION`` of the axis span
+   beyond its ends (random contexts never reach the extremes). ``inertia_contexts=1`` gives the paper's unconditioned map at the median
+   inertia, for comparison; :func:`validate_torque_map` measures both.
+
+The lookup is a compiled trilinear interpolation; angle and velocity keys outside the grid
+are clamped to its edges (the grid bounds the torque the map can ask for).
+"""
+
+import dataclasses
+import hashlib
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from diffsim_ros import dynamics as dyn
+from diffsim_ros.control.errors import TorqueMapError
+from diffsim_ros.control.gravity import holding_torques
+from diffsim_ros.control.jacobians import rowwise_jacobian
+from diffsim_ros.control.vectors import to_numpy
+from diffsim_ros.dynamics.fast import _placements  # compiled forward kinematics, shared
+from diffsim_ros.sim.scenarios import random_poses
+
+try:
+    from numba import njit
+except ImportError:  # pragma: no cover - numba is a declared dependency
+
+    def njit(*args, **kwargs):
+        return args[0] if args and callable(args[0]) else (lambda fn: fn)
+
+
+__all__ = [
+    "FORMAT_VERSION",
+    "TorqueMap",
+    "TorqueMapGrid",
+    "build_torque_map",
+    "describe_simulator",
+    "joint_inertias",
+    "parameter_hash",
+    "solve_one_step_torques",
+    "validate_torque_map",
+]
+
+FORMAT_VERSION = 1
+INERTIA_EXTRAPOLATION = 0.1
+"""Largest linear extrapolation along the inertia axis, as a fraction of its span."""
+
+
+@dataclass(frozen=True)
+class TorqueMapGrid:
+    """Grid and build settings of a torque map.
+
+    Attributes:
+        dt: Simulator step the map is built for [s] (= the simulator's dt).
+        max_angle_step: Largest |dtheta| key [rad].
+        max_velocity: Largest |omega| key [rad/s].
+        angle_points: Grid points along dtheta (odd: 0 is on the grid).
+        velocity_points: Grid points along omega (odd: 0 is on the grid).
+        inertia_contexts: Configurations per joint along the inertia axis (1: unconditioned).
+        context_pool: Random configurations the contexts are chosen from.
+        limit_margin: Contexts stay this far inside the position limits [rad].
+        newton_iterations: Most Newton iterations of the direct optimization.
+        tolerance: Goal-position residual [rad] at which Newton stops.
+        seed: Seed of the context pool.
+    """
+
+    dt: float = 0.01
+    max_angle_step: float = 0.00625
+    max_velocity: float = 0.5
+    angle_points: int = 21
+    velocity_points: int = 21
+    inertia_contexts: int = 5
+    context_pool: int = 512
+    limit_margin: float = 0.3
+    newton_iterations: int = 6
+    tolerance: float = 1e-11
+    seed: int = 0
+
+    def axes(self):
+        """``(angle_axis (A,) [rad], velocity_axis (V,) [rad/s])``."""
+        return (
+            np.linspace(-self.max_angle_step, self.max_angle_step, self.angle_points),
+            np.linspace(-self.max_velocity, self.max_velocity, self.velocity_points),
+        )
+
+    def check(self):
+        """Raise TorqueMapError for unusable settings."""
+        if not (self.dt > 0 and self.max_angle_step > 0 and self.max_velocity > 0):
+            raise TorqueMapError("torque map dt, max_angle_step and max_velocity must be positive")
+        if self.angle_points < 2 or self.velocity_points < 2 or self.inertia_contexts < 1:
+            raise TorqueMapError("torque map needs >= 2 angle and velocity points and >= 1 inertia context")
+        if self.context_pool < self.inertia_contexts:
+            raise TorqueMapError("context_pool must be at least inertia_contexts")
+
+
+def parameter_hash(model):
+    """SHA-256 (hex) of a model's structure and parameter values: identifies what a map is for."""
+    digest = hashlib.sha256()
+    digest.update(json.dumps([model.name, list(model.joint_names), model.payload_frame, list(model.spring_joints)]).encode())
+    tensors = [model.gravity, model.joint_axis, model.joint_origin_rot]
+    tensors += [getattr(model.params, f.name) for f in dataclasses.fields(model.params)]
+    for tensor in tensors:
+        digest.update(np.ascontiguousarray(to_numpy(tensor)).tobytes())
+    return digest.hexdigest()
+
+
+def describe_simulator(simulator):
+    """One line naming a simulator and its settings (stored in map metadata)."""
+    settings = {k: v for k, v in vars(simulator).items() if isinstance(v, (int, float, str, bool)) and k != "model"}
+    extra = getattr(simulator, "settings", None)
+    if dataclasses.is_dataclass(extra):
+        settings.update(dataclasses.asdict(extra))
+    return f"{type(simulator).__name__}({', '.join(f'{k}={v}' for k, v in sorted(settings.items()))})"
+
+
+@njit(cache=True)
+def _inertia_diagonal(parents, origin_rot, origin_xyz, axis, is_revolute, mass, first_moment, inertia_o, q):
+    """M_jj = sum over the bodies k that joint j moves of their inertia about joint j's axis."""
+    n = q.shape[0]
+    _, _, rot, pos = _placements(parents, origin_rot, origin_xyz, axis, is_revolute, q)
+    out = np.zeros(n)
+    for j in range(n):
+        z = rot[j] @ axis[j]
+        for k in range(j, n):
+            a = k
+            while a > j:
+                a = parents[a]
+            if a != j:
+                continue  # body k is not moved by joint j
+            if not is_revolute[j]:
+                out[j] += mass[k]
+                continue
+            local = rot[k].T @ z  # the axis in body k's frame
+            lever = np.cross(z, pos[k] - pos[j])
+            moment = np.cross(z, rot[k] @ first_moment[k])
+            out[j] += local @ (inertia_o[k] @ local) + mass[k] * (lever @ lever) + 2.0 * (lever @ moment)
+    return out
+
+
+def joint_inertias(fast, q):
+    """Diagonal of the joint-space inertia M(q) [kg·m² or kg], shape (n,), compiled.
+
+    Args:
+        fast: FastDynamics snapshot of the model.
+        q: Joint positions [rad or m], shape (n,).
+    """
+    return _inertia_diagonal(
+        fast.parents, fast.origin_rot, fast.origin_xyz, fast.axis, fast.is_revolute,
+        fast.mass, fast.first_moment, fast.inertia_o, np.asarray(q, dtype=np.float64),
+    )
+
+
+# ---------------------------------------------------------------------- direct optimization
+def solve_one_step_torques(simulator, q, qd, q_goal, tau0, iterations=6, tolerance=1e-11):
+    """Direct optimization: torques that take ``(q, qd)`` to ``q_goal`` in one simulator step.
+
+    Newton's method on the square residual ``q_next(tau) - q_goal``, with the Jacobian
+    ``d q_next / d tau`` from autograd through the simulator.
+
+    Args:
+        simulator: JointSpaceSimulator (its ``dt`` is the step).
+        q: Start positions [rad], shape (..., n).
+        qd: Start velocities [rad/s], shape (..., n).
+        q_goal: Goal positions after one step [rad], shape (..., n).
+        tau0: Initial torques [N·m], shape (..., n).
+        iterations: Most Newton iterations.
+        tolerance: Stop when every goal residual is below this [rad].
+
+    Returns:
+        ``(tau (..., n) [N·m], residual (..., n) [rad])``, detached.
+    """
+    n = q.shape[-1]
+    tau = tau0.detach().clone()
+
+    def step(t):
+        return simulator.joint_step(q.unsqueeze(-2), qd.unsqueeze(-2), t)[0]
+
+    for _ in range(iterations):
+        q_next, jac = rowwise_jacobian(step, tau, n)
+        residual = q_next - q_goal
+        if float(residual.abs().max()) < tolerance:
+            return tau, residual
+        tau = tau - torch.linalg.solve(jac, residual.unsqueeze(-1)).squeeze(-1)
+    with torch.no_grad():
+        residual = simulator.joint_step(q, qd, tau)[0] - q_goal
+    return tau, residual
+
+
+def _holding_torch(model, q):
+    return dyn.gravity_torques(model, q) - dyn.spring_torques(model, q)
+
+
+def _single_joint_problem(model, contexts, joint, dtheta, omega):
+    """Start state and goal of joint ``joint`` moving alone from each context.
+
+    Args:
+        contexts: (B, n) configurations; dtheta, omega: (B,) keys.
+
+    Returns:
+        ``(q, qd, q_goal)``, each (B, n) tensors of the model's dtype/device.
+    """
+    unit = torch.zeros(model.nq, dtype=model.dtype, device=model.device)
+    unit[joint] = 1.0
+    q = torch.as_tensor(contexts, dtype=model.dtype, device=model.device)
+    dtheta = torch.as_tensor(dtheta, dtype=model.dtype, device=model.device)[:, None]
+    omega = torch.as_tensor(omega, dtype=model.dtype, device=model.device)[:, None]
+    return q, omega * unit, q + dtheta * unit
+
+
+def _net_residual(simulator, grid, contexts, joint, dtheta, omega):
+    """Optimized net torque of ``joint`` minus the holding torque [N·m], (B,), and the goal residual."""
+    model = simulator.model
+    q, qd, q_goal = _single_joint_problem(model, contexts, joint, dtheta, omega)
+    with torch.no_grad():
+        hold = _holding_torch(model, q)
+        inertia = torch.diagonal(dyn.mass_matrix(model, q), dim1=-2, dim2=-1)
+        guess = hold + inertia * ((q_goal - q) / grid.dt - qd) / grid.dt
+    tau, residual = solve_one_step_torques(simulator, q, qd, q_goal, guess, grid.newton_iterations, grid.tolerance)
+    return to_numpy(tau[:, joint] - hold[:, joint]), float(residual.abs().max())
+
+
+# ---------------------------------------------------------------------- the map
+@njit(cache=True)
+def _cell(x, lo, step, points):
+    """Clamped grid cell and fraction of coordinate x on a regular axis."""
+    u = (min(max(x, lo), lo + step * (points - 1)) - lo) / step
+    i = min(int(u), points - 2)
+    return i, u - i
+
+
+@njit(cache=True)
+def _lookup(angle_lo, angle_step, velocity_lo, velocity_step, inertia_axis, extrapolation, residual, dtheta, omega, inertia):
+    """Trilinear lookup of every joint's residual torque [N·m], (n,)."""
+    n, contexts, angles, velocities = residual.shape
+    out = np.empty(n)
+    for j in range(n):
+        ia, fa = _cell(dtheta[j], angle_lo, angle_step, angles)
+        iv, fv = _cell(omega[j], velocity_lo, velocity_step, velocities)
+        k0, fk = 0, 0.0
+        if contexts > 1:
+            first, last = inertia_axis[j, 0], inertia_axis[j, contexts - 1]
+            reach = extrapolation * (last - first)
+            m = min(max(inertia[j], first - reach), last + reach)
+            while k0 < contexts - 2 and m > inertia_axis[j, k0 + 1]:
+                k0 += 1
+            span = inertia_axis[j, k0 + 1] - inertia_axis[j, k0]
+            fk = (m - inertia_axis[j, k0]) / span if span > 0 else 0.0
+        value = 0.0
+        for dk in range(2 if contexts > 1 else 1):
+            table = residual[j, k0 + dk]
+            bilinear = (
+                (1 - fa) * (1 - fv) * table[ia, iv]
+                + fa * (1 - fv) * table[ia + 1, iv]
+                + (1 - fa) * fv * table[ia, iv + 1]
+                + fa * fv * table[ia + 1, iv + 1]
+            )
+            value += (fk if dk else (1.0 - fk if contexts > 1 else 1.0)) * bilinear
+        out[j] = value
+    return out
+
+
+@dataclass(frozen=True)
+class TorqueMap:
+    """Per-joint net-torque maps with their metadata (see the module docstring).
+
+    Attributes:
+        robot: Model name.
+        joint_names: Joint order, length n.
+        parameter_hash: :func:`parameter_hash` of the model the map was built for.
+        grid: TorqueMapGrid it was built with.
+        simulator: :func:`describe_simulator` of the simulator used.
+        inertia_axis: Joint inertia M_jj of each context [kg·m²], (n, K), non-decreasing.
+        contexts: The context configurations [rad], (n, K, n).
+        residual: Net torque minus holding torque h(q) [N·m], (n, K, A, V).
+        build_seconds: Wall time of the build [s].
+        max_goal_residual: Largest goal-position error of the optimized torques [rad].
+    """
+
+    robot: str
+    joint_names: tuple
+    parameter_hash: str
+    grid: TorqueMapGrid
+    simulator: str
+    inertia_axis: np.ndarray
+    contexts: np.ndarray
+    residual: np.ndarray
+    build_seconds: float = 0.0
+    max_goal_residual: float = 0.0
+
+    @property
+    def dt(self):
+        return self.grid.dt
+
+    @property
+    def angle_axis(self):
+        return self.grid.axes()[0]
+
+    @property
+    def velocity_axis(self):
+        return self.grid.axes()[1]
+
+    # ------------------------------------------------------------------ lookup
+    def lookup(self, dtheta, omega, inertia):
+        """Residual (dynamic) torques [N·m], (n,), for per-joint keys, each (n,).
+
+        Args:
+            dtheta: Angle step to the goal [rad] (clamped to the grid).
+            omega: Angular velocity [rad/s] (clamped to the grid).
+            inertia: Joint inertia M_jj(q) [kg·m²] (clamped to the contexts' range widened by
+                ``INERTIA_EXTRAPOLATION``).
+        """
+        g = self.grid
+        return _lookup(
+            -g.max_angle_step,
+            2 * g.max_angle_step / (g.angle_points - 1),
+            -g.max_velocity,
+            2 * g.max_velocity / (g.velocity_points - 1),
+            self.inertia_axis,
+            INERTIA_EXTRAPOLATION,
+            self.residual,
+            np.asarray(dtheta, dtype=np.float64),
+            np.asarray(omega, dtype=np.float64),
+            np.asarray(inertia, dtype=np.float64),
+        )
+
+    def torques(self, fast, q, qd, q_goal):
+        """Net torques [N·m], (n,), to move each joint from ``(q, qd)`` towards ``q_goal`` in ``dt``.
+
+        Each joint's key is its own ``(clamp(q_goal - q), qd)``; the holding torque h(q) is
+        added back from the compiled model.
+
+        Args:
+            fast: FastDynamics of the model the map was built for.
+            q: Positions [rad], (n,). qd: velocities [rad/s], (n,). q_goal: [rad], (n,).
+        """
+        limit = self.grid.max_angle_step
+        dtheta = np.clip(np.asarray(q_goal, dtype=np.float64) - q, -limit, limit)
+        return holding_torques(fast, q) + self.lookup(dtheta, qd, joint_inertias(fast, q))
+
+    # ------------------------------------------------------------------ compatibility
+    def check_model(self, model):
+        """Raise TorqueMapError unless the map was built for exactly this model's parameters."""
+        if tuple(model.joint_names) != tuple(self.joint_names):
+            raise TorqueMapError(
+                f"torque map joints {list(self.joint_names)} differ from the model's {list(model.joint_names)}"
+            )
+        actual = parameter_hash(model)
+        if actual != self.parameter_hash:
+            raise TorqueMapError(
+                f"torque map was built for robot '{self.robot}' with parameter hash {self.parameter_hash[:12]}, "
+                f"but this model ('{model.name}') has {actual[:12]}: its parameters differ (e.g. another "
+                "calibration); rebuild it with `diffsim-ros torque-map build`"
+            )
+
+    # ------------------------------------------------------------------ files
+    def save(self, path):
+        """Write an ``.npz`` atomically (metadata as JSON in the ``metadata`` entry)."""
+        path = Path(path)
+        metadata = {
+            "format_version": FORMAT_VERSION,
+            "robot": self.robot,
+            "joint_names": list(self.joint_names),
+            "parameter_hash": self.parameter_hash,
+            "grid": dataclasses.asdict(self.grid),
+            "dt": self.grid.dt,
+            "simulator": self.simulator,
+            "build_seconds": self.build_seconds,
+            "max_goal_residual": self.max_goal_residual,
+        }
+        arrays = {"inertia_axis": self.inertia_axis, "contexts": self.contexts, "residual": self.residual}
+        directory = path.parent if str(path.parent) else Path(".")
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                np.savez(handle, metadata=np.array(json.dumps(metadata)), **arrays)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    @classmethod
+    def load(cls, path, model=None):
+        """Read a map; with ``model``, refuse (TorqueMapError) a map built for another model."""
+        path = Path(path)
+        if not path.is_file():
+            raise TorqueMapError(f"torque map not found: {path}")
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                metadata = json.loads(str(data["metadata"]))
+                arrays = {k: np.array(data[k], dtype=np.float64) for k in ("inertia_axis", "contexts", "residual")}
+        except (OSError, ValueError, KeyError) as err:
+            raise TorqueMapError(f"{path} is not a diffsim_ros torque map: {err}") from None
+        if metadata.get("format_version") != FORMAT_VERSION:
+            raise TorqueMapError(f"{path}: unsupported torque map format {metadata.get('format_version')}")
+        tmap = cls(
+            robot=metadata["robot"],
+            joint_names=tuple(metadata["joint_names"]),
+            parameter_hash=metadata["parameter_hash"],
+            grid=TorqueMapGrid(**metadata["grid"]),
+            simulator=metadata["simulator"],
+            build_seconds=float(metadata["build_seconds"]),
+            max_goal_residual=float(metadata["max_goal_residual"]),
+            **arrays,
+        )
+        tmap._check_shapes(path)
+        if model is not None:
+            tmap.check_model(model)
+        return tmap
+
+    def _check_shapes(self, where):
+        n, g = len(self.joint_names), self.grid
+        expected = (n, g.inertia_contexts, g.angle_points, g.velocity_points)
+        if self.residual.shape != expected or self.inertia_axis.shape != expected[:2]:
+            raise TorqueMapError(f"{where}: torque map arrays do not match its grid {expected}")
+        if not (np.all(np.isfinite(self.residual)) and np.all(np.diff(self.inertia_axis, axis=1) >= 0)):
+            raise TorqueMapError(f"{where}: torque map contains non-finite values or an unsorted inertia axis")
+
+
+# ---------------------------------------------------------------------- building
+def _context_pool(model, grid):
+    """Random configurations (P, n) and their joint inertias (P, n)."""
+    rng = np.random.default_rng(grid.seed)
+    pool = random_poses(model, grid.context_pool, rng, margin=grid.limit_margin)
+    with torch.no_grad():
+        q = torch.as_tensor(pool, dtype=model.dtype, device=model.device)
+        inertia = to_numpy(torch.diagonal(dyn.mass_matrix(model, q), dim1=-2, dim2=-1))
+    return pool, inertia
+
+
+def _choose_contexts(pool, inertia, joint, count):
+    """Configurations at evenly spaced quantiles of M_jj (the median for count = 1)."""
+    order = np.argsort(inertia[:, joint], kind="stable")
+    positions = [0.5] if count == 1 else np.linspace(0.0, 1.0, count)
+    picks = order[np.round(np.asarray(positions) * (len(order) - 1)).astype(int)]
+    return pool[picks], inertia[picks, joint]
+
+
+def build_torque_map(simulator, grid=TorqueMapGrid(), progress=None):
+    """Build every joint's map by direct optimization through the simulator.
+
+    Args:
+        simulator: JointSpaceSimulator with ``dt == grid.dt``; its model is the one the map
+            is for (e.g. the calibrated model).
+        grid: TorqueMapGrid.
+        progress: Optional callable ``progress(done, total)`` after each joint.
+
+    Returns:
+        TorqueMap.
+
+    Raises:
+        TorqueMapError: Bad grid settings, a simulator step different from ``grid.dt``, or an
+            optimization that does not reach the goals (residual above 1e-6 rad).
+    """
+    grid.check()
+    model = simulator.model
+    if abs(simulator.dt - grid.dt) > 1e-12:
+        raise TorqueMapError(f"simulator dt {simulator.dt} differs from the map dt {grid.dt}")
+    start = time.perf_counter()
+    angles, velocities = grid.axes()
+    keys_a, keys_v = (k.reshape(-1) for k in np.meshgrid(angles, velocities, indexing="ij"))
+    pool, pool_inertia = _context_pool(model, grid)
+    n, K = model.nq, grid.inertia_contexts
+    residual = np.empty((n, K, len(angles), len(velocities)))
+    axis, contexts, worst = np.empty((n, K)), np.empty((n, K, n)), 0.0
+    for joint in range(n):
+        configs, axis[joint] = _choose_contexts(pool, pool_inertia, joint, K)
+        contexts[joint] = configs
+        batch = np.repeat(configs, len(keys_a), axis=0)
+        values, err = _net_residual(simulator, grid, batch, joint, np.tile(keys_a, K), np.tile(keys_v, K))
+        residual[joint] = values.reshape(K, len(angles), len(velocities))
+        worst = max(worst, err)
+        if progress is not None:
+            progress(joint + 1, n)
+    if not worst < 1e-6:
+        raise TorqueMapError(f"direct optimization did not reach the goals (residual {worst:.3g} rad)")
+    return TorqueMap(
+        robot=model.name,
+        joint_names=tuple(model.joint_names),
+        parameter_hash=parameter_hash(model),
+        grid=grid,
+        simulator=describe_simulator(simulator),
+        inertia_axis=axis,
+        contexts=contexts,
+        residual=residual,
+        build_seconds=time.perf_counter() - start,
+        max_goal_residual=worst,
+    )
+
+
+def validate_torque_map(tmap, simulator, fast, samples=20, seed=1):
+    """Map lookups against direct optimization at random off-grid keys and configurations.
+
+    Args:
+        tmap: TorqueMap.
+        simulator: The simulator (and model) the map was built with.
+        fast: FastDynamics of that model.
+        samples: Random (configuration, dtheta, omega) triples per joint.
+        seed: Random seed.
+
+    Returns:
+        dict with per-joint arrays (n,) [N·m]: ``rms``, ``max`` (absolute error of the net
+        torque) and ``scale`` (largest |net - holding| torque among the samples), plus
+        ``lookup_seconds`` (mean time of one :meth:`TorqueMap.torques` call).
+    """
+    model, grid = simulator.model, tmap.grid
+    rng = np.random.default_rng(seed)
+    zero = np.zeros(model.nq)
+    tmap.torques(fast, zero, zero, zero)  # compile (or load the numba cache) outside the timing
+    rms, worst, scale, lookup_time = [], [], [], []
+    for joint in range(model.nq):
+        configs = random_poses(model, samples, rng, margin=grid.limit_margin)
+        dtheta = rng.uniform(-grid.max_angle_step, grid.max_angle_step, samples)
+        omega = rng.uniform(-grid.max_velocity, grid.max_velocity, samples)
+        direct, _ = _net_residual(simulator, grid, configs, joint, dtheta, omega)
+        q, qd, q_goal = (to_numpy(x) for x in _single_joint_problem(model, configs, joint, dtheta, omega))
+        errors = []
+        for i in range(samples):
+            t0 = time.perf_counter()
+            net = tmap.torques(fast, q[i], qd[i], q_goal[i])[joint]
+            lookup_time.append(time.perf_counter() - t0)
+            errors.append(net - (direct[i] + holding_torques(fast, q[i])[joint]))
+        errors = np.asarray(errors)
+        rms.append(np.sqrt(np.mean(errors**2)))
+        worst.append(np.abs(errors).max())
+        scale.append(np.abs(direct).max())
+    return {"rms": np.array(rms), "max": np.array(worst), "scale": np.array(scale), "lookup_seconds": float(np.mean(lookup_time))}

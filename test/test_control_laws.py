@@ -1,0 +1,117 @@
+"""Gravity compensation and impedance control laws against Pinocchio; references; bad input."""
+
+import numpy as np
+import pytest
+
+from diffsim_ros.control import (
+    ControlError,
+    GravityCompensation,
+    JointImpedanceController,
+    MinimumJerkMove,
+    SetPoint,
+    joint_inertias,
+)
+from diffsim_ros.dynamics.fast import FastDynamics
+from diffsim_ros.model import load_robot_config
+from diffsim_ros.sim.mujoco_plant import MujocoPlant
+from diffsim_ros.sim.scenarios import random_poses
+from oracles import BAXTER_LEFT, BAXTER_URDF, PinocchioOracle
+
+PIN_TOL = 1e-9  # [N·m], [kg·m²]: same law, independent dynamics
+FD_TOL = 1e-6  # [rad/s, rad/s²] finite differences of the reference
+POSES = 8
+
+
+@pytest.fixture(scope="module")
+def setup():
+    model = load_robot_config(BAXTER_LEFT).build_model()
+    oracle = PinocchioOracle(model, BAXTER_URDF)
+    # The MuJoCo plant's spring law is an independent implementation of the same formula.
+    springs = MujocoPlant(model, BAXTER_URDF, noise=None)
+    rng = np.random.default_rng(3)
+    states = [(q, rng.normal(0, 0.5, 7), rng.normal(0, 2.0, 7)) for q in random_poses(model, POSES, rng)]
+    return model, oracle, springs, states
+
+
+def test_gravity_compensation_matches_pinocchio(setup):
+    model, oracle, springs, states = setup
+    pin, pm, pd = oracle.pin, oracle.model, oracle.data
+    controller = GravityCompensation(model)
+    half = GravityCompensation(model, scale=0.5)
+    for q, qd, _ in states:
+        expected = oracle.sel(pin.computeGeneralizedGravity(pm, pd, oracle.q(q))) - springs.spring_torques(q)
+        np.testing.assert_allclose(controller.compute(0.0, q, qd), expected, atol=PIN_TOL, rtol=0)
+        np.testing.assert_allclose(half.compute(0.0, q, qd), 0.5 * expected, atol=PIN_TOL, rtol=0)
+
+
+def test_impedance_law_matches_pinocchio(setup):
+    model, oracle, springs, states = setup
+    pin, pm, pd = oracle.pin, oracle.model, oracle.data
+    stiffness = np.array([80.0, 90.0, 40.0, 40.0, 10.0, 10.0, 5.0])
+    damping = {"left_s0": 8.0, "left_w2": 0.3}
+    d = np.array([8.0, 0, 0, 0, 0, 0, 0.3])
+    for q, qd, qdd in states:
+        goal = q + 0.1
+
+        def reference(t, goal=goal, qdd=qdd):
+            return goal, np.full(7, 0.2), qdd
+
+        feedback = stiffness * (goal - q) + d * (0.2 - qd)
+        model_term = oracle.sel(pin.rnea(pm, pd, oracle.q(q), oracle.v(qd), oracle.v(qdd))) - springs.spring_torques(q)
+        gravity = oracle.sel(pin.computeGeneralizedGravity(pm, pd, oracle.q(q))) - springs.spring_torques(q)
+        for term, scale, expected in (
+            ("analytic", 0.6, feedback + 0.6 * model_term),
+            ("gravity", 1.0, feedback + gravity),
+            ("none", 1.0, feedback),
+        ):
+            controller = JointImpedanceController(model, stiffness, damping, reference, model_term=term, model_scale=scale)
+            np.testing.assert_allclose(controller.compute(0.0, q, qd), expected, atol=PIN_TOL, rtol=0)
+
+
+def test_joint_inertias_match_pinocchio(setup):
+    model, oracle, _, states = setup
+    fast = FastDynamics.from_model(model.with_payload(1.1, (0.01, 0.02, 0.05)))
+    heavy = PinocchioOracle(model, BAXTER_URDF)
+    pin = heavy.pin
+    hand = heavy.model.frames[heavy.frame_id("left_hand")]
+    # The payload as a point mass on the hand frame's parent joint.
+    placement = hand.placement * pin.SE3(np.eye(3), np.array([0.01, 0.02, 0.05]))
+    heavy.model.inertias[hand.parentJoint] += pin.Inertia.FromSphere(1.1, 0.0).se3Action(placement)
+    data = heavy.model.createData()
+    for q, _, _ in states:
+        expected = np.diag(heavy.sel2(pin.crba(heavy.model, data, heavy.q(q))))
+        np.testing.assert_allclose(joint_inertias(fast, q), expected, atol=PIN_TOL, rtol=0)
+
+
+def test_references():
+    move = MinimumJerkMove(np.zeros(2), np.array([1.0, -2.0]), t_start=1.0, duration=2.0)
+    np.testing.assert_allclose(move(0.0)[0], 0.0)
+    np.testing.assert_allclose(move(3.5)[0], [1.0, -2.0])
+    np.testing.assert_allclose(move(2.0)[0], [0.5, -1.0])
+    for t in (1.3, 2.2, 2.9):
+        h = 1e-6
+        np.testing.assert_allclose(move(t)[1], (move(t + h)[0] - move(t - h)[0]) / (2 * h), atol=FD_TOL)
+        np.testing.assert_allclose(move(t)[2], (move(t + h)[1] - move(t - h)[1]) / (2 * h), atol=FD_TOL)
+    q, qd, qdd = SetPoint([0.1, 0.2])(5.0)
+    np.testing.assert_array_equal(q, [0.1, 0.2])
+    assert not qd.any() and not qdd.any()
+    with pytest.raises(ControlError, match="finite"):
+        SetPoint([np.nan, 0.0])
+    with pytest.raises(ControlError, match="duration must be positive"):
+        MinimumJerkMove(np.zeros(2), np.ones(2), 0.0, 0.0)
+
+
+def test_bad_controller_settings(setup):
+    model = setup[0]
+    reference = SetPoint(np.zeros(7))
+    with pytest.raises(ControlError, match=">= 0"):
+        JointImpedanceController(model, -1.0, 1.0, reference)
+    with pytest.raises(ControlError, match="unknown model term"):
+        JointImpedanceController(model, 1.0, 1.0, reference, model_term="pid")
+    with pytest.raises(ControlError, match="needs a torque_map"):
+        JointImpedanceController(model, 1.0, 1.0, reference, model_term="map")
+    with pytest.raises(ControlError, match="unknown joints"):
+        JointImpedanceController(model, {"s0": 1.0}, 1.0, reference)
+    other = load_robot_config(BAXTER_LEFT.parent / "baxter_right.yaml").build_model()
+    with pytest.raises(ControlError, match="differ"):
+        GravityCompensation(model).update_model(other)

@@ -1,0 +1,203 @@
+"""Safety layer: effort and rate limits, NaN/inf guard, joint-limit zone, per-output-type watchdog."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from diffsim_ros.control import ControlError, SafetyConfig, SafetyLayer
+from diffsim_ros.model import load_robot_config
+from oracles import BAXTER_LEFT
+
+EXACT = 1e-12  # [N·m] arithmetic only
+DT = 1e-3  # [s] control period of the tests
+BAXTER_TIMEOUT = 0.2  # [s] the robot leaves torque mode after this gap (issue 6)
+URDF_EFFORT = np.array([50.0, 100.0, 50.0, 50.0, 15.0, 15.0, 15.0])  # Baxter URDF [N·m]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return load_robot_config(BAXTER_LEFT).build_model()
+
+
+@pytest.fixture()
+def q_mid(model):
+    """A configuration far from every position limit, at rest."""
+    return 0.5 * (model.lower + model.upper).numpy(), np.zeros(model.nq)
+
+
+def _fast_layer(model, **overrides):
+    """A layer whose rate limit never binds (to test the other stages alone)."""
+    return SafetyLayer(model, SafetyConfig(**{"torque_rate_limit": 1e12, **overrides}))
+
+
+def _engaged(layer, q, qd, tau, t=0.0):
+    """Run one cycle to engage, then return the output of the next one."""
+    layer.filter(t, tau, q, qd)
+    return layer.filter(t + DT, tau, q, qd)
+
+
+def test_effort_limits_are_the_smaller_of_urdf_and_config(model, q_mid):
+    layer = _fast_layer(model, effort_limit={"left_s0": 20.0, "left_s1": 500.0}, output="effort_controller")
+    expected = URDF_EFFORT.copy()
+    expected[0] = 20.0  # config tighter; s1: URDF 100 is tighter than the configured 500
+    np.testing.assert_allclose(layer.effort_limit, expected)
+    out, status = _engaged(layer, *q_mid, np.full(7, 1000.0))
+    np.testing.assert_allclose(out, expected, atol=EXACT)
+    assert status.active and set(status.clipped) == set(model.joint_names)
+    out, status = layer.filter(2 * DT, np.full(7, -3.0), *q_mid)
+    np.testing.assert_allclose(out, -3.0, atol=EXACT)
+    assert status.clipped == ()
+    scaled = _fast_layer(model, effort_limit=10.0)
+    np.testing.assert_allclose(scaled.effort_limit, np.minimum(URDF_EFFORT, 10.0))
+
+
+def test_bad_configurations_are_refused(model):
+    unlimited = model.replace(effort_limit=torch.full((7,), math.inf, dtype=torch.float64))
+    with pytest.raises(ControlError, match="no positive finite effort limit"):
+        SafetyLayer(unlimited)
+    SafetyLayer(unlimited, SafetyConfig(effort_limit=30.0))  # a config limit makes it usable
+    with pytest.raises(ControlError, match="unknown joints"):
+        SafetyLayer(model, SafetyConfig(effort_limit={"right_s0": 1.0}))
+    with pytest.raises(ControlError, match="7 entries"):
+        SafetyLayer(model, SafetyConfig(torque_rate_limit=[1.0, 2.0]))
+    with pytest.raises(ControlError, match="exceeds the effort limits"):
+        SafetyLayer(model, SafetyConfig(output="effort_controller", hold_command=[0, 0, 0, 0, 0, 0, 99.0]))
+    with pytest.raises(ControlError, match="unknown safety output"):
+        SafetyLayer(model, SafetyConfig(output="position"))
+    with pytest.raises(ControlError, match="torque_rate_limit must be positive"):
+        SafetyLayer(model, SafetyConfig(torque_rate_limit=0.0))
+
+
+def test_torque_rate_limit(model, q_mid):
+    rate = 100.0  # [N·m/s]
+    layer = SafetyLayer(model, SafetyConfig(output="effort_controller", torque_rate_limit=rate))
+    target = np.array([10.0, -10.0, 5.0, 0.0, 1.0, -1.0, 0.5])
+    out, status = layer.filter(0.0, target, *q_mid)
+    np.testing.assert_allclose(out, 0.0, atol=EXACT)  # engaging: starts from the hold command (zeros)
+    assert status.engaged
+    previous = out
+    for k in range(1, 200):
+        out, status = layer.filter(k * DT, target, *q_mid)
+        assert np.all(np.abs(out - previous) <= rate * DT + EXACT)
+        previous = out
+    np.testing.assert_allclose(out, target, atol=EXACT)  # 10 N·m at 100 N·m/s: reached after 0.1 s
+    assert status.rate_limited == ()
+    out, status = layer.filter(200 * DT, -target, *q_mid)
+    np.testing.assert_allclose(np.abs(out - target), np.minimum(rate * DT, 2 * np.abs(target)), atol=EXACT)
+    assert "left_s0" in status.rate_limited and "left_e1" not in status.rate_limited
+    out, _ = layer.filter(0.1, -target, *q_mid)  # the clock jumped back: no change at all
+    assert np.all(np.isfinite(out)) and np.all(np.abs(out) <= layer.effort_limit)
+
+
+@pytest.mark.parametrize("output", ["baxter", "effort_controller"])
+def test_nan_and_inf_never_pass(model, q_mid, output):
+    layer = _fast_layer(model, output=output, hold_command=[0.0, 1.0, 0, 0, 0, 0, 0] if output != "baxter" else None)
+    q, qd = q_mid
+    _engaged(layer, q, qd, np.ones(7))
+    bad_tau = np.ones(7)
+    bad_tau[3] = np.nan
+    out, status = layer.filter(2 * DT, bad_tau, q, qd)
+    assert not status.active and status.reason == "bad_command" and status.faults == 1
+    if output == "baxter":
+        assert out is None and not status.publish
+    else:
+        np.testing.assert_array_equal(out, [0.0, 1.0, 0, 0, 0, 0, 0])
+        assert status.publish
+    bad_q = q.copy()
+    bad_q[0] = np.inf
+    out, status = layer.filter(3 * DT, np.ones(7), bad_q, qd)
+    assert status.reason == "bad_state" and status.faults == 2
+    out, status = layer.filter(4 * DT, np.ones(6), q, qd)
+    assert status.reason == "bad_command" and status.faults == 3
+    out, status = layer.filter(5 * DT, None, q, qd)
+    assert status.reason == "no_command"
+    out, status = layer.filter(6 * DT, np.ones(7), q, qd)
+    assert status.active and np.all(np.isfinite(out))
+
+
+def test_fuzzed_inputs_only_ever_give_safe_outputs(model):
+    rng = np.random.default_rng(0)
+    specials = np.array([np.nan, np.inf, -np.inf, 1e308, -1e308, 0.0])
+    for output in ("baxter", "effort_controller"):
+        layer = SafetyLayer(model, SafetyConfig(output=output, torque_rate_limit=500.0))
+        t = 0.0
+        for _ in range(3000):
+            t += rng.choice([1e-3, 5e-3, 0.3, -0.05])
+            tau, q, qd = (rng.normal(0, 200, 7) for _ in range(3))
+            for x in (tau, q, qd):
+                mask = rng.random(7) < 0.02
+                x[mask] = rng.choice(specials, mask.sum())
+            out, status = layer.filter(t, tau, q, qd, state_time=t - rng.choice([0.0, 0.01, 1.0]))
+            if out is None:
+                assert output == "baxter" and not status.publish
+                continue
+            assert out.shape == (7,) and out.dtype == np.float64
+            assert np.all(np.isfinite(out)) and np.all(np.abs(out) <= layer.effort_limit + EXACT)
+
+
+def test_joint_limit_zone(model):
+    margin, stiffness, damping = 0.1, 50.0, 5.0
+    layer = _fast_layer(model, limit_margin=margin, limit_stiffness=stiffness, limit_damping=damping)
+    lower = model.lower.numpy()
+    q = 0.5 * (model.lower + model.upper).numpy()
+    qd = np.zeros(7)
+    tau = np.full(7, -4.0)  # every joint driven towards its lower limit
+    q[1] = lower[1] + 0.5 * margin  # s1 half-way into the zone
+    q[2] = lower[2]  # e0 exactly at its limit
+    q[3] = lower[3] - 0.02  # e1 past its limit, moving further into it
+    qd[3] = -0.3
+    out, status = _engaged(layer, q, qd, tau)
+    np.testing.assert_allclose(out[1], -4.0 * 0.5 + stiffness * 0.5 * margin, atol=EXACT)
+    np.testing.assert_allclose(out[2], stiffness * margin, atol=EXACT)  # push into the limit fully removed
+    np.testing.assert_allclose(out[3], stiffness * (margin + 0.02) + damping * 0.3, atol=EXACT)
+    np.testing.assert_allclose(out[[0, 4, 5, 6]], -4.0, atol=EXACT)  # far from limits: untouched
+    assert set(status.near_limit) == {"left_s1", "left_e0", "left_e1"}
+    # Torque away from the limit passes unchanged (apart from the restoring push).
+    out, _ = layer.filter(2 * DT, np.full(7, 4.0), q, np.zeros(7))
+    np.testing.assert_allclose(out[2], 4.0 + stiffness * margin, atol=EXACT)
+
+
+def test_baxter_watchdog(model, q_mid):
+    q, qd = q_mid
+    tau = np.full(7, 2.0)
+    layer = SafetyLayer(model, SafetyConfig(output="baxter", torque_rate_limit=1000.0, state_timeout=0.05))
+    out, status = layer.filter(0.0, tau, None, None)
+    assert out is None and status.reason == "no_state" and not status.publish
+    out, status = layer.filter(0.0, tau, q, qd)
+    assert status.engaged and np.all(out == 0.0)  # the robot enters torque mode at zero torque
+    for k in range(1, 10):
+        out, status = layer.filter(k * DT, tau, q, qd, state_time=k * DT - 0.01)
+        assert not status.late
+    np.testing.assert_allclose(out, 2.0)
+    out, status = layer.filter(0.02, tau, q, qd, state_time=0.02 - 0.06)  # joint states stopped
+    assert out is None and status.reason == "stale_state"
+    # Back within 0.2 s: the robot still applies the last command, continue from it.
+    out, status = layer.filter(0.15, tau * 2, q, qd)
+    assert not status.engaged and status.late  # 130 ms without a command exceeds 100 Hz
+    np.testing.assert_allclose(out, 4.0)  # 2 N·m more in 0.141 s at 1000 N·m/s
+    # Gone for longer than 0.2 s: torque mode was left; re-engage from zero.
+    layer.filter(0.16, None, q, qd)
+    out, status = layer.filter(0.15 + BAXTER_TIMEOUT + 0.01, tau, q, qd)
+    assert status.engaged and np.all(out == 0.0)
+    out, status = layer.stop(0.5)
+    assert out is None and status.reason == "stopped"
+
+
+def test_effort_controller_watchdog_holds(model, q_mid):
+    q, qd = q_mid
+    hold = np.array([0.0, 3.0, 0.0, 1.0, 0.0, 0.0, 0.0])
+    layer = SafetyLayer(model, SafetyConfig(output="effort_controller", hold_command=hold, torque_rate_limit=100.0))
+    out, status = layer.filter(0.0, np.zeros(7), None, None)
+    np.testing.assert_array_equal(out, hold)
+    assert status.publish and not status.active and status.reason == "no_state"
+    out, status = layer.filter(0.001, np.zeros(7), q, qd)
+    np.testing.assert_allclose(out, hold - np.minimum(hold, 0.1))  # ramps from what the controller applies
+    out, _ = layer.filter(0.002, np.zeros(7), q, qd)
+    np.testing.assert_allclose(out, hold - np.minimum(hold, 0.2))
+    out, status = layer.filter(1.0, np.zeros(7), q, qd, state_time=0.5)
+    np.testing.assert_array_equal(out, hold)
+    assert status.reason == "stale_state" and not status.late  # no rate requirement for ros2_control
+    out, status = layer.stop(2.0)
+    np.testing.assert_array_equal(out, hold)
