@@ -172,17 +172,34 @@ class ModelPredictiveController:
 
         return rollout
 
-    def _initial(self, t, hold):
-        """Initial torque sequence (H, n); "previous" starts from "gravity" on the first call."""
+    def initial_torques(self, t, q, initialization=None):
+        """Initial torque sequence [N·m], (H, n), at time ``t`` [s] and positions ``q`` [rad].
+
+        Args:
+            initialization: Override of ``settings.initialization``; ``"previous"`` falls back
+                to ``"gravity"`` before the first solution.
+        """
         s = self.settings
-        if s.initialization == "zero":
+        initialization = initialization or s.initialization
+        hold = holding_torques(self.fast, np.asarray(q, dtype=np.float64))
+        if initialization == "zero":
             return np.zeros((s.horizon, hold.shape[0]))
-        if s.initialization == "previous" and self._solution is not None:
+        if initialization == "previous" and self._solution is not None:
             shift = int(round((t - self._solution_time) / self.simulator.dt))
             shift = min(max(shift, 0), s.horizon)
             tail = np.repeat(self._solution[-1:], shift, axis=0)
             return np.concatenate([self._solution[shift:], tail], axis=0)
         return np.repeat(hold[None], s.horizon, axis=0)
+
+    def cost(self, t, q, qd, torques):
+        """The MPC cost of a torque sequence (H, n) [N·m] from state ``(q, qd)`` at ``t`` [s]."""
+        q = np.asarray(q, dtype=np.float64)
+        u = np.asarray(torques, dtype=np.float64).reshape(-1)
+        lin_a, lin_b = self._linear_terms(holding_torques(self.fast, q))
+        with torch.no_grad():
+            predicted = to_numpy(self._rollout_fn(self._tensor(q), self._tensor(qd))(self._tensor(u)))
+        r, r_lin = predicted - self._targets(t), lin_a @ u - lin_b
+        return float(r @ r + r_lin @ r_lin)
 
     def _linear_terms(self, hold):
         """Smoothness and regularization as ``(A (m, H n), b (m,))``: residual = A u - b."""
@@ -206,7 +223,7 @@ class ModelPredictiveController:
         q = np.asarray(q, dtype=np.float64)
         qd = np.asarray(qd, dtype=np.float64)
         hold = holding_torques(self.fast, q)
-        u = self._initial(t, hold).reshape(-1)
+        u = self.initial_torques(t, q).reshape(-1)
         lin_a, lin_b = self._linear_terms(hold)
         target = self._targets(t)
         rollout = self._rollout_fn(self._tensor(q), self._tensor(qd))
