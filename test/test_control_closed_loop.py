@@ -4,8 +4,6 @@ experiments in ``benchmarks/bench_control_experiments.py``.
 Every command passes through the SafetyLayer, as on the robot.
 """
 
-import math
-
 import numpy as np
 import pytest
 import torch
@@ -22,12 +20,14 @@ from diffsim_ros.control import (
     build_torque_map,
     default_simulator,
 )
-from diffsim_ros.estimation.data import Dataset, StaticPoses
+from diffsim_ros.estimation.data import Dataset
 from diffsim_ros.estimation.identification import identify
 from diffsim_ros.model import load_robot_config
 from diffsim_ros.sim.mujoco_plant import MujocoPlant, PlantTruth
 from diffsim_ros.sim.scenarios import RecordingScenario, nearest_neighbour_order, random_poses, record
 from oracles import BAXTER_LEFT
+from test_estimation_identification import _static as static_poses  # hold averages of a recording
+from test_control_support import single_thread  # noqa: F401 (autouse: one torch thread)
 
 PLANT_DT = 1e-3  # [s] MuJoCo step = control period of gravity compensation and impedance
 HOLD_SECONDS = 3.0
@@ -43,25 +43,6 @@ STIFFNESS = np.array([100.0, 100.0, 50.0, 50.0, 15.0, 15.0, 10.0])  # [N·m/rad]
 STIFF_SAFETY = SafetyConfig(output="effort_controller", torque_rate_limit=5000.0)  # the map term is stiff
 
 
-@pytest.fixture(scope="module", autouse=True)
-def single_thread():
-    """Small batched tensors: intra-op threads only add synchronization."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def _static_poses(rec):
-    qs, efforts, stds = [], [], []
-    for start, end in rec.holds:
-        k = (rec.joint_time >= start) & (rec.joint_time < end)
-        qs.append(rec.q[k].mean(0))
-        efforts.append(rec.effort[k].mean(0))
-        stds.append(rec.effort[k].std(0) / math.sqrt(k.sum()))
-    return StaticPoses(np.array(qs), np.array(efforts), np.maximum(np.array(stds), 1e-3))
-
-
 @pytest.fixture(scope="module")
 def calibrated():
     """Nominal model, the plant's config, and the model calibrated from a MuJoCo recording."""
@@ -70,7 +51,7 @@ def calibrated():
     plant = MujocoPlant(nominal, config.urdf, TRUTH, seed=3)
     poses = nearest_neighbour_order(random_poses(nominal, 16, np.random.default_rng(7)))
     rec = record(plant, nominal, RecordingScenario(poses=poses, settle=2.0, hold=0.5, camera_rate=0))
-    result = identify(nominal, Dataset(static=_static_poses(rec)), ("payload", "spring"))
+    result = identify(nominal, Dataset(static=static_poses(rec)), ("payload", "spring"))
     assert result.success
     return nominal, config, result.model
 

@@ -7,20 +7,12 @@ import torch
 from diffsim_ros.control import ControlError, MinimumJerkMove, ModelPredictiveController, MPCSettings, SetPoint, default_simulator
 from diffsim_ros.model import load_robot_config
 from oracles import BAXTER_LEFT
+from test_control_support import single_thread  # noqa: F401 (autouse: one torch thread)
 
 DT = 0.01  # [s] MPC step (paper)
 TRACKING_TOL = 2e-3  # [rad] perfect-model tracking of a 0.3 rad move, one Gauss-Newton step per call
 SAME_SOLUTION_TOL = 1e-6  # [N·m] converged solutions from the three initializations
 Q0 = np.array([0.0, -0.3, 0.0, 0.8, 0.0, 0.6, 0.0])
-
-
-@pytest.fixture(scope="module", autouse=True)
-def single_thread():
-    """Small batched tensors: intra-op threads only add synchronization."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

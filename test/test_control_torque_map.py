@@ -22,6 +22,7 @@ from diffsim_ros.control.jacobians import rowwise_jacobian
 from diffsim_ros.dynamics.fast import FastDynamics
 from diffsim_ros.model import load_robot_config
 from oracles import BAXTER_LEFT
+from test_control_support import single_thread  # noqa: F401 (autouse: one torch thread)
 
 GOAL_TOL = 1e-9  # [rad] one-step goal reached by the direct optimization
 JAC_FD_TOL = 1e-6  # relative, central differences of the rollout Jacobian
@@ -31,15 +32,6 @@ LOOKUP_TOL = 1e-9  # [N·m] interpolation of data that is affine in every key
 CONDITIONED_MAX_ERR = 0.1
 UNCONDITIONED_MIN_ERR = 10.0  # the paper's single-configuration map misses s0's inertia change by more
 SMALL_GRID = TorqueMapGrid(angle_points=5, velocity_points=5, inertia_contexts=4, context_pool=128)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def single_thread():
-    """Small batched tensors: intra-op threads only add synchronization (10x slower on 2 busy cores)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
