@@ -29,11 +29,19 @@ Output types (issue 6, section 2-3):
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 from diffsim_ros.control.errors import ControlError
 from diffsim_ros.control.vectors import per_joint, to_numpy
+
+try:
+    from numba import njit
+except ImportError:  # pragma: no cover - numba is a declared dependency
+
+    def njit(*args, **kwargs):
+        return args[0] if args and callable(args[0]) else (lambda fn: fn)
 
 __all__ = ["OUTPUT_TYPES", "OutputType", "SafetyConfig", "SafetyLayer", "SafetyStatus"]
 
@@ -91,9 +99,8 @@ class SafetyConfig:
     hold_command: object = None
 
 
-@dataclass(frozen=True)
-class SafetyStatus:
-    """What the safety layer did in one cycle.
+class SafetyStatus(NamedTuple):
+    """What the safety layer did in one cycle (a named tuple: cheap to create every cycle).
 
     Attributes:
         active: The controller's command (filtered) is being sent.
@@ -207,30 +214,24 @@ class SafetyLayer:
         """
         late = self._late(t)
         self._last_cycle = t
-        reason = self._input_problem(t, tau, q, qd, state_time)
+        reason, inputs = self._inputs(t, tau, q, qd, state_time)
         if reason is not None:
             return self._stop(t, reason, late)
-        tau, q, qd = (np.asarray(x, dtype=np.float64) for x in (tau, q, qd))
-        tau, near = self._limit_zone(tau, q, qd)
-        tau, clipped = self._effort_clip(tau)
+        tau, q, qd = inputs
         engaged = self._published is None or self._left_torque_mode(t)
-        out, limited = self._rate_limit(tau, self.applied_torque(t), 0.0 if engaged else t - self._published_time)
-        if not (np.all(np.isfinite(out)) and np.all(np.abs(out) <= self.effort_limit * (1 + 1e-12))):
+        dt = 0.0 if engaged else max(t - self._published_time, 0.0)  # < 0: the clock jumped back
+        base = self._published if not engaged else self.applied_torque(t)
+        c = self.config
+        out, flags, ok = _make_safe(
+            tau, q, qd, base, self.rate_limit, dt, self.lower, self.upper, self.effort_limit,
+            self.velocity_limit, c.limit_margin, c.limit_stiffness, c.limit_damping,
+        )
+        if not ok:
             self.faults += 1
             return self._stop(t, "unsafe_output", late)
-        self._published, self._published_time = out.copy(), t
-        status = SafetyStatus(
-            active=True,
-            publish=True,
-            clipped=self._names(clipped),
-            rate_limited=self._names(limited),
-            near_limit=self._names(near),
-            overspeed=self._names(np.abs(qd) > self.velocity_limit),
-            late=late,
-            engaged=engaged,
-            faults=self.faults,
-        )
-        return out, status
+        self._published, self._published_time = out, t
+        names = self._flag_names(flags)
+        return out.copy(), SafetyStatus(True, True, "ok", *names, late=late, engaged=engaged, faults=self.faults)
 
     def stop(self, t, reason="stopped"):
         """Stop commanding torque (e.g. on shutdown); same return value as :meth:`filter`."""
@@ -247,56 +248,32 @@ class SafetyLayer:
         timeout = self.output.robot_timeout
         return timeout is not None and t - self._published_time > timeout
 
-    def _input_problem(self, t, tau, q, qd, state_time):
-        """None when the inputs are usable, else the reason to stop."""
+    def _inputs(self, t, tau, q, qd, state_time):
+        """``(reason, (tau, q, qd))``: reason None when the inputs are usable float64 vectors."""
         if q is None or qd is None:
-            return "no_state"
+            return "no_state", None
         if state_time is not None and not (t - state_time <= self.config.state_timeout):
-            return "stale_state"
-        if not (self._good(q) and self._good(qd)):
+            return "stale_state", None
+        q, qd = self._vector(q), self._vector(qd)
+        if q is None or qd is None:
             self.faults += 1
-            return "bad_state"
+            return "bad_state", None
         if tau is None:
-            return "no_command"
-        if not self._good(tau):
+            return "no_command", None
+        tau = self._vector(tau)
+        if tau is None:
             self.faults += 1
-            return "bad_command"
-        return None
+            return "bad_command", None
+        return None, (tau, q, qd)
 
-    def _good(self, x):
-        try:
-            x = np.asarray(x, dtype=np.float64)
-        except (TypeError, ValueError):
-            return False
-        return x.shape == (self.nq,) and bool(np.all(np.isfinite(x)))
-
-    def _limit_zone(self, tau, q, qd):
-        """Fade torque into a near limit and push back: ``(tau, near mask)``."""
-        c = self.config
-        with np.errstate(over="ignore", invalid="ignore"):  # absurd but finite states: clipped below
-            return self._limit_zone_terms(c, tau, q, qd)
-
-    def _limit_zone_terms(self, c, tau, q, qd):
-        to_lower, to_upper = q - self.lower, self.upper - q
-        fade_lower = np.clip(to_lower / c.limit_margin, 0.0, 1.0)
-        fade_upper = np.clip(to_upper / c.limit_margin, 0.0, 1.0)
-        tau = np.where(tau < 0.0, tau * fade_lower, tau * fade_upper)
-        depth_lower = np.clip(c.limit_margin - to_lower, 0.0, None)
-        depth_upper = np.clip(c.limit_margin - to_upper, 0.0, None)
-        tau = tau + c.limit_stiffness * (depth_lower - depth_upper)
-        damp = np.where(depth_lower > 0, np.clip(qd, None, 0.0), 0.0) + np.where(depth_upper > 0, np.clip(qd, 0.0, None), 0.0)
-        tau = tau - c.limit_damping * damp
-        return tau, (depth_lower > 0) | (depth_upper > 0)
-
-    def _effort_clip(self, tau):
-        out = np.clip(tau, -self.effort_limit, self.effort_limit)
-        return out, out != tau
-
-    def _rate_limit(self, tau, base, dt):
-        """Move from ``base`` towards ``tau`` by at most rate * dt (dt < 0: the clock jumped back)."""
-        step = self.rate_limit * max(dt, 0.0)
-        out = base + np.clip(tau - base, -step, step)
-        return out, np.abs(out - tau) > 1e-12
+    def _vector(self, x):
+        """``x`` as a finite float64 vector of shape (n,), or None."""
+        if not (type(x) is np.ndarray and x.dtype == np.float64):
+            try:
+                x = np.asarray(x, dtype=np.float64)
+            except (TypeError, ValueError):
+                return None
+        return x if x.shape == (self.nq,) and _all_finite(x) else None
 
     def _stop(self, t, reason, late):
         if self.output.publish_on_stop:
@@ -305,5 +282,64 @@ class SafetyLayer:
             return out, SafetyStatus(active=False, publish=True, reason=reason, late=late, faults=self.faults)
         return None, SafetyStatus(active=False, publish=False, reason=reason, late=late, faults=self.faults)
 
-    def _names(self, mask):
-        return tuple(name for name, m in zip(self.joint_names, mask) if m)
+    def _flag_names(self, flags):
+        """Joint names per flag bit: ``(clipped, rate_limited, near_limit, overspeed)``."""
+        flags = flags.tolist()
+        if not any(flags):
+            return (), (), (), ()
+        return tuple(
+            tuple(name for name, f in zip(self.joint_names, flags) if f & bit)
+            for bit in (CLIPPED, RATE_LIMITED, NEAR_LIMIT, OVERSPEED)
+        )
+
+
+CLIPPED, RATE_LIMITED, NEAR_LIMIT, OVERSPEED = 1, 2, 4, 8
+"""Bits of the per-joint flags of :func:`_make_safe`."""
+
+
+@njit(cache=True)
+def _all_finite(x):
+    for v in x:
+        if not np.isfinite(v):
+            return False
+    return True
+
+
+@njit(cache=True)
+def _make_safe(tau, q, qd, base, rate, dt, lower, upper, effort, max_speed, margin, stiffness, damping):
+    """Joint-limit zone, effort clip and rate limit of one command (compiled: a few µs).
+
+    Returns:
+        ``(out (n,), flags (n,) of CLIPPED | RATE_LIMITED | NEAR_LIMIT | OVERSPEED, ok)``;
+        ok is False unless every output is finite and within the effort limits.
+    """
+    n = tau.shape[0]
+    out = np.empty(n)
+    flags = np.zeros(n, dtype=np.int64)
+    ok = True
+    for j in range(n):
+        to_lower, to_upper = q[j] - lower[j], upper[j] - q[j]
+        value = tau[j]
+        # Within the zone: fade the push into the limit, add a spring-damper pushing back.
+        fade = to_lower / margin if value < 0.0 else to_upper / margin
+        value *= min(max(fade, 0.0), 1.0)
+        depth_lower, depth_upper = max(margin - to_lower, 0.0), max(margin - to_upper, 0.0)
+        if depth_lower > 0.0 or depth_upper > 0.0:
+            flags[j] |= NEAR_LIMIT
+            value += stiffness * (depth_lower - depth_upper)
+            if depth_lower > 0.0 and qd[j] < 0.0:
+                value -= damping * qd[j]
+            if depth_upper > 0.0 and qd[j] > 0.0:
+                value -= damping * qd[j]
+        if abs(qd[j]) > max_speed[j]:
+            flags[j] |= OVERSPEED
+        clipped = min(max(value, -effort[j]), effort[j])
+        if clipped != value:
+            flags[j] |= CLIPPED
+        step = rate[j] * dt
+        limited = base[j] + min(max(clipped - base[j], -step), step)
+        if abs(limited - clipped) > 1e-12:
+            flags[j] |= RATE_LIMITED
+        out[j] = limited
+        ok = ok and np.isfinite(limited) and abs(limited) <= effort[j] * (1.0 + 1e-12)
+    return out, flags, ok

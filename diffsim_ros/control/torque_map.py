@@ -142,12 +142,21 @@ def describe_simulator(simulator):
 
 @njit(cache=True)
 def _inertia_diagonal(parents, origin_rot, origin_xyz, axis, is_revolute, mass, first_moment, inertia_o, q):
-    """M_jj = sum over the bodies k that joint j moves of their inertia about joint j's axis."""
+    """M_jj = sum over the bodies k that joint j moves of their inertia about joint j's axis.
+
+    For revolute j with world axis z through p_j and body k (origin p_k, rotation R_k, mass m,
+    first moment h and inertia I_o about its origin, body axes):
+    ``z'R I_o R'z + m |z x (p_k - p_j)|^2 + 2 (z x (p_k - p_j)) . (z x R h)``.
+    """
     n = q.shape[0]
     _, _, rot, pos = _placements(parents, origin_rot, origin_xyz, axis, is_revolute, q)
     out = np.zeros(n)
+    z = np.empty(3)
+    local = np.empty(3)
+    h = np.empty(3)
     for j in range(n):
-        z = rot[j] @ axis[j]
+        for r in range(3):
+            z[r] = rot[j, r, 0] * axis[j, 0] + rot[j, r, 1] * axis[j, 1] + rot[j, r, 2] * axis[j, 2]
         for k in range(j, n):
             a = k
             while a > j:
@@ -157,10 +166,17 @@ def _inertia_diagonal(parents, origin_rot, origin_xyz, axis, is_revolute, mass, 
             if not is_revolute[j]:
                 out[j] += mass[k]
                 continue
-            local = rot[k].T @ z  # the axis in body k's frame
-            lever = np.cross(z, pos[k] - pos[j])
-            moment = np.cross(z, rot[k] @ first_moment[k])
-            out[j] += local @ (inertia_o[k] @ local) + mass[k] * (lever @ lever) + 2.0 * (lever @ moment)
+            for r in range(3):
+                local[r] = rot[k, 0, r] * z[0] + rot[k, 1, r] * z[1] + rot[k, 2, r] * z[2]
+                h[r] = rot[k, r, 0] * first_moment[k, 0] + rot[k, r, 1] * first_moment[k, 1] + rot[k, r, 2] * first_moment[k, 2]
+            d0, d1, d2 = pos[k, 0] - pos[j, 0], pos[k, 1] - pos[j, 1], pos[k, 2] - pos[j, 2]
+            l0, l1, l2 = z[1] * d2 - z[2] * d1, z[2] * d0 - z[0] * d2, z[0] * d1 - z[1] * d0
+            m0, m1, m2 = z[1] * h[2] - z[2] * h[1], z[2] * h[0] - z[0] * h[2], z[0] * h[1] - z[1] * h[0]
+            rotational = 0.0
+            for r in range(3):
+                for c in range(3):
+                    rotational += local[r] * inertia_o[k, r, c] * local[c]
+            out[j] += rotational + mass[k] * (l0 * l0 + l1 * l1 + l2 * l2) + 2.0 * (l0 * m0 + l1 * m1 + l2 * m2)
     return out
 
 

@@ -1,0 +1,209 @@
+"""Control-loop speed against a Pinocchio-based computation of the same control laws (issue #5).
+
+One run measures: control-cycle latency (law + safety filter) of gravity compensation and
+impedance (analytic and torque-map model terms), the same laws on Pinocchio, the torque-map
+lookup, and the MPC step rate for the paper's three initializations.
+Run: ``.venv/bin/python -m benchmarks.bench_control``.
+"""
+
+import os
+import time
+
+import numpy as np
+import torch
+
+from benchmarks.common import machine_line, markdown_table, median, percentile, time_call, write_section
+from diffsim_ros.control import (
+    GravityCompensation,
+    JointImpedanceController,
+    MinimumJerkMove,
+    ModelPredictiveController,
+    MPCSettings,
+    SafetyConfig,
+    SafetyLayer,
+    SetPoint,
+    TorqueMapGrid,
+    build_torque_map,
+    default_simulator,
+)
+from diffsim_ros.model import load_robot_config
+from diffsim_ros.resources import share_directory
+from diffsim_ros.sim.mujoco_plant import MujocoPlant
+
+TARGET_CYCLE_P99_US = 300.0
+TARGET_MPC_HZ = 50.0
+CYCLES = 5000
+MPC_CALLS = 60
+STIFFNESS = np.array([100.0, 100.0, 50.0, 50.0, 15.0, 15.0, 10.0])
+Q0 = np.array([0.0, -0.3, 0.0, 0.8, 0.0, 0.6, 0.0])
+
+
+class PinocchioLaws:
+    """The same control laws on Pinocchio (nominal URDF; springs by the plant's own formula)."""
+
+    def __init__(self, model, urdf, reference):
+        from oracles import PinocchioOracle
+
+        self.oracle = PinocchioOracle(model, urdf)
+        self.pin = self.oracle.pin
+        self.springs = MujocoPlant(model, urdf, noise=None)
+        self.reference = reference
+
+    def gravity(self, t, q, qd):
+        o = self.oracle
+        return o.sel(self.pin.computeGeneralizedGravity(o.model, o.data, o.q(q))) - self.springs.spring_torques(q)
+
+    def impedance(self, t, q, qd):
+        o = self.oracle
+        q_d, qd_d, qdd_d = self.reference(t)
+        model_term = o.sel(self.pin.rnea(o.model, o.data, o.q(q), o.v(qd), o.v(qdd_d))) - self.springs.spring_torques(q)
+        return STIFFNESS * (q_d - q) + 0.1 * STIFFNESS * (qd_d - qd) + model_term
+
+
+def time_both(fn, repeats, warmup=200):
+    """Per-call wall times and CPU (thread) times [s]: the CPU time excludes preemption."""
+    for _ in range(warmup):
+        fn()
+    wall, cpu = [], []
+    for _ in range(repeats):
+        w0, c0 = time.perf_counter(), time.thread_time()
+        fn()
+        c1, w1 = time.thread_time(), time.perf_counter()
+        wall.append(w1 - w0)
+        cpu.append(c1 - c0)
+    return wall, cpu
+
+
+def _cycle(law, safety, state):
+    """One control cycle: law then safety filter (returns a callable for time_call)."""
+    q, qd = state
+    clock = [0.0]
+
+    def run():
+        clock[0] += 1e-3
+        safety.filter(clock[0], law(clock[0], q, qd), q, qd)
+
+    return run
+
+
+def _latency_rows(model, urdf):
+    reference = MinimumJerkMove(Q0, Q0 + 0.2, 0.0, 1e9)
+    tmap = build_torque_map(default_simulator(model, 0.01), TorqueMapGrid())
+    laws = {
+        "gravity compensation": GravityCompensation(model).compute,
+        "impedance, analytic model term": JointImpedanceController(model, STIFFNESS, STIFFNESS / 10, reference).compute,
+        "impedance, torque-map model term": JointImpedanceController(
+            model, STIFFNESS, STIFFNESS / 10, reference, model_term="map", torque_map=tmap
+        ).compute,
+    }
+    peer = PinocchioLaws(model, urdf, reference)
+    peers = {"gravity compensation": peer.gravity, "impedance, analytic model term": peer.impedance}
+    state = (Q0 + 0.01, np.full(7, 0.05))
+    rows, cycles = [], {}
+    for name, law in laws.items():
+        safety = SafetyLayer(model, SafetyConfig(output="baxter", torque_rate_limit=1e6))
+        wall, cpu = time_both(_cycle(law, safety, state), CYCLES)
+        law_only = time_call(lambda: law(0.0, *state), repeats=CYCLES, warmup=200)
+        cycles[name] = (wall, cpu)
+        row = [name, _us(median(wall)), _us(percentile(wall, 99)), _us(percentile(cpu, 99)), _us(median(law_only))]
+        if name in peers:
+            pin_law = time_call(lambda: peers[name](0.0, *state), repeats=CYCLES, warmup=200)
+            pin_wall, pin_cpu = time_both(_cycle(peers[name], SafetyLayer(model), state), CYCLES)
+            row += [_us(median(pin_law)), _us(median(pin_wall)), _us(percentile(pin_wall, 99)), _us(percentile(pin_cpu, 99))]
+            row += [f"{median(law_only) / median(pin_law):.1f}x"]
+        else:
+            row += ["—"] * 5
+        rows.append(row)
+    safety = SafetyLayer(model)
+    filter_only = time_call(lambda: safety.filter(0.0, np.ones(7), *state), repeats=CYCLES, warmup=200)
+    rng = np.random.default_rng(0)
+    keys = (rng.uniform(-0.006, 0.006, 7), rng.uniform(-0.5, 0.5, 7), tmap.inertia_axis.mean(1))
+    lookup = time_call(lambda: tmap.lookup(*keys), repeats=CYCLES, warmup=200)
+    return rows, cycles, filter_only, lookup, tmap
+
+
+def _mpc_rows(model):
+    goal = Q0.copy()
+    goal[0], goal[1] = 0.2, -0.45
+    rows, rates = [], {}
+    variants = [(init, 1, 1) for init in ("zero", "previous", "gravity")] + [("previous", 3, 1), ("previous", 1, 5), ("previous", 1, 10)]
+    for init, iterations, every in variants:
+        plant = default_simulator(model, 0.01)
+        mpc = ModelPredictiveController(
+            plant, MinimumJerkMove(Q0, goal, 0.0, 0.5), MPCSettings(initialization=init, max_iterations=iterations, jacobian_every=every)
+        )
+        q, qd = torch.tensor(Q0), torch.zeros(7, dtype=torch.float64)
+        seconds, errors = [], []
+        for k in range(MPC_CALLS):
+            tau = mpc.compute(k * 0.01, q.numpy(), qd.numpy())
+            seconds.append(mpc.last.seconds)
+            with torch.no_grad():
+                q, qd = plant.joint_step(q, qd, torch.as_tensor(tau))
+            errors.append(np.abs(q.numpy() - mpc.reference((k + 1) * 0.01)[0]).max())
+        rate = 1.0 / np.mean(seconds[5:])
+        rates[(init, iterations, every)] = rate
+        rows.append([init, str(iterations), str(every), f"{np.mean(seconds[5:]) * 1e3:.1f} ms", f"{percentile(seconds[5:], 99) * 1e3:.1f} ms", f"{rate:.1f} Hz", f"{max(errors) * 1e3:.2f} mrad"])
+    return rows, rates
+
+
+def _us(seconds):
+    return f"{seconds * 1e6:.1f} µs"
+
+
+def main():
+    torch.set_num_threads(1)  # single-configuration work: intra-op threads only add latency
+    config = load_robot_config(share_directory() / "config" / "baxter_left.yaml")
+    model = config.build_model()
+    load = os.getloadavg()[0]
+    rows, cycles, filter_only, lookup, tmap = _latency_rows(model, config.urdf)
+    mpc_rows, rates = _mpc_rows(model)
+    worst_p99 = max(percentile(wall, 99) for wall, _ in cycles.values()) * 1e6
+    worst_cpu_p99 = max(percentile(cpu, 99) for _, cpu in cycles.values()) * 1e6
+    best_rate = max(rates.values())
+    default_rate = rates[("previous", 1, 1)]
+    body = "\n".join([
+        "## Control loop vs Pinocchio (Baxter left arm, 7 joints, float64)",
+        "",
+        f"Measured {machine_line()}, torch set to 1 thread, load average {load:.1f} during the run "
+        "(the 2 cores are shared; p99 suffers from preemption). `python -m benchmarks.bench_control`.",
+        "",
+        "Control cycle = control law + SafetyLayer.filter, single configuration, numpy/numba path "
+        f"({CYCLES} cycles; wall clock unless marked CPU). The Pinocchio columns compute the same law with Pinocchio's gravity/RNEA "
+        "and the same spring formula; ratio = our law's median / Pinocchio's.",
+        "",
+        markdown_table(
+            [
+                "law", "cycle p50", "cycle p99", "cycle p99 (CPU)", "law only p50",
+                "Pinocchio law p50", "Pinocchio cycle p50", "Pinocchio cycle p99", "Pinocchio cycle p99 (CPU)", "ratio (law)",
+            ],
+            rows,
+        ),
+        "",
+        f"- SafetyLayer.filter alone: p50 {_us(median(filter_only))}, p99 {_us(percentile(filter_only, 99))}.",
+        f"- Torque-map lookup (7 joints, trilinear, {tmap.grid.angle_points}x{tmap.grid.velocity_points}x"
+        f"{tmap.grid.inertia_contexts} grid): p50 {_us(median(lookup))}, p99 {_us(percentile(lookup, 99))}; "
+        f"building that map took {tmap.build_seconds:.1f} s ({tmap.simulator}).",
+        f"- Target control-cycle p99 < {TARGET_CYCLE_P99_US:.0f} µs: worst wall-clock p99 **{worst_p99:.0f} µs** "
+        f"({'met' if worst_p99 < TARGET_CYCLE_P99_US else 'NOT met'}), worst CPU-time p99 **{worst_cpu_p99:.0f} µs** "
+        f"({'met' if worst_cpu_p99 < TARGET_CYCLE_P99_US else 'NOT met'}). The CPU time (thread clock) excludes the "
+        "time the process waits while other processes run; on this shared, overloaded 2-core machine a call that is "
+        "preempted waits a whole scheduler slice (~2-4 ms), which is what a wall-clock p99 above ~100 µs shows.",
+        "",
+        "### MPC step rate (horizon 3, dt = 0.01 s, through the torch RigidBodySimulator)",
+        "",
+        f"Tracking a 0.45 rad move in closed loop on the prediction model, {MPC_CALLS} calls (first 5 excluded). "
+        "`jacobian every` = refresh the autograd rollout Jacobian on every N-th call (level-B real-time iteration).",
+        "",
+        markdown_table(["initialization", "max iterations", "jacobian every", "mean", "p99", "rate", "max tracking error"], mpc_rows),
+        "",
+        f"- Target >= {TARGET_MPC_HZ:.0f} Hz: exact Gauss-Newton every call (previous, 1 iteration) **{default_rate:.0f} Hz** "
+        f"({'met' if default_rate >= TARGET_MPC_HZ else 'NOT met'}); best configuration **{best_rate:.0f} Hz** "
+        f"({'met' if best_rate >= TARGET_MPC_HZ else 'NOT met'}). A torch step of the rigid-body simulator costs ~4 ms "
+        "single-threaded here, so a 3-step rollout alone is ~12 ms; the Jacobian (one batched reverse pass) ~3 rollouts.",
+    ])
+    write_section("control", body)
+    print(body)
+
+
+if __name__ == "__main__":
+    main()
