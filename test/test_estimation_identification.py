@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from diffsim_ros import dynamics as dyn
-from diffsim_ros.estimation.data import CameraObservations, DataError, Dataset, StaticPoses
+from diffsim_ros.estimation.data import CameraObservations, DataError, Dataset, StaticPoses, static_poses_from_intervals
 from diffsim_ros.estimation.identification import camera_initial_guess, forward_jacobian, identify
 from diffsim_ros.model import load_robot_config
 from diffsim_ros.sim.mujoco_plant import MujocoPlant, PlantTruth, random_camera_pose
@@ -27,13 +27,7 @@ TRUE_K, TRUE_OFFSET = 8000.0 * 1.2, 0.10 + 0.04
 
 
 def _static(rec):
-    qs, efforts, stds = [], [], []
-    for start, end in rec.holds:
-        k = (rec.joint_time >= start) & (rec.joint_time < end)
-        qs.append(rec.q[k].mean(0))
-        efforts.append(rec.effort[k].mean(0))
-        stds.append(rec.effort[k].std(0) / math.sqrt(k.sum()))
-    return StaticPoses(np.array(qs), np.array(efforts), np.maximum(np.array(stds), 1e-3))
+    return static_poses_from_intervals(rec.joint_time, rec.q, rec.effort, rec.holds)
 
 
 def _camera(rec):

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["DataError", "StaticPoses", "Trajectory", "CameraObservations", "Dataset"]
+__all__ = ["DataError", "StaticPoses", "Trajectory", "CameraObservations", "Dataset", "static_poses_from_intervals"]
 
 
 class DataError(ValueError):
@@ -60,6 +60,34 @@ class StaticPoses:
         return StaticPoses(self.q[index], self.effort[index], self.effort_std[index])
 
 
+def static_poses_from_intervals(times, q, effort, intervals, std_floor=1e-3):
+    """Average joint positions and efforts over rest intervals.
+
+    Args:
+        times: Sample times [s], shape (T,).
+        q: Joint positions [rad], shape (T, n).
+        effort: Joint efforts [N·m], shape (T, n).
+        intervals: Iterable of ``(t_start, t_stop)`` [s] where the arm rests.
+        std_floor: Floor of each average's standard deviation [N·m].
+
+    Returns:
+        StaticPoses with one pose per interval holding at least two samples; each effort's
+        standard deviation is the sample standard deviation over sqrt(samples).
+    """
+    times, q, effort = (np.asarray(a, dtype=np.float64) for a in (times, q, effort))
+    qs, means, stds = [], [], []
+    for start, stop in intervals:
+        inside = (times >= start) & (times <= stop)
+        if inside.sum() < 2:
+            continue
+        qs.append(q[inside].mean(0))
+        means.append(effort[inside].mean(0))
+        stds.append(effort[inside].std(0) / np.sqrt(inside.sum()))
+    if not qs:
+        raise DataError("no rest interval holds two or more samples")
+    return StaticPoses(np.array(qs), np.array(means), np.maximum(np.array(stds), std_floor))
+
+
 @dataclass(frozen=True)
 class Trajectory:
     """A uniformly sampled motion with the torques that produced it.
@@ -68,7 +96,8 @@ class Trajectory:
         dt: Sample period [s].
         q: Joint positions [rad], shape (T, n) (filtered if measured).
         qd: Joint velocities [rad/s], shape (T, n) (filtered derivative, never raw differences).
-        tau: Motor torques applied during each sample period [N·m], shape (T, n).
+        tau: Motor torques at the sample times [N·m], shape (T, n); rollouts hold the
+            trapezoidal mean of consecutive samples over each sample period.
         qdd: Joint accelerations [rad/s²], shape (T, n), or None (needed only by the
             inverse-dynamics loss).
         q_std: Position noise [rad] (scalar) used to weight rollout residuals.
@@ -107,7 +136,8 @@ class Trajectory:
             stride: Samples between window starts (default ``horizon``).
 
         Returns:
-            Dict with ``q0``, ``qd0`` (W, n), ``tau`` (W, K, n), ``q`` and ``qd`` (W, K, n).
+            Dict with ``q0``, ``qd0`` (W, n), ``tau`` (W, K, n) (mean torque of each period),
+            ``q`` and ``qd`` (W, K, n).
         """
         horizon = int(horizon)
         stride = horizon if stride is None else int(stride)
@@ -118,7 +148,7 @@ class Trajectory:
         return {
             "q0": self.q[starts],
             "qd0": self.qd[starts],
-            "tau": self.tau[steps],
+            "tau": 0.5 * (self.tau[steps] + self.tau[steps + 1]),
             "q": self.q[steps + 1],
             "qd": self.qd[steps + 1],
         }

@@ -137,22 +137,29 @@ def _check_data(dataset, groups, model):
             )
 
 
-def _blocks(model, dataset, groups, simulator, trajectory_loss, horizon, scheme, torque_std, checkpoint_every):
-    """Residual blocks that inform the requested groups."""
+def _blocks(model, dataset, groups, simulator, trajectory_loss, horizon, scheme, torque_std, checkpoint_every, stride):
+    """Residual blocks that inform the requested groups.
+
+    Static poses inform payload, spring, inertia and link lengths; trajectories inform the
+    velocity-dependent groups (damping, friction, inertia) and, only when no static poses
+    are given, the static groups too: static balance is the cleaner measurement, and mixing
+    in rollout errors would let integration and torque-sampling errors bias it.
+    """
     blocks = []
     rigid = simulator is None or isinstance(simulator, RigidBodySimulator)
-    if dataset.static is not None and {"payload", "spring", "inertia", "link_lengths"} & set(groups):
+    static_groups = {"payload", "spring", "inertia", "link_lengths"} & set(groups)
+    if dataset.static is not None and static_groups:
         if rigid:
             blocks.append(StaticTorqueResidual(dataset.static, model))
         else:
             blocks.append(StaticSimulatorResidual(dataset.static, model, simulator))
-    dynamic_groups = {"payload", "spring", "inertia", "damping", "friction", "link_lengths"}
-    if dataset.trajectories and dynamic_groups & set(groups):
+    dynamic_groups = {"damping", "friction", "inertia"} & set(groups)
+    if dataset.trajectories and (dynamic_groups or (static_groups and not blocks)):
         if trajectory_loss == "inverse_dynamics":
             blocks.append(InverseDynamicsResidual(dataset.trajectories, model, torque_std))
         elif trajectory_loss == "rollout":
             sim = simulator if simulator is not None else RigidBodySimulator(model, dataset.trajectories[0].dt)
-            blocks.append(RolloutResidual(dataset.trajectories, model, sim, horizon, scheme, checkpoint_every=checkpoint_every))
+            blocks.append(RolloutResidual(dataset.trajectories, model, sim, horizon, scheme, stride, checkpoint_every))
         else:
             raise ValueError(f"unknown trajectory_loss '{trajectory_loss}' (rollout or inverse_dynamics)")
     if dataset.camera is not None and "camera" in groups:
@@ -213,6 +220,7 @@ def identify(
     spring_geometry=False,
     torque_std=0.05,
     checkpoint_every=None,
+    window_stride=None,
     adam_lr=0.05,
     progress=None,
 ):
@@ -235,6 +243,8 @@ def identify(
         spring_geometry: Also estimate spring lever lengths l1, l2.
         torque_std: Torque noise for the inverse-dynamics loss [N·m].
         checkpoint_every: Gradient checkpointing block for long rollouts.
+        window_stride: Samples between rollout windows (default: the horizon); larger strides
+            trade data for speed on long recordings.
         adam_lr: Adam step size in normalized coordinates.
         progress: Optional callable ``progress(cost)`` called after every evaluation
             (e.g. a tqdm bar's update).
@@ -258,7 +268,7 @@ def identify(
     if "camera" in groups and camera_guess is None:
         camera_guess = camera_initial_guess(model, dataset.camera)
     space = ParameterSpace(model, groups, camera_guess, spring_geometry)
-    blocks = _blocks(model, dataset, groups, simulator, trajectory_loss, horizon, scheme, torque_std, checkpoint_every)
+    blocks = _blocks(model, dataset, groups, simulator, trajectory_loss, horizon, scheme, torque_std, checkpoint_every, window_stride)
     like = model.params.mass
 
     def residual(x):
