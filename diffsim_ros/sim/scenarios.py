@@ -63,6 +63,8 @@ class RecordingScenario:
             gains are critically damped for the nominal joint-space inertia at each target.
         stiffness_floor: Minimum proportional gain [N·m/rad] (light distal joints still
             need to hold their share of an unknown payload).
+        damping_floor: Minimum derivative gain [N·m·s/rad] (an unknown payload adds inertia
+            the nominal-model gains do not know about).
         seed: Seed for the excitation phases.
     """
 
@@ -75,7 +77,8 @@ class RecordingScenario:
     camera_rate: float = 30.0
     camera_frame: str | None = None
     bandwidth: float = 20.0
-    stiffness_floor: float = 10.0
+    stiffness_floor: float = 30.0
+    damping_floor: float = 1.0
     seed: int = 0
 
 
@@ -146,7 +149,7 @@ def _pd_gains(nominal_model, target, scenario):
     q = torch.as_tensor(target, dtype=nominal_model.dtype, device=nominal_model.device)
     inertia = mass_matrix(nominal_model, q).diagonal().detach().cpu().numpy()
     kp = np.maximum(inertia * scenario.bandwidth**2, scenario.stiffness_floor)
-    return kp, 2.0 * np.sqrt(kp * inertia)
+    return kp, np.maximum(2.0 * np.sqrt(kp * inertia), scenario.damping_floor)
 
 
 def _quintic(x, duration):
