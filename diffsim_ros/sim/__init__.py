@@ -1,5 +1,24 @@
 """Simulators: the PBD/XPBD articulated simulator, contact, and the rigid-body reference."""
 
 from diffsim_ros.sim.base import JointSpaceSimulator, RigidBodySimulator
+from diffsim_ros.sim.pbd import (
+    PBDControl,
+    PBDConvergenceWarning,
+    PBDError,
+    PBDSimulator,
+    PBDState,
+    joints_from_state,
+    state_from_joints,
+)
 
-__all__ = ["JointSpaceSimulator", "RigidBodySimulator"]
+__all__ = [
+    "JointSpaceSimulator",
+    "RigidBodySimulator",
+    "PBDControl",
+    "PBDConvergenceWarning",
+    "PBDError",
+    "PBDSimulator",
+    "PBDState",
+    "joints_from_state",
+    "state_from_joints",
+]

@@ -1,0 +1,172 @@
+"""Particles and joints of the PBD system, built (differentiably) from a RobotModel.
+
+Each merged link of the model is one particle: a rigid body whose position is its centre of
+mass and whose orientation is its body frame (= joint frame of the model). Particle 0 is the
+base, fixed in the world with zero inverse mass; particle ``i + 1`` is model body ``i``.
+Every actuated joint ``j`` couples its parent particle ``parents[j] + 1`` with its child
+particle ``j + 1``.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+from diffsim_ros.dynamics.rnea import body_inertials
+from diffsim_ros.dynamics.spatial import matrix_to_quat, matvec
+from diffsim_ros.model.robot_model import PRISMATIC, REVOLUTE
+from diffsim_ros.sim.pbd.errors import PBDError
+
+__all__ = ["PBDBodies", "PBDJoints", "PBDSystem", "build_system"]
+
+
+@dataclass(frozen=True)
+class PBDBodies:
+    """Inertial data of the N = n + 1 particles (index 0 = fixed base)."""
+
+    inv_mass: torch.Tensor
+    """Inverse masses [1/kg], shape (N,); 0 for the fixed base."""
+    com: torch.Tensor
+    """Centres of mass in the body frames [m], shape (N, 3) (payload included)."""
+    inertia: torch.Tensor
+    """Inertia about the COM in body axes [kg·m²], shape (N, 3, 3); 0 for the base."""
+    inv_inertia: torch.Tensor
+    """Inverse inertia [1/(kg·m²)], shape (N, 3, 3); 0 for the base."""
+    dynamic: torch.Tensor
+    """1 for moving particles, 0 for the fixed base, shape (N,)."""
+
+
+@dataclass(frozen=True)
+class PBDJoints:
+    """Constraint geometry and passive parameters of the n joints."""
+
+    parent: tuple
+    """Parent particle index of each joint (0 = base)."""
+    child: tuple
+    """Child particle index of each joint (= joint index + 1)."""
+    revolute: tuple
+    """True for revolute joints, False for prismatic ones."""
+    parent_index: torch.Tensor
+    """``parent`` as a long tensor, shape (n,)."""
+    child_index: torch.Tensor
+    """``child`` as a long tensor, shape (n,)."""
+    anchor_parent: torch.Tensor
+    """Joint origin relative to the parent COM, parent body axes [m], shape (n, 3)."""
+    anchor_child: torch.Tensor
+    """Joint origin relative to the child COM, child body axes [m], shape (n, 3)."""
+    axis_parent: torch.Tensor
+    """Joint axis in parent body axes, shape (n, 3)."""
+    axis_child: torch.Tensor
+    """Joint axis in child body axes, shape (n, 3)."""
+    rest_quat: torch.Tensor
+    """Joint frame at q = 0 in the parent body frame, quaternion (w, x, y, z), shape (n, 4)."""
+    lower: torch.Tensor
+    """Lower position limits [rad or m], shape (n,)."""
+    upper: torch.Tensor
+    """Upper position limits [rad or m], shape (n,)."""
+    damping: torch.Tensor
+    """Viscous damping [N·m·s/rad or N·s/m], shape (n,)."""
+    friction: torch.Tensor
+    """Coulomb friction [N·m or N], shape (n,)."""
+    constraint_count: torch.Tensor
+    """Number of joints acting on each particle, shape (N,) (Jacobi averaging)."""
+
+    limited: bool = False
+    """Whether any joint has a finite position limit."""
+
+    @property
+    def count(self):
+        return len(self.parent)
+
+
+@dataclass(frozen=True)
+class PBDSystem:
+    """Everything the PBD solver needs from a model (rebuilt per step, never cached)."""
+
+    bodies: PBDBodies
+    joints: PBDJoints
+    gravity: torch.Tensor
+    """Gravity in the world (= base) frame [m/s²], shape (3,)."""
+
+    @property
+    def num_particles(self):
+        return self.bodies.inv_mass.shape[0]
+
+
+def _com_inertials(model):
+    """Mass, COM and inertia about the COM of every body, payload included."""
+    mass, first_moment, inertia_origin = body_inertials(model)
+    bad = (mass <= 0).nonzero().flatten().tolist()
+    if bad:
+        names = [model.body_names[i] for i in bad]
+        raise PBDError(f"PBD needs a positive mass on every body; massless: {names} (merge them or give them a mass)")
+    com = first_moment / mass[:, None]
+    eye = torch.eye(3, dtype=model.dtype, device=model.device)
+    parallel = mass[:, None, None] * ((com * com).sum(-1)[:, None, None] * eye - com[:, :, None] * com[:, None, :])
+    inertia = inertia_origin - parallel
+    smallest = torch.linalg.eigvalsh(inertia.detach())[:, 0]
+    bad = (smallest <= 0).nonzero().flatten().tolist()
+    if bad:
+        names = [model.body_names[i] for i in bad]
+        raise PBDError(f"PBD needs a positive-definite inertia on every body; singular or indefinite: {names}")
+    return mass, com, inertia
+
+
+def _bodies(model):
+    mass, com, inertia = _com_inertials(model)
+    zeros3 = torch.zeros(1, 3, dtype=model.dtype, device=model.device)
+    zeros33 = torch.zeros(1, 3, 3, dtype=model.dtype, device=model.device)
+    one = torch.ones(1, dtype=model.dtype, device=model.device)
+    return PBDBodies(
+        inv_mass=torch.cat([0.0 * one, 1.0 / mass]),
+        com=torch.cat([zeros3, com]),
+        inertia=torch.cat([zeros33, inertia]),
+        inv_inertia=torch.cat([zeros33, torch.linalg.inv(inertia)]),
+        dynamic=torch.cat([0.0 * one, torch.ones_like(mass)]),
+    )
+
+
+def _joints(model, com):
+    for name, kind in zip(model.joint_names, model.joint_types):
+        if kind not in (REVOLUTE, PRISMATIC):
+            raise PBDError(f"joint '{name}' has unsupported type '{kind}'; PBD supports revolute and prismatic joints")
+    parent = tuple(p + 1 for p in model.parents)
+    child = tuple(range(1, model.nq + 1))
+    parent_index = torch.tensor(parent, device=model.device)
+    count = torch.zeros(model.nq + 1, dtype=model.dtype, device=model.device)
+    count = count.index_add(0, parent_index, torch.ones(model.nq, dtype=model.dtype, device=model.device))
+    count = count + torch.cat([count[:1] * 0.0, torch.ones_like(count[1:])])
+    return PBDJoints(
+        parent=parent,
+        child=child,
+        revolute=tuple(t == REVOLUTE for t in model.joint_types),
+        parent_index=parent_index,
+        child_index=torch.tensor(child, device=model.device),
+        anchor_parent=model.params.joint_origin_xyz - com[parent_index],
+        anchor_child=-com[1:],
+        axis_parent=matvec(model.joint_origin_rot, model.joint_axis),
+        axis_child=model.joint_axis,
+        rest_quat=matrix_to_quat(model.joint_origin_rot),
+        lower=model.lower,
+        upper=model.upper,
+        damping=model.params.damping,
+        friction=model.params.friction,
+        constraint_count=count,
+        limited=bool(torch.isfinite(model.lower).any() or torch.isfinite(model.upper).any()),
+    )
+
+
+def build_system(model):
+    """Particles and joints of ``model`` (differentiable in every model parameter).
+
+    Args:
+        model: RobotModel (fixed base; revolute and prismatic joints).
+
+    Returns:
+        PBDSystem.
+
+    Raises:
+        PBDError: A body without positive mass or positive-definite inertia, or an
+            unsupported joint type.
+    """
+    bodies = _bodies(model)
+    return PBDSystem(bodies=bodies, joints=_joints(model, bodies.com), gravity=model.gravity)
