@@ -21,7 +21,6 @@ from diffsim_ros.control import (
     MPCSettings,
     SafetyConfig,
     SafetyLayer,
-    SetPoint,
     TorqueMapGrid,
     build_torque_map,
     default_simulator,

@@ -6,7 +6,6 @@ Every command passes through the SafetyLayer, as on the robot.
 
 import numpy as np
 import pytest
-import torch
 
 from diffsim_ros.control import (
     GravityCompensation,
@@ -27,7 +26,6 @@ from diffsim_ros.sim.mujoco_plant import MujocoPlant, PlantTruth
 from diffsim_ros.sim.scenarios import RecordingScenario, nearest_neighbour_order, random_poses, record
 from oracles import BAXTER_LEFT
 from test_estimation_identification import _static as static_poses  # hold averages of a recording
-from test_control_support import single_thread  # noqa: F401 (autouse: one torch thread)
 
 PLANT_DT = 1e-3  # [s] MuJoCo step = control period of gravity compensation and impedance
 HOLD_SECONDS = 3.0

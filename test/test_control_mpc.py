@@ -4,10 +4,18 @@ import numpy as np
 import pytest
 import torch
 
-from diffsim_ros.control import ControlError, MinimumJerkMove, ModelPredictiveController, MPCSettings, SetPoint, default_simulator
+from diffsim_ros.control import (
+    ControlError,
+    MinimumJerkMove,
+    ModelPredictiveController,
+    MPCSettings,
+    SafetyLayer,
+    SetPoint,
+    default_simulator,
+)
 from diffsim_ros.model import load_robot_config
+from diffsim_ros.sim import RigidBodySimulator
 from oracles import BAXTER_LEFT
-from test_control_support import single_thread  # noqa: F401 (autouse: one torch thread)
 
 DT = 0.01  # [s] MPC step (paper)
 TRACKING_TOL = 2e-3  # [rad] perfect-model tracking of a 0.3 rad move, one Gauss-Newton step per call
@@ -92,3 +100,27 @@ def test_bad_settings(model):
     for bad in (MPCSettings(horizon=0), MPCSettings(initialization="random"), MPCSettings(position_tolerance=0.0)):
         with pytest.raises(ControlError):
             ModelPredictiveController(simulator, SetPoint(Q0), bad)
+
+
+class _Diverging(RigidBodySimulator):
+    """A simulator that blows up (NaN) or raises, as a diverging PBD step does."""
+
+    raises = False
+
+    def joint_step(self, q, qd, tau):
+        if self.raises:
+            raise ValueError("simulation diverged")
+        q_next, qd_next = super().joint_step(q, qd, tau)
+        return q_next * float("nan"), qd_next
+
+
+@pytest.mark.parametrize("raises", [False, True])
+def test_simulator_failure_gives_no_command(model, raises):
+    simulator = _Diverging(model, DT)
+    simulator.raises = raises
+    mpc = ModelPredictiveController(simulator, SetPoint(Q0), MPCSettings())
+    assert mpc.compute(0.0, Q0, np.zeros(7)) is None
+    assert mpc.last.failure and mpc.last.torques is None
+    safety = SafetyLayer(model)
+    command, status = safety.filter(0.0, None, Q0, np.zeros(7))
+    assert command is None and status.reason == "no_command"

@@ -22,7 +22,6 @@ from diffsim_ros.control.jacobians import rowwise_jacobian
 from diffsim_ros.dynamics.fast import FastDynamics
 from diffsim_ros.model import load_robot_config
 from oracles import BAXTER_LEFT
-from test_control_support import single_thread  # noqa: F401 (autouse: one torch thread)
 
 GOAL_TOL = 1e-9  # [rad] one-step goal reached by the direct optimization
 JAC_FD_TOL = 1e-6  # relative, central differences of the rollout Jacobian
@@ -154,7 +153,7 @@ def test_map_torques_reach_the_goal_in_the_simulator(built, model):
 
 def test_cli_build_and_show(model, tmp_path, capsys):
     calibration = tmp_path / "calibration.yaml"
-    calibration.write_text(yaml.safe_dump({"parameters": {"payload.mass": 0.8, "camera.pose": [0, 0, 0, 0, 0, 0, 1]}}))
+    calibration.write_text(yaml.safe_dump({"robot": "baxter_left", "parameters": {"payload.mass": 0.8, "camera.pose": [0, 0, 0, 0, 0, 0, 1]}}))
     out = tmp_path / "map.npz"
     args = ["torque-map", "build", "--config", str(BAXTER_LEFT), "--calibration", str(calibration), "--out", str(out)]
     small = ["--angle-points", "3", "--velocity-points", "3", "--contexts", "2", "--validate", "2"]
@@ -167,6 +166,6 @@ def test_cli_build_and_show(model, tmp_path, capsys):
     assert (tmp_path / "heat.png").stat().st_size > 10_000
     assert cli_main(["torque-map", "show", str(out), "--config", str(BAXTER_LEFT)]) == 2  # nominal model: refused
     assert "parameter hash" in capsys.readouterr().err
-    calibration.write_text(yaml.safe_dump({"parameters": {"left_s9.damping": 1.0}}))
+    calibration.write_text(yaml.safe_dump({"robot": "baxter_left", "parameters": {"left_s9.damping": 1.0}}))
     assert cli_main(args + small + ["--force"]) == 2
     assert "unknown parameter" in capsys.readouterr().err

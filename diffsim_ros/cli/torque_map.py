@@ -7,22 +7,17 @@
 import sys
 from pathlib import Path
 
-import numpy as np
 import torch
-import yaml
 
 from diffsim_ros.control.errors import ControlError
 from diffsim_ros.control.plots import plot_torque_map
 from diffsim_ros.control.simulators import default_simulator
 from diffsim_ros.control.torque_map import TorqueMap, TorqueMapGrid, build_torque_map, validate_torque_map
 from diffsim_ros.dynamics.fast import FastDynamics
+from diffsim_ros.io.calibration import CalibrationError, apply_calibration, load_calibration
 from diffsim_ros.model import RobotModelError, load_robot_config
 
 __all__ = ["add_parser", "build_command", "load_model", "show_command"]
-
-NOT_MODEL_PARAMETERS = ("camera.pose",)
-"""Calibration entries that are not RobotModel parameters."""
-
 
 def add_parser(subparsers):
     """Register ``torque-map`` with its ``build`` and ``show`` subcommands."""
@@ -61,25 +56,13 @@ def load_model(config_path, calibration_path=None):
     """The robot model of a config, with a calibration file's parameters applied.
 
     Raises:
-        ControlError: Unreadable calibration, or parameters the model does not have.
+        CalibrationError: Unreadable calibration, or parameters the model does not have.
         RobotModelError: Config or URDF problems.
     """
     model = load_robot_config(config_path).build_model()
     if calibration_path is None:
         return model
-    path = Path(calibration_path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as err:
-        raise ControlError(f"cannot read calibration {path}: {err}") from None
-    parameters = (raw or {}).get("parameters") if isinstance(raw, dict) else None
-    if not isinstance(parameters, dict):
-        raise ControlError(f"{path}: expected a top-level 'parameters' mapping")
-    values = {k: np.asarray(v, dtype=np.float64) for k, v in parameters.items() if k not in NOT_MODEL_PARAMETERS}
-    try:
-        return model.with_parameters(values)
-    except RobotModelError as err:
-        raise ControlError(f"{path}: {err}") from None
+    return apply_calibration(model, load_calibration(calibration_path))
 
 
 def build_command(args):
@@ -101,7 +84,7 @@ def build_command(args):
         tmap = build_torque_map(simulator, grid, progress=_progress)
         report = validate_torque_map(tmap, simulator, FastDynamics.from_model(model), args.validate) if args.validate else None
         tmap.save(args.out)
-    except (ControlError, RobotModelError, OSError) as err:
+    except (ControlError, CalibrationError, RobotModelError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(f"wrote {args.out}: {_summary(tmap)}")
@@ -116,7 +99,7 @@ def show_command(args):
         model = load_model(args.config, args.calibration) if args.config else None
         tmap = TorqueMap.load(args.map, model)
         png = plot_torque_map(tmap, args.png or args.map.with_suffix(".png"))
-    except (ControlError, RobotModelError, OSError) as err:
+    except (ControlError, CalibrationError, RobotModelError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(f"{args.map}: {_summary(tmap)}")

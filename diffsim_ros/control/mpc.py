@@ -27,6 +27,7 @@ approximate). The torque-to-state sensitivity changes slowly with the configurat
 this trades little tracking for a several-fold higher rate.
 """
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -93,7 +94,8 @@ class MPCInfo:
         initial_cost: Cost of the initialization.
         predicted_cost: Cost predicted by the last Gauss-Newton model.
         seconds: Wall time of the call [s].
-        torques: Optimized torque sequence [N·m], (H, n).
+        torques: Optimized torque sequence [N·m], (H, n) (None after a failure).
+        failure: Why no command was produced ("" on success).
     """
 
     iterations: int
@@ -101,7 +103,8 @@ class MPCInfo:
     initial_cost: float
     predicted_cost: float
     seconds: float
-    torques: np.ndarray
+    torques: np.ndarray | None
+    failure: str = ""
 
 
 class ModelPredictiveController:
@@ -217,11 +220,34 @@ class ModelPredictiveController:
 
     # ------------------------------------------------------------------ the cycle
     def compute(self, t, q, qd):
-        """Optimized torques [N·m], shape (n,), for the state ``(q [rad], qd [rad/s])`` at ``t`` [s]."""
+        """Optimized torques [N·m], shape (n,), for the state ``(q [rad], qd [rad/s])`` at ``t`` [s].
+
+        Returns None (and forgets the warm start) when the simulator fails or produces
+        non-finite values; pass that on to ``SafetyLayer.filter``, which then stops
+        commanding. ``last.failure`` says why.
+        """
         start = time.perf_counter()
-        s = self.settings
         q = np.asarray(q, dtype=np.float64)
         qd = np.asarray(qd, dtype=np.float64)
+        try:
+            solution, iterations, jacobians, initial_cost, predicted = self._optimize(t, q, qd)
+        except (ValueError, RuntimeError, ArithmeticError) as err:  # simulator errors, singular systems
+            return self._fail(f"{type(err).__name__}: {err}", start)
+        if not np.all(np.isfinite(solution)):
+            return self._fail("non-finite torques", start)
+        self._solution, self._solution_time = solution, t
+        self._previous_command = solution[0].copy()
+        self.last = MPCInfo(iterations, jacobians, initial_cost, predicted, time.perf_counter() - start, solution.copy())
+        return solution[0].copy()
+
+    def _fail(self, reason, start):
+        self.reset()
+        self.last = MPCInfo(0, 0, math.nan, math.nan, time.perf_counter() - start, None, failure=reason)
+        return None
+
+    def _optimize(self, t, q, qd):
+        """Bounded Gauss-Newton: ``(torques (H, n), iterations, jacobians, initial cost, predicted cost)``."""
+        s = self.settings
         hold = holding_torques(self.fast, q)
         u = self.initial_torques(t, q).reshape(-1)
         lin_a, lin_b = self._linear_terms(hold)
@@ -242,19 +268,14 @@ class ModelPredictiveController:
                     value, jac = rollout(self._tensor(u)), self._jacobian
             r = to_numpy(value) - target
             r_lin = lin_a @ u - lin_b
-            cost = float(r @ r + r_lin @ r_lin)
-            initial_cost = cost if initial_cost is None else initial_cost
+            initial_cost = float(r @ r + r_lin @ r_lin) if initial_cost is None else initial_cost
             step, predicted = _gauss_newton_step(jac, r, lin_a, r_lin, s.levenberg)
             u_new = np.clip(u + step, -limit, limit)
             converged = np.abs(u_new - u).max() < s.step_tolerance
             u = u_new
             if converged:
                 break
-        solution = u.reshape(s.horizon, -1)
-        self._solution, self._solution_time = solution, t
-        self._previous_command = solution[0].copy()
-        self.last = MPCInfo(iterations, jacobians, initial_cost, predicted, time.perf_counter() - start, solution.copy())
-        return solution[0].copy()
+        return u.reshape(s.horizon, -1), iterations, jacobians, initial_cost, predicted
 
 
 def _gauss_newton_step(jac, r, lin_a, r_lin, levenberg):

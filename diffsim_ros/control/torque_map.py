@@ -21,8 +21,9 @@ ways, handled separately:
    the inertia of ``inertia_contexts`` configurations chosen at the quantiles of M_jj over
    random configurations; lookups interpolate linearly along it (exact for a term affine
    in M_jj) and extrapolate linearly by at most ``INERTIA_EXTRAPOLATION`` of the axis span
-   beyond its ends (random contexts never reach the extremes). ``inertia_contexts=1`` gives the paper's unconditioned map at the median
-   inertia, for comparison; :func:`validate_torque_map` measures both.
+   beyond its ends (random contexts never reach the extremes). ``inertia_contexts=1``
+   gives the paper's unconditioned map at the median inertia, for comparison;
+   :func:`validate_torque_map` measures both (benchmarks/RESULTS.md, "control experiments").
 
 The lookup is a compiled trilinear interpolation; angle and velocity keys outside the grid
 are clamped to its edges (the grid bounds the torque the map can ask for).
