@@ -13,7 +13,7 @@ import torch
 from diffsim_ros.dynamics.crba import mass_matrix
 from diffsim_ros.dynamics.fast import FastDynamics
 
-__all__ = ["Recording", "RecordingScenario", "random_poses", "nearest_neighbour_order", "record"]
+__all__ = ["Recording", "RecordingScenario", "TorqueTrajectory", "random_poses", "nearest_neighbour_order", "record", "torque_trajectory"]
 
 
 @dataclass
@@ -235,3 +235,69 @@ def _excite(plant, nominal, scenario, center, kp, kd, recorder):
         command = 0.3 * kp * (center - q) - 0.3 * kd * qd + nominal.gravity_torques(q) - nominal.spring_torques(q) + wave
         recorder.sample(command)
         plant.step(command)
+
+
+@dataclass
+class TorqueTrajectory:
+    """Torques held over each control period and the noisy states they produced.
+
+    Attributes:
+        dt: Control period [s].
+        time: (T,) sample times [s].
+        q, qd: (T, n) measured joint positions [rad] and velocities [rad/s] at the samples.
+        tau: (T, n) torque applied during [time[t], time[t] + dt) [N·m] (clipped to limits).
+        q_true, qd_true: (T, n) noise-free states.
+    """
+
+    dt: float
+    time: np.ndarray
+    q: np.ndarray
+    qd: np.ndarray
+    tau: np.ndarray
+    q_true: np.ndarray
+    qd_true: np.ndarray
+
+
+def torque_trajectory(plant, nominal_model, start, duration, *, rate=100.0, amplitude=(2, 4, 2, 2, 0.5, 0.5, 0.3),
+                      bandwidth=8.0, seed=0):
+    """Drive the plant with sum-of-sines torques around a soft hold, held constant per period.
+
+    The torque is computed at ``rate`` (like a 100 Hz torque controller) from the measured
+    state, so the applied torque of every period is known exactly: the ground truth for
+    torque estimation.
+
+    Args:
+        plant: MujocoPlant (its time step must divide the control period).
+        nominal_model: Model for the feed-forward holding torque.
+        start: Centre configuration [rad], shape (n,).
+        duration: Seconds.
+        rate: Control rate [Hz].
+        amplitude: Per-joint sine amplitude [N·m].
+        bandwidth: Natural frequency of the soft hold [rad/s].
+        seed: Excitation phases and frequencies.
+
+    Returns:
+        TorqueTrajectory.
+    """
+    nominal = FastDynamics.from_model(nominal_model)
+    rng = np.random.default_rng(seed)
+    start = np.asarray(start, float)
+    n = len(start)
+    amplitude = np.broadcast_to(np.asarray(amplitude, float), (n,))
+    freqs, phases = rng.uniform(0.3, 1.5, (3, n)), rng.uniform(0, 2 * np.pi, (3, n))
+    kp, kd = _pd_gains(nominal_model, start, RecordingScenario(poses=start[None], bandwidth=bandwidth, stiffness_floor=5.0, damping_floor=0.3))
+    steps_per_period = int(round(1.0 / (rate * plant.mj_model.opt.timestep)))
+    plant.reset(start)
+    out = {k: [] for k in ("t", "q", "qd", "tau", "qt", "qdt")}
+    for k in range(int(round(duration * rate))):
+        q_meas, qd_meas, _ = plant.read_joint_state()
+        q_true, qd_true = plant.true_state()
+        t = k / rate
+        wave = amplitude * np.sin(2 * np.pi * freqs * t + phases).sum(0) / 3.0
+        tau = kp * (start - q_meas) - kd * qd_meas + nominal.gravity_torques(q_meas) - nominal.spring_torques(q_meas) + wave
+        tau = np.clip(tau, -plant.effort_limit, plant.effort_limit)
+        for key, value in zip(out, (t, q_meas, qd_meas, tau, q_true, qd_true)):
+            out[key].append(value)
+        plant.step(tau, steps=steps_per_period)
+    return TorqueTrajectory(1.0 / rate, np.array(out["t"]), np.array(out["q"]), np.array(out["qd"]), np.array(out["tau"]),
+                            np.array(out["qt"]), np.array(out["qdt"]))
