@@ -88,7 +88,9 @@ def _mujoco_urdf(urdf_text, keep_joints, payload_frame, payload_mass, payload_co
 
     xml = re.sub(r'<joint\s+name="([^"]+)"\s+type="([^"]+)"', weld, xml)
     if payload_mass > 0.0:
-        x, y, z = payload_com
+        # float(): numpy 2 scalars repr as "np.float64(...)", which is not XML.
+        x, y, z = (float(v) for v in payload_com)
+        payload_mass = float(payload_mass)
         payload = (
             f'<link name="diffsim_payload"><inertial><origin xyz="0 0 0"/><mass value="{payload_mass!r}"/>'
             '<inertia ixx="1e-9" ixy="0" ixz="0" iyy="1e-9" iyz="0" izz="1e-9"/></inertial></link>'
