@@ -106,7 +106,7 @@ def test_impedance_with_torque_map_rejects_external_torque(calibrated):
     nominal, config, model = calibrated
     goal = Q_START.copy()
     goal[1] = -0.45
-    tmap = build_torque_map(default_simulator(model, 0.01), TorqueMapGrid(angle_points=11, velocity_points=11, inertia_contexts=3))
+    tmap = build_torque_map(default_simulator(model, 0.01, kind="rigid"), TorqueMapGrid(angle_points=11, velocity_points=11, inertia_contexts=3))
     deviation = {}
     for term in ("none", "map"):
         plant = _plant(config, nominal)
@@ -130,7 +130,7 @@ def test_mpc_tracks_on_mujoco_after_calibration(calibrated):
         plant = _plant(config, nominal)
         plant.reset(Q_START)
         reference = MinimumJerkMove(Q_START, goal, 0.0, 1.0)
-        mpc = ModelPredictiveController(default_simulator(m, 0.01), reference, MPCSettings(max_iterations=1, jacobian_every=5))
+        mpc = ModelPredictiveController(default_simulator(m, 0.01, kind="rigid"), reference, MPCSettings(max_iterations=1, jacobian_every=5))
         q = _run(plant, mpc, SafetyLayer(m, STIFF_SAFETY), 1.3, every=10)  # 100 Hz, zero-order hold
         t = np.arange(1, len(q) + 1) * PLANT_DT
         errors[name] = np.abs(q - np.array([reference(x)[0] for x in t])).max()

@@ -36,7 +36,7 @@ def _goal():
 
 def _track(model, settings, steps=60):
     """Close the loop on the prediction model itself; returns (max error [rad], controller)."""
-    plant = default_simulator(model, DT)
+    plant = default_simulator(model, DT, kind="rigid")
     reference = MinimumJerkMove(Q0, _goal(), 0.0, 0.6)
     mpc = ModelPredictiveController(plant, reference, settings)
     q, qd = torch.tensor(Q0), torch.zeros(7, dtype=torch.float64)
@@ -58,7 +58,7 @@ def test_tracks_on_a_perfect_model(model, initialization):
 
 
 def test_initializations_converge_to_one_solution_and_warm_start_helps(model):
-    simulator = default_simulator(model, DT)
+    simulator = default_simulator(model, DT, kind="rigid")
     reference = MinimumJerkMove(Q0, _goal(), 0.0, 0.6)
     solutions = {}
     for init in ("zero", "previous", "gravity"):
@@ -77,7 +77,7 @@ def test_jacobian_reuse_and_bounds(model):
     settings = MPCSettings(max_iterations=2, jacobian_every=3)
     worst, _ = _track(model, settings, steps=30)
     assert worst < TRACKING_TOL
-    mpc = ModelPredictiveController(default_simulator(model, DT), SetPoint(Q0 + 2.0), settings)
+    mpc = ModelPredictiveController(default_simulator(model, DT, kind="rigid"), SetPoint(Q0 + 2.0), settings)
     jacobians = []
     for k in range(6):
         tau = mpc.compute(k * DT, Q0, np.zeros(7))
@@ -88,7 +88,7 @@ def test_jacobian_reuse_and_bounds(model):
 
 
 def test_warm_start_shifts_by_elapsed_steps(model):
-    mpc = ModelPredictiveController(default_simulator(model, DT), MinimumJerkMove(Q0, _goal(), 0.0, 0.5), MPCSettings(horizon=4))
+    mpc = ModelPredictiveController(default_simulator(model, DT, kind="rigid"), MinimumJerkMove(Q0, _goal(), 0.0, 0.5), MPCSettings(horizon=4))
     mpc.compute(0.0, Q0, np.zeros(7))
     solution = mpc.last.torques
     np.testing.assert_array_equal(mpc.initial_torques(0.004, Q0), solution)  # a 1 kHz caller: same step
@@ -96,7 +96,7 @@ def test_warm_start_shifts_by_elapsed_steps(model):
 
 
 def test_bad_settings(model):
-    simulator = default_simulator(model, DT)
+    simulator = default_simulator(model, DT, kind="rigid")
     for bad in (MPCSettings(horizon=0), MPCSettings(initialization="random"), MPCSettings(position_tolerance=0.0)):
         with pytest.raises(ControlError):
             ModelPredictiveController(simulator, SetPoint(Q0), bad)
@@ -124,3 +124,11 @@ def test_simulator_failure_gives_no_command(model, raises):
     safety = SafetyLayer(model)
     command, status = safety.filter(0.0, None, Q0, np.zeros(7))
     assert command is None and status.reason == "no_command"
+
+
+def test_runs_through_the_pbd_simulator(model):
+    mpc = ModelPredictiveController(default_simulator(model, DT, substeps=1), MinimumJerkMove(Q0, _goal(), 0.0, 0.6), MPCSettings())
+    for k in range(3):
+        tau = mpc.compute(k * DT, Q0, np.zeros(7))
+        assert tau is not None and np.all(np.isfinite(tau)), mpc.last.failure
+        assert mpc.last.predicted_cost <= mpc.last.initial_cost

@@ -40,12 +40,12 @@ def model():
 
 @pytest.fixture(scope="module")
 def built(model):
-    simulator = default_simulator(model, SMALL_GRID.dt)
+    simulator = default_simulator(model, SMALL_GRID.dt, kind="rigid")
     return simulator, build_torque_map(simulator, SMALL_GRID)
 
 
 def test_rollout_jacobian_matches_finite_differences(model):
-    simulator = default_simulator(model, 0.01)
+    simulator = default_simulator(model, 0.01, kind="rigid")
     q = torch.tensor([0.1, -0.4, 0.2, 0.9, -0.1, 0.7, 0.3], dtype=torch.float64)
     qd = torch.linspace(-0.3, 0.3, 7, dtype=torch.float64)
 
@@ -64,7 +64,7 @@ def test_rollout_jacobian_matches_finite_differences(model):
 
 
 def test_direct_optimization_reaches_the_goal_with_substeps(model):
-    simulator = default_simulator(model, 0.01, substeps=4)  # not affine in tau: Newton iterates
+    simulator = default_simulator(model, 0.01, substeps=4, kind="rigid")  # not affine in tau: Newton iterates
     q = torch.tensor([[0.1, -0.4, 0.2, 0.9, -0.1, 0.7, 0.3]], dtype=torch.float64)
     qd = torch.tensor([[0.4, -0.2, 0.0, 0.1, 0.0, 0.0, 0.3]], dtype=torch.float64)
     goal = q + torch.tensor([0.005, 0.0, -0.003, 0.0, 0.002, 0.0, 0.0], dtype=torch.float64)
@@ -76,7 +76,7 @@ def test_direct_optimization_reaches_the_goal_with_substeps(model):
 
 def test_conditioning_on_inertia_is_needed_and_accurate(model):
     """Off-grid validation (the issue's check), for the conditioned and the paper's map."""
-    simulator = default_simulator(model, 0.01, substeps=2)  # not affine in tau: a real optimization
+    simulator = default_simulator(model, 0.01, substeps=2, kind="rigid")  # not affine in tau: a real optimization
     fast = FastDynamics.from_model(model)
     grid = dataclasses.replace(SMALL_GRID, inertia_contexts=5, newton_iterations=4, tolerance=1e-9)
     conditioned = validate_torque_map(build_torque_map(simulator, grid), simulator, fast, samples=4)
@@ -134,7 +134,7 @@ def test_save_load_and_refuse_other_models(built, model, tmp_path):
     with pytest.raises(TorqueMapError, match="not a diffsim_ros torque map"):
         TorqueMap.load(tmp_path / "bad.npz")
     with pytest.raises(TorqueMapError, match="dt"):
-        build_torque_map(default_simulator(model, 0.005), SMALL_GRID)
+        build_torque_map(default_simulator(model, 0.005, kind="rigid"), SMALL_GRID)
 
 
 def test_map_torques_reach_the_goal_in_the_simulator(built, model):
@@ -157,9 +157,14 @@ def test_cli_build_and_show(model, tmp_path, capsys):
     out = tmp_path / "map.npz"
     args = ["torque-map", "build", "--config", str(BAXTER_LEFT), "--calibration", str(calibration), "--out", str(out)]
     small = ["--angle-points", "3", "--velocity-points", "3", "--contexts", "2", "--validate", "2"]
-    assert cli_main(args + small) == 0
-    assert "validation against direct optimization" in capsys.readouterr().out
-    assert TorqueMap.load(out, model.with_payload(0.8)).grid.angle_points == 3
+    assert cli_main(args + small) == 0  # through the PBD simulator (the default)
+    printed = capsys.readouterr().out
+    assert "validation against direct optimization" in printed
+    rows = [line.split() for line in printed.splitlines() if line.strip().startswith("left_")]
+    assert len(rows) == 7 and max(float(row[2]) for row in rows) < CONDITIONED_MAX_ERR  # max error column
+    tmap = TorqueMap.load(out, model.with_payload(0.8))
+    assert tmap.grid.angle_points == 3 and tmap.simulator.startswith("PBDSimulator")
+    assert tmap.max_goal_residual < GOAL_TOL
     assert cli_main(args + small) == 2  # exists, no --force
     assert "pass --force" in capsys.readouterr().err
     assert cli_main(["torque-map", "show", str(out), "--png", str(tmp_path / "heat.png")]) == 0

@@ -11,7 +11,7 @@ import torch
 
 from diffsim_ros.control.errors import ControlError
 from diffsim_ros.control.plots import plot_torque_map
-from diffsim_ros.control.simulators import default_simulator
+from diffsim_ros.control.simulators import SIMULATOR_KINDS, default_simulator
 from diffsim_ros.control.torque_map import TorqueMap, TorqueMapGrid, build_torque_map, validate_torque_map
 from diffsim_ros.dynamics.fast import FastDynamics
 from diffsim_ros.io.calibration import CalibrationError, apply_calibration, load_calibration
@@ -35,7 +35,8 @@ def add_parser(subparsers):
     build.add_argument("--angle-points", type=int, default=defaults.angle_points)
     build.add_argument("--velocity-points", type=int, default=defaults.velocity_points)
     build.add_argument("--contexts", type=int, default=defaults.inertia_contexts, help="inertia contexts per joint")
-    build.add_argument("--substeps", type=int, default=1, help="simulator substeps per step")
+    build.add_argument("--simulator", choices=SIMULATOR_KINDS, default="pbd", help="differentiable simulator (default %(default)s)")
+    build.add_argument("--substeps", type=int, help="simulator substeps per step (default: 10 for pbd, 1 for rigid)")
     build.add_argument("--validate", type=int, default=10, metavar="N", help="off-grid checks per joint (0: none)")
     build.add_argument("--threads", type=int, default=1, help="torch threads (small batched ops: 1 is fastest)")
     build.set_defaults(handler=build_command)
@@ -80,7 +81,7 @@ def build_command(args):
             velocity_points=args.velocity_points,
             inertia_contexts=args.contexts,
         )
-        simulator = default_simulator(model, args.dt, substeps=args.substeps)
+        simulator = default_simulator(model, args.dt, substeps=args.substeps, kind=args.simulator)
         tmap = build_torque_map(simulator, grid, progress=_progress)
         report = validate_torque_map(tmap, simulator, FastDynamics.from_model(model), args.validate) if args.validate else None
         tmap.save(args.out)
