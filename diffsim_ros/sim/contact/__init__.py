@@ -1,0 +1,42 @@
+"""Differentiable contact: collision detection, Nimble-style LCP and Le Lidec-style friction cone.
+
+Public pieces:
+
+* shapes (:class:`Box`, :class:`Sphere`, :class:`Capsule`, :class:`Plane`) and
+  :func:`collide` (contacts with pose gradients);
+* solvers :func:`solve_lcp` (boxed LCP, clamping-set gradients) and :func:`solve_cone`
+  (Coulomb cone by staggered projections, implicit gradients);
+* :class:`ContactWorld`: free objects, static shapes and a robot (any
+  :class:`~diffsim_ros.sim.base.JointSpaceSimulator`) stepped together.
+"""
+
+from diffsim_ros.sim.contact.cone import ConeSolution, solve_cone, staggered_projections
+from diffsim_ros.sim.contact.detection import Contacts, collide, slot_count
+from diffsim_ros.sim.contact.errors import ContactError
+from diffsim_ros.sim.contact.lcp import LCPSolution, lcp_impulse, solve_lcp
+from diffsim_ros.sim.contact.shapes import Box, Capsule, Plane, Sphere, unit_inertia
+from diffsim_ros.sim.contact.world import ContactWorld, LinkProxy, RigidObject, StaticShape, StepInfo, WorldState
+
+__all__ = [
+    "Box",
+    "Capsule",
+    "ConeSolution",
+    "ContactError",
+    "ContactWorld",
+    "Contacts",
+    "LCPSolution",
+    "LinkProxy",
+    "Plane",
+    "RigidObject",
+    "Sphere",
+    "StaticShape",
+    "StepInfo",
+    "WorldState",
+    "collide",
+    "lcp_impulse",
+    "slot_count",
+    "solve_cone",
+    "solve_lcp",
+    "staggered_projections",
+    "unit_inertia",
+]

@@ -1,0 +1,74 @@
+"""Contact frames, rigid poses and the quaternion exponential (torch, batched, differentiable)."""
+
+import torch
+
+from diffsim_ros.dynamics.spatial import matvec, quat_multiply, quat_normalize
+
+__all__ = ["contact_frames", "safe_normalize", "quat_exp", "integrate_orientation", "transform_points"]
+
+# Below this norm a direction is treated as undefined (degenerate geometry).
+DEGENERATE_NORM = 1e-12
+
+
+def safe_normalize(vec, fallback):
+    """Unit vectors with a fallback where the norm vanishes.
+
+    Args:
+        vec: Vectors, shape (..., 3).
+        fallback: Unit vectors used where ``|vec|`` < DEGENERATE_NORM, broadcastable to ``vec``.
+
+    Returns:
+        ``(unit, degenerate)``: unit vectors (..., 3) and a bool mask (...) of fallback entries.
+        Gradients stay finite (the norm is clamped before dividing).
+    """
+    norm = torch.linalg.vector_norm(vec, dim=-1, keepdim=True)
+    degenerate = norm[..., 0] < DEGENERATE_NORM
+    unit = vec / norm.clamp_min(DEGENERATE_NORM)
+    return torch.where(degenerate[..., None], fallback.expand_as(vec), unit), degenerate
+
+
+def contact_frames(normal):
+    """Orthonormal contact frames ``[n; t1; t2]`` (rows) from unit normals.
+
+    The tangents are world-anchored (t2 = n x x_world unless n is near x_world), so a plane
+    with normal +z gets t1 = +x, t2 = +y: the pyramid baseline's facets are then fixed in the
+    world, which is what makes its friction anisotropic.
+
+    Args:
+        normal: Unit normals, shape (..., 3).
+
+    Returns:
+        Rotation-like matrices, shape (..., 3, 3), rows n, t1, t2 (right-handed: t1 x t2 = n).
+    """
+    ex = torch.zeros_like(normal)
+    ex[..., 0] = 1.0
+    ey = torch.zeros_like(normal)
+    ey[..., 1] = 1.0
+    anchor = torch.where((normal[..., :1].abs() > 0.9), ey, ex)
+    t2 = torch.cross(normal, anchor, dim=-1)
+    t2 = t2 / torch.linalg.vector_norm(t2, dim=-1, keepdim=True)
+    t1 = torch.cross(t2, normal, dim=-1)
+    return torch.stack([normal, t1, t2], dim=-2)
+
+
+def quat_exp(rotvec):
+    """Unit quaternion (w, x, y, z) of a rotation vector (axis * angle [rad]), shape (..., 3) -> (..., 4).
+
+    Uses a Taylor expansion of sin(a/2)/a near zero so value and gradient stay exact at rest.
+    """
+    angle_sq = (rotvec * rotvec).sum(-1, keepdim=True)
+    small = angle_sq < 1e-8
+    angle = torch.sqrt(torch.where(small, torch.ones_like(angle_sq), angle_sq))
+    half_sinc = torch.where(small, 0.5 - angle_sq / 48.0, torch.sin(0.5 * angle) / angle)
+    half_cos = torch.where(small, 1.0 - angle_sq / 8.0, torch.cos(0.5 * angle))
+    return torch.cat([half_cos, half_sinc * rotvec], dim=-1)
+
+
+def integrate_orientation(quat, rotvec):
+    """Orientation after a world-frame rotation ``rotvec`` [rad]: ``exp(rotvec) * quat``, renormalized."""
+    return quat_normalize(quat_multiply(quat_exp(rotvec), quat))
+
+
+def transform_points(rot, pos, points):
+    """World coordinates of body-frame points: ``rot @ p + pos``; rot (..., 3, 3), pos (..., 3), points (..., k, 3)."""
+    return matvec(rot[..., None, :, :], points) + pos[..., None, :]
