@@ -4,7 +4,8 @@ Phases and modules: :mod:`.bodies` (particles and joints from a RobotModel), :mo
 (PBDState / PBDControl), :mod:`.frames` (joint geometry on particle states),
 :mod:`.forces` (torques, springs, wrenches, implicit damping), :mod:`.constraints` (XPBD
 joint constraints, Gauss-Seidel and Jacobi projections, limits), :mod:`.solver` (the
-substep), :mod:`.mapping` (joint space <-> particles) and :mod:`.simulator` (PBDSimulator).
+substep), :mod:`.mapping` (joint space <-> particles), :mod:`.simulator` (PBDSimulator)
+and :mod:`.statics` (holding torques through any simulator).
 """
 
 from diffsim_ros.sim.pbd.bodies import PBDBodies, PBDJoints, PBDSystem, build_system
@@ -14,6 +15,7 @@ from diffsim_ros.sim.pbd.mapping import joint_positions, joint_velocities, joint
 from diffsim_ros.sim.pbd.simulator import PBDSimulator
 from diffsim_ros.sim.pbd.solver import SolverSettings
 from diffsim_ros.sim.pbd.state import PBDControl, PBDState
+from diffsim_ros.sim.pbd.statics import holding_torques
 
 __all__ = [
     "PBDBodies",
@@ -27,6 +29,7 @@ __all__ = [
     "SolverSettings",
     "build_system",
     "constraint_residuals",
+    "holding_torques",
     "joint_positions",
     "joint_velocities",
     "joints_from_state",

@@ -9,10 +9,11 @@ particle ``j + 1``.
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from diffsim_ros.dynamics.rnea import body_inertials
-from diffsim_ros.dynamics.spatial import matrix_to_quat, matvec
+from diffsim_ros.dynamics.spatial import matvec
 from diffsim_ros.model.robot_model import PRISMATIC, REVOLUTE
 from diffsim_ros.sim.pbd.errors import PBDError
 
@@ -49,16 +50,16 @@ class PBDJoints:
     """``parent`` as a long tensor, shape (n,)."""
     child_index: torch.Tensor
     """``child`` as a long tensor, shape (n,)."""
-    anchor_parent: torch.Tensor
-    """Joint origin relative to the parent COM, parent body axes [m], shape (n, 3)."""
-    anchor_child: torch.Tensor
-    """Joint origin relative to the child COM, child body axes [m], shape (n, 3)."""
-    axis_parent: torch.Tensor
-    """Joint axis in parent body axes, shape (n, 3)."""
-    axis_child: torch.Tensor
-    """Joint axis in child body axes, shape (n, 3)."""
-    rest_quat: torch.Tensor
-    """Joint frame at q = 0 in the parent body frame, quaternion (w, x, y, z), shape (n, 4)."""
+    revolute_mask: torch.Tensor
+    """``revolute`` as a bool tensor, shape (n,)."""
+    local_parent: torch.Tensor
+    """Columns ``[lever, axis, reference]`` in parent body axes, shape (n, 3, 3): the joint
+    anchor relative to the parent COM [m], the joint axis and a unit vector across it."""
+    local_child: torch.Tensor
+    """Columns ``[lever, axis, reference]`` in child body axes, shape (n, 3, 3) (the lever
+    from the child COM to the joint origin); the references coincide at q = 0."""
+    rest_rot: torch.Tensor
+    """Joint frame at q = 0 in the parent body frame, shape (n, 3, 3)."""
     lower: torch.Tensor
     """Lower position limits [rad or m], shape (n,)."""
     upper: torch.Tensor
@@ -69,13 +70,19 @@ class PBDJoints:
     """Coulomb friction [N·m or N], shape (n,)."""
     constraint_count: torch.Tensor
     """Number of joints acting on each particle, shape (N,) (Jacobi averaging)."""
-
+    couplings: tuple
+    """Ordered pairs of distinct joints sharing a moving particle, ``(j, side_j, k, side_k)``
+    with side 0 = child, 1 = parent: the off-diagonal blocks of the joint system."""
     limited: bool = False
     """Whether any joint has a finite position limit."""
 
     @property
     def count(self):
         return len(self.parent)
+
+    @property
+    def all_revolute(self):
+        return all(self.revolute)
 
 
 @dataclass(frozen=True)
@@ -125,32 +132,59 @@ def _bodies(model):
     )
 
 
+def _reference(axis):
+    """A unit vector perpendicular to each unit axis, shape (n, 3) (numpy, structure only)."""
+    axis = np.asarray(axis, dtype=np.float64)
+    basis = np.eye(3)[np.argmin(np.abs(axis), axis=-1)]
+    across = basis - (basis * axis).sum(-1, keepdims=True) * axis
+    return across / np.linalg.norm(across, axis=-1, keepdims=True)
+
+
+def _couplings(parent, child):
+    """Ordered joint pairs that share a moving particle (see ``PBDJoints.couplings``)."""
+    sides = [(child[j], parent[j]) for j in range(len(child))]
+    pairs = []
+    for j, sides_j in enumerate(sides):
+        for k, sides_k in enumerate(sides):
+            for side_j, particle in enumerate(sides_j):
+                if j != k and particle > 0 and particle in sides_k:
+                    pairs.append((j, side_j, k, sides_k.index(particle)))
+    return tuple(pairs)
+
+
 def _joints(model, com):
     for name, kind in zip(model.joint_names, model.joint_types):
         if kind not in (REVOLUTE, PRISMATIC):
             raise PBDError(f"joint '{name}' has unsupported type '{kind}'; PBD supports revolute and prismatic joints")
+    n, dtype, device = model.nq, model.dtype, model.device
     parent = tuple(p + 1 for p in model.parents)
-    child = tuple(range(1, model.nq + 1))
-    parent_index = torch.tensor(parent, device=model.device)
-    count = torch.zeros(model.nq + 1, dtype=model.dtype, device=model.device)
-    count = count.index_add(0, parent_index, torch.ones(model.nq, dtype=model.dtype, device=model.device))
+    child = tuple(range(1, n + 1))
+    parent_index = torch.tensor(parent, device=device)
+    count = torch.zeros(n + 1, dtype=dtype, device=device)
+    count = count.index_add(0, parent_index, torch.ones(n, dtype=dtype, device=device))
     count = count + torch.cat([count[:1] * 0.0, torch.ones_like(count[1:])])
+    reference = torch.as_tensor(_reference(model.joint_axis.detach().cpu().numpy()), dtype=dtype, device=device)
+    columns = (
+        model.params.joint_origin_xyz - com[parent_index],
+        matvec(model.joint_origin_rot, model.joint_axis),
+        matvec(model.joint_origin_rot, reference),
+    )
     return PBDJoints(
         parent=parent,
         child=child,
         revolute=tuple(t == REVOLUTE for t in model.joint_types),
         parent_index=parent_index,
-        child_index=torch.tensor(child, device=model.device),
-        anchor_parent=model.params.joint_origin_xyz - com[parent_index],
-        anchor_child=-com[1:],
-        axis_parent=matvec(model.joint_origin_rot, model.joint_axis),
-        axis_child=model.joint_axis,
-        rest_quat=matrix_to_quat(model.joint_origin_rot),
+        child_index=torch.tensor(child, device=device),
+        revolute_mask=torch.tensor([t == REVOLUTE for t in model.joint_types], device=device),
+        local_parent=torch.stack(columns, dim=-1),
+        local_child=torch.stack((-com[1:], model.joint_axis, reference), dim=-1),
+        rest_rot=model.joint_origin_rot,
         lower=model.lower,
         upper=model.upper,
         damping=model.params.damping,
         friction=model.params.friction,
         constraint_count=count,
+        couplings=_couplings(parent, child),
         limited=bool(torch.isfinite(model.lower).any() or torch.isfinite(model.upper).any()),
     )
 

@@ -1,13 +1,12 @@
-"""Joint constraint blocks (XPBD): positional, angular and damping rows of every joint.
+"""Joint constraint blocks (XPBD): positional, angular and damping/limit rows of every joint.
 
 Each joint couples its parent (p) and child (c) particle with six rows, written for the
 generalized displacement ``(dx, dtheta)`` of each particle (world axes):
 
 * positional rows (paper Eq. 1-9): ``C_pos = (x_c + r_c) - (x_p + r_p)`` (joint anchors
-  coincide);
+  coincide; for a prismatic joint only across its axis);
 * angular rows (paper Eq. 11-17): revolute joints keep their axes aligned,
-  ``C_ang = a_p x a_c``; prismatic joints keep the rest orientation,
-  ``C_ang = rotvec(q_c (q_p q_rest)^-1)``;
+  ``C_ang = a_p x a_c``; prismatic joints keep the rest orientation;
 * the free direction ``d`` of the joint (``[0, a]`` revolute, ``[a, 0]`` prismatic) is not
   rigid: it carries the joint's viscous damping (plus the slope of the smoothed Coulomb
   friction) as an XPBD dashpot, ``C_d`` = joint displacement since the substep start,
@@ -15,56 +14,39 @@ generalized displacement ``(dx, dtheta)`` of each particle (world axes):
   implicit in the same projection that moves the joint, which keeps stiffly damped light
   links (Baxter's wrist) accurate.
 
-The dashpot row is multiplied by ``beta = h b`` (row scaling S = Q + beta d d^T, Q = I - d d^T),
+The dashpot row is multiplied by ``sigma = h b`` (row scaling S = Q + sigma d d^T, Q = I - d d^T),
 which gives every row a finite compliance (rigid rows ``alpha / h^2``, dashpot row 1) so
-that b = 0 needs no special case and stays differentiable. The correction directions
-(Jacobians) are evaluated at the substep start, as in SHAKE: this makes the scheme second
-order, whereas the closest-point projection of plain PBD (directions at the predicted
-poses) is first order and dissipative. The 6x6 joint blocks and their inverses are built
-once per substep; errors are re-evaluated at every projection.
+that b = 0 needs no special case and stays differentiable. A joint whose predicted position
+leaves its limits gets a rigid free row instead (scale 1, compliance 0, target = the
+displacement that puts it on the limit), so limits are solved together with the joints.
+
+The correction directions (Jacobians) are evaluated at the substep start, as in SHAKE: this
+makes the scheme second order, whereas the closest-point projection of plain PBD
+(directions at the predicted poses) is first order and dissipative. The per-joint blocks
+are built once per substep; errors are re-evaluated at every projection.
 """
 
 from dataclasses import dataclass
 
 import torch
 
-from diffsim_ros.dynamics.spatial import matvec, quat_conjugate, quat_multiply, quat_rotate, skew
-from diffsim_ros.sim.pbd.frames import child_mats, child_rows, parent_mats, parent_rows, quat_exp, rotate
+from diffsim_ros.dynamics.spatial import quat_to_matrix, skew, so3_exp
+from diffsim_ros.sim.pbd.frames import child_mats, child_rows, joint_frames, parent_mats, parent_rows
 
 __all__ = [
-    "orient",
-    "rotation_since",
     "JointBlocks",
     "joint_blocks",
+    "free_direction",
+    "orientations",
+    "row_errors",
     "joint_errors",
-    "joint_geometry",
-    "pair_errors",
-    "compliance_term",
-    "scaled_errors",
+    "row_rhs",
     "row_velocities",
-    "apply_impulses",
+    "compliance_matrix",
+    "scaled_errors",
+    "apply_displacements",
     "constraint_residuals",
 ]
-
-
-def orient(quat0, phi):
-    """Orientations ``exp(phi) quat0`` after world-frame rotation vectors ``phi`` [rad].
-
-    The projections accumulate each particle's rotation since the substep start as one
-    rotation vector: composing small rotations one after the other would add
-    ``1/2 dtheta x phi`` per composition, an O(h^3) pose error that the velocity
-    read-back turns into a first-order error.
-    """
-    return quat_multiply(quat_exp(phi), quat0)
-
-
-def rotation_since(quat, quat0):
-    """Small world-frame rotation vector [rad] from ``quat0`` to ``quat``, ``2 vec(q q0^-1)``.
-
-    Sign-fixed (q and -q are the same rotation); accurate to O(angle^3).
-    """
-    delta = quat_multiply(quat, quat_conjugate(quat0))
-    return torch.where(delta[..., :1] < 0, -2.0, 2.0) * delta[..., 1:]
 
 
 @dataclass(frozen=True)
@@ -82,23 +64,30 @@ class JointBlocks:
     resp_p: torch.Tensor
     """Parent displacement per unit joint impulse, ``M_p^-1 J_p^T``, (..., n, 6, 6)."""
     scale: torch.Tensor
-    """Row scaling ``S = I + (beta - 1) d d^T``, (..., n, 6, 6)."""
-    inv_block: torch.Tensor
-    """Inverse of the local joint block ``S K + A``, (..., n, 6, 6)."""
+    """Row scaling ``S = I + (sigma - 1) d d^T``, (..., n, 6, 6)."""
     free: torch.Tensor
     """Free direction d of each joint (unit), (..., n, 6)."""
-    beta: torch.Tensor
-    """Dashpot row scale ``h (b + friction slope)`` [N·m·s²/rad or N·s²/m], (..., n)."""
+    row_scale: torch.Tensor
+    """Free-row scale sigma: ``h (b + friction slope)`` for a dashpot, 1 at a limit, (..., n)."""
+    row_compliance: torch.Tensor
+    """Free-row compliance: 1 for a dashpot, 0 at a limit, (..., n)."""
+    target: torch.Tensor
+    """Free-row target displacement [rad or m]: 0 for a dashpot, onto the limit at a limit, (..., n)."""
     alpha: float
     """Rigid-row compliance over h^2 (0 = rigid)."""
-    quat0: torch.Tensor
-    """Orientations at the substep start, (..., N, 4) (dashpot reference)."""
-    error0: torch.Tensor
-    """Positional errors at the substep start, (..., n, 3) (prismatic dashpot reference)."""
+    rot0: torch.Tensor
+    """Orientations at the substep start, (..., N, 3, 3)."""
+    slide0: torch.Tensor | None
+    """Prismatic joint positions at the substep start [m], (..., n) (None without prismatic joints)."""
+
+    def local_block(self):
+        """The joint's own block ``S (J_c M_c^-1 J_c^T + J_p M_p^-1 J_p^T) + A``, (..., n, 6, 6)."""
+        coupling = self.jac_c @ self.resp_c + self.jac_p @ self.resp_p
+        return self.scale @ coupling + compliance_matrix(self.free, self.alpha, self.row_compliance)
 
 
 def _jacobians(lever_p, lever_c):
-    """Unscaled 6x6 Jacobians of the joint rows w.r.t. child and parent (dx, dtheta)."""
+    """Jacobians of the joint rows w.r.t. child and parent (dx, dtheta), each (..., n, 6, 6)."""
     eye = torch.eye(3, dtype=lever_c.dtype, device=lever_c.device).expand(*lever_c.shape[:-1], 3, 3)
     zero = torch.zeros_like(eye)
 
@@ -110,12 +99,12 @@ def _jacobians(lever_p, lever_c):
     return jac(lever_c, 1.0), jac(lever_p, -1.0)
 
 
-def _free_direction(joints, axis):
+def free_direction(joints, axis):
     """d = [0, a] for revolute joints, [a, 0] for prismatic joints, shape (..., n, 6)."""
     zero = torch.zeros_like(axis)
-    if all(joints.revolute):
+    if joints.all_revolute:
         return torch.cat([zero, axis], dim=-1)
-    revolute = torch.tensor(joints.revolute, device=axis.device)[:, None]
+    revolute = joints.revolute_mask[:, None]
     return torch.cat([torch.where(revolute, zero, axis), torch.where(revolute, axis, zero)], dim=-1)
 
 
@@ -127,115 +116,128 @@ def _inverse_mass6(bodies, inv_inertia_w):
     return torch.cat([torch.cat([lin, zero], dim=-1), torch.cat([zero, inv_inertia_w], dim=-1)], dim=-2)
 
 
-def _compliance(free, alpha):
-    """Row compliance ``alpha (I - d d^T) + d d^T`` (dashpot row scaled to 1), (..., n, 6, 6)."""
+def compliance_matrix(free, alpha, row_compliance):
+    """Row compliance ``alpha (I - d d^T) + epsilon d d^T``, shape (..., n, 6, 6)."""
     outer = free[..., :, None] * free[..., None, :]
     eye = torch.eye(6, dtype=free.dtype, device=free.device)
-    return alpha * (eye - outer) + outer
+    return alpha * (eye - outer) + row_compliance[..., None, None] * outer
 
 
-def joint_blocks(system, state0, inv_inertia_w, damping, compliance, h):
+def joint_blocks(system, frames0, rot0, inv_inertia_w, damping, compliance, h, limit=None):
     """Per-substep joint-row constants, Jacobians at the substep start (SHAKE directions).
 
     Args:
         system: PBDSystem.
-        state0: PBDState at the substep start (Jacobians and dashpot reference).
+        frames0: JointFrames at the substep start.
+        rot0: Orientations at the substep start, (..., N, 3, 3).
         inv_inertia_w: World inverse inertias, shape (..., N, 3, 3).
         damping: Implicit damping coefficient of every joint (viscous + friction slope)
             [N·m·s/rad or N·s/m], shape (..., n).
         compliance: Rigid-row XPBD compliance [m/N, rad/(N·m)].
         h: Substep [s].
+        limit: Optional ``(active, target)``, each (..., n): joints held on a limit this
+            substep and the displacement that puts them there [rad or m].
 
     Returns:
         JointBlocks.
     """
     joints = system.joints
-    quat_p, quat_c = parent_rows(joints, state0.quat), child_rows(state0.quat)
-    jac_c, jac_p = _jacobians(rotate(quat_p, joints.anchor_parent), rotate(quat_c, joints.anchor_child))
-    free = _free_direction(joints, rotate(quat_c, joints.axis_child))
-    beta = h * damping
-    eye6 = torch.eye(6, dtype=state0.pos.dtype, device=state0.pos.device)
-    scale = eye6 + (beta - 1.0)[..., None, None] * (free[..., :, None] * free[..., None, :])
+    # The parent's lever reaches the child's anchor: the same point as its own anchor for a
+    # revolute joint, the point of the axis the slider is at for a prismatic one.
+    jac_c, jac_p = _jacobians(frames0.pos_c + frames0.lever_c - frames0.pos_p, frames0.lever_c)
+    free = free_direction(joints, frames0.axis_c)
+    row_scale = h * damping
+    row_compliance = torch.ones_like(row_scale)
+    target = torch.zeros_like(row_scale)
+    if limit is not None:
+        active, target = limit[0], torch.where(limit[0], limit[1], target)
+        row_scale = torch.where(active, torch.ones_like(row_scale), row_scale)
+        row_compliance = torch.where(active, torch.zeros_like(row_compliance), row_compliance)
+    eye6 = torch.eye(6, dtype=row_scale.dtype, device=row_scale.device)
+    scale = eye6 + (row_scale - 1.0)[..., None, None] * (free[..., :, None] * free[..., None, :])
     inv_mass6 = _inverse_mass6(system.bodies, inv_inertia_w)
-    resp_c = child_mats(inv_mass6) @ jac_c.transpose(-1, -2)
-    resp_p = parent_mats(joints, inv_mass6) @ jac_p.transpose(-1, -2)
-    alpha = float(compliance) / (h * h)
-    block = scale @ (jac_c @ resp_c + jac_p @ resp_p) + _compliance(free, alpha)
-    error0 = None
-    if not all(joints.revolute):
-        error0 = _positional_error(joints, state0.pos, state0.quat)
+    slide0 = None
+    if not joints.all_revolute:
+        slide0 = (frames0.axis_p * frames0.anchor_error()).sum(-1)
     return JointBlocks(
         jac_c=jac_c,
         jac_p=jac_p,
-        resp_c=resp_c,
-        resp_p=resp_p,
+        resp_c=child_mats(inv_mass6) @ jac_c.transpose(-1, -2),
+        resp_p=parent_mats(joints, inv_mass6) @ jac_p.transpose(-1, -2),
         scale=scale,
-        inv_block=torch.linalg.inv(block),
         free=free,
-        beta=beta,
-        alpha=alpha,
-        quat0=state0.quat,
-        error0=error0,
+        row_scale=row_scale,
+        row_compliance=row_compliance,
+        target=target,
+        alpha=float(compliance) / (h * h),
+        rot0=rot0,
+        slide0=slide0,
     )
 
 
-def _positional_error(joints, pos, quat):
-    return (
-        child_rows(pos)
-        + rotate(child_rows(quat), joints.anchor_child)
-        - parent_rows(joints, pos)
-        - rotate(parent_rows(joints, quat), joints.anchor_parent)
+def orientations(rot0, phi):
+    """Orientations ``exp(phi) rot0`` after world-frame rotation vectors ``phi`` [rad].
+
+    The projections accumulate each particle's rotation since the substep start as one
+    rotation vector: composing small rotations one after the other would add
+    ``1/2 dtheta x phi`` per composition, an O(h^3) pose error that the velocity
+    read-back turns into a first-order error.
+    """
+    return so3_exp(phi) @ rot0
+
+
+def _skew_part(mat):
+    """``vee((M - M^T) / 2)``: the rotation vector of a rotation close to identity, (..., 3)."""
+    return 0.5 * torch.stack(
+        [mat[..., 2, 1] - mat[..., 1, 2], mat[..., 0, 2] - mat[..., 2, 0], mat[..., 1, 0] - mat[..., 0, 1]], dim=-1
     )
 
 
-def pair_errors(geometry, revolute, parent, child, free, error0=None):
-    """Rigid errors ``[C_pos, C_ang]`` and dashpot displacement ``C_d`` of joint rows.
+def row_errors(rest_rot, frames, phi_p, phi_c, free, slide0, revolute):
+    """Rigid errors ``[C_pos, C_ang]`` and free-row displacement ``C_d`` of joint rows.
 
-    Works for one joint (tensors (..., k)) or all joints at once ((..., n, k)).
+    Works for one joint (``frames`` fields (..., k), ``revolute`` a Python bool) or all
+    joints ((..., n, k), ``revolute`` a bool mask, or a Python bool when all joints have
+    the same type).
 
     Args:
-        geometry: ``(anchor_parent, anchor_child, axis_parent, axis_child, rest_quat)`` of
-            the joint(s), body axes.
-        revolute: Python bool (one joint, or all joints of one type) or bool tensor (n,).
-        parent: ``(pos, quat, phi)`` of the parent particle(s), phi = rotation vector since
-            the substep start.
-        child: ``(pos, quat, phi)`` of the child particle(s).
+        rest_rot: Joint frame(s) at q = 0 in the parent body frame, (3, 3) or (n, 3, 3).
+        frames: JointFrames at the current poses.
+        phi_p: Parent rotation since the substep start [rad], (..., 3).
+        phi_c: Child rotation since the substep start [rad], (..., 3).
         free: Free direction(s) d, shape (..., 6).
-        error0: Positional error(s) at the substep start (needed for prismatic joints).
+        slide0: Prismatic position(s) at the substep start [m] (None for revolute joints).
+        revolute: True/False for a single joint or a uniform set, else a mask (n,).
 
     Returns:
-        ``(errors (..., 6), displacement (...))``.
+        ``(errors (..., 6), displacement (...))``. For prismatic joints the positional error
+        is taken across the parent's *current* axis (a slider on a turning link must stay on
+        the turned axis) and the displacement is the change of slide.
     """
-    anchor_p, anchor_c, axis_p, axis_c, rest = geometry
-    (x_p, q_p, phi_p), (x_c, q_c, phi_c) = parent, child
-    pos_error = x_c + rotate(q_c, anchor_c) - x_p - rotate(q_p, anchor_p)
-    hinge = torch.cross(rotate(q_p, axis_p), rotate(q_c, axis_c), dim=-1)
-    displacement = (free[..., 3:] * (phi_c - phi_p)).sum(-1)
+    pos_error = frames.anchor_error()
+    hinge = torch.cross(frames.axis_p, frames.axis_c, dim=-1)
+    turn = (free[..., 3:] * (phi_c - phi_p)).sum(-1)
     if revolute is True:
-        return torch.cat([pos_error, hinge], dim=-1), displacement
-    lock = rotation_since(q_c, quat_multiply(q_p, rest))
-    slide = (free[..., :3] * (pos_error - error0)).sum(-1)
+        return torch.cat([pos_error, hinge], dim=-1), turn
+    slide = (frames.axis_p * pos_error).sum(-1)
+    across = pos_error - frames.axis_p * slide[..., None]
+    lock = _skew_part(frames.rot_c @ (frames.rot_p @ rest_rot).transpose(-1, -2))
     if revolute is False:
-        return torch.cat([pos_error, lock], dim=-1), slide
-    ang_error = torch.where(revolute[:, None], hinge, lock)
-    return torch.cat([pos_error, ang_error], dim=-1), torch.where(revolute, displacement, slide)
+        return torch.cat([across, lock], dim=-1), slide - slide0
+    mask = revolute[:, None]
+    errors = torch.cat([torch.where(mask, pos_error, across), torch.where(mask, hinge, lock)], dim=-1)
+    return errors, torch.where(revolute, turn, slide - slide0)
 
 
-def _type_flag(joints, device):
+def _type_flag(joints):
     """True / False when all joints are revolute / prismatic, else the bool mask (n,)."""
-    if all(joints.revolute) or not any(joints.revolute):
+    if joints.all_revolute or not any(joints.revolute):
         return joints.revolute[0]
-    return torch.tensor(joints.revolute, device=device)
-
-
-def joint_geometry(joints, j=None):
-    """``(anchor_parent, anchor_child, axis_parent, axis_child, rest_quat)`` of joint j (or all)."""
-    parts = (joints.anchor_parent, joints.anchor_child, joints.axis_parent, joints.axis_child, joints.rest_quat)
-    return parts if j is None else tuple(t[j] for t in parts)
+    return joints.revolute_mask
 
 
 def joint_errors(system, blocks, pos, phi):
-    """:func:`pair_errors` of all joints at once: ``(errors (..., n, 6), displacement (..., n))``.
+    """:func:`row_errors` of all joints: ``(errors (..., n, 6), displacement (..., n))``.
 
     Args:
         system: PBDSystem.
@@ -244,50 +246,59 @@ def joint_errors(system, blocks, pos, phi):
         phi: Rotation vectors since the substep start [rad], shape (..., N, 3).
     """
     joints = system.joints
-    revolute = _type_flag(joints, pos.device)
-    quat = orient(blocks.quat0, phi)
-    parent = (parent_rows(joints, pos), parent_rows(joints, quat), parent_rows(joints, phi))
-    child = (child_rows(pos), child_rows(quat), child_rows(phi))
-    return pair_errors(joint_geometry(joints), revolute, parent, child, blocks.free, blocks.error0)
+    frames = joint_frames(joints, pos, orientations(blocks.rot0, phi))
+    return row_errors(
+        joints.rest_rot, frames, parent_rows(joints, phi), child_rows(phi), blocks.free, blocks.slide0, _type_flag(joints)
+    )
 
 
-def scaled_errors(free, beta, errors, displacement):
-    """Row errors ``Q E + beta C_d d`` (rigid part without its free component), (..., 6)."""
+def scaled_errors(free, row_scale, errors, displacement):
+    """Row errors ``Q E + sigma C_d d`` (rigid part without its free component), (..., 6)."""
     along = (free * errors).sum(-1, keepdim=True)
-    return errors + free * ((beta * displacement)[..., None] - along)
+    return errors + free * ((row_scale * displacement)[..., None] - along)
+
+
+def row_rhs(blocks, errors, displacement, lam, index=None):
+    """Right-hand side ``S~ C + A lambda`` of the joint rows (joint ``index``, or all).
+
+    Args:
+        blocks: JointBlocks.
+        errors: Rigid errors, shape (..., 6) or (..., n, 6).
+        displacement: Free-row displacements since the substep start, shape (...) or (..., n).
+        lam: Accumulated multipliers, shape of ``errors``.
+        index: Joint index when ``errors`` belong to one joint.
+    """
+    free, scale, comp, target = blocks.free, blocks.row_scale, blocks.row_compliance, blocks.target
+    if index is not None:
+        free, scale, comp, target = free[..., index, :], scale[..., index], comp[..., index], target[..., index]
+    along = free * (free * lam).sum(-1, keepdim=True)
+    compliance = blocks.alpha * (lam - along) + comp[..., None] * along
+    return scaled_errors(free, scale, errors, displacement - target) + compliance
 
 
 def row_velocities(system, blocks, vel, omega):
     """Joint-row velocities ``J_c (v_c, w_c) + J_p (v_p, w_p)`` of all joints, (..., n, 6)."""
-    joints = system.joints
     twist = torch.cat([vel, omega], dim=-1)
     return (blocks.jac_c @ child_rows(twist)[..., None])[..., 0] + (
-        blocks.jac_p @ parent_rows(joints, twist)[..., None]
+        blocks.jac_p @ parent_rows(system.joints, twist)[..., None]
     )[..., 0]
 
 
-def compliance_term(free, alpha, lam):
-    """``A lambda`` for the row compliance of :func:`_compliance`, shape of ``lam``."""
-    along = free * (free * lam).sum(-1, keepdim=True)
-    return alpha * (lam - along) + along
-
-
-def apply_impulses(system, pos, phi, delta_c, delta_p):
-    """Add generalized displacements to the particles (summed per particle).
+def apply_displacements(system, pos, phi, delta_c, delta_p):
+    """Add per-joint generalized displacements ``(dx, dtheta)`` to the particles.
 
     Args:
         system: PBDSystem.
         pos: COM positions [m], shape (..., N, 3).
         phi: Rotation vectors since the substep start [rad], shape (..., N, 3).
-        delta_c: Child displacements ``(dx, dtheta)`` of every joint, shape (..., n, 6).
+        delta_c: Child displacements of every joint, shape (..., n, 6).
         delta_p: Parent displacements, shape (..., n, 6).
 
     Returns:
         ``(pos, phi)``.
     """
     joints = system.joints
-    count = joints.count + 1
-    zeros = delta_c.new_zeros(*delta_c.shape[:-2], count, 6)
+    zeros = delta_c.new_zeros(*delta_c.shape[:-2], joints.count + 1, 6)
     delta = zeros.index_add(-2, joints.child_index, delta_c).index_add(-2, joints.parent_index, delta_p)
     return pos + delta[..., :3], phi + delta[..., 3:]
 
@@ -306,10 +317,10 @@ def constraint_residuals(system, pos, quat):
         prismatic joints).
     """
     joints = system.joints
-    free = _free_direction(joints, rotate(child_rows(quat), joints.axis_child))
-    zero = torch.zeros_like(child_rows(pos))
-    parent = (parent_rows(joints, pos), parent_rows(joints, quat), zero)
-    child = (child_rows(pos), child_rows(quat), zero)
-    errors, _ = pair_errors(joint_geometry(joints), _type_flag(joints, pos.device), parent, child, free, zero)
-    along = free[..., :3] * (free[..., :3] * errors[..., :3]).sum(-1, keepdim=True)
-    return torch.linalg.vector_norm(errors[..., :3] - along, dim=-1), torch.linalg.vector_norm(errors[..., 3:], dim=-1)
+    frames = joint_frames(joints, pos, quat_to_matrix(quat))
+    zero = torch.zeros_like(frames.pos_c)
+    free = free_direction(joints, frames.axis_c)
+    slide = None if joints.all_revolute else (frames.axis_p * frames.anchor_error()).sum(-1)
+    errors, _ = row_errors(joints.rest_rot, frames, zero, zero, free, slide, _type_flag(joints))
+    return torch.linalg.vector_norm(errors[..., :3], dim=-1), torch.linalg.vector_norm(errors[..., 3:], dim=-1)
+

@@ -9,19 +9,16 @@ damping on its light wrist links has time constants far below any practical subs
 import torch
 
 from diffsim_ros.dynamics.passive import DEFAULT_FRICTION_VELOCITY_SCALE, spring_torques
-from diffsim_ros.sim.pbd.frames import joint_coordinates
 
 __all__ = ["joint_torques", "body_wrenches", "friction_split"]
 
 
-def joint_torques(model, joints, pos, quat, tau):
-    """Applied joint torques plus the spring element torques at the current joint angles.
+def joint_torques(model, q, tau):
+    """Applied joint torques plus the spring element torques at joint positions ``q``.
 
     Args:
         model: RobotModel (spring parameters).
-        joints: PBDJoints.
-        pos: COM positions [m], shape (..., N, 3).
-        quat: Orientations, shape (..., N, 4).
+        q: Joint positions [rad or m], shape (..., n) (None when the model has no springs).
         tau: Applied joint torques [N·m or N], shape (..., n).
 
     Returns:
@@ -29,7 +26,7 @@ def joint_torques(model, joints, pos, quat, tau):
     """
     if not model.spring_joints:
         return tau
-    return tau + spring_torques(model, joint_coordinates(joints, pos, quat))
+    return tau + spring_torques(model, q)
 
 
 def _scatter(joints, count, child_part, parent_part):

@@ -1,7 +1,9 @@
-"""Joint geometry on particle states: world anchors and axes, joint coordinates and rates.
+"""Joint geometry on particle poses: world levers and axes, joint coordinates and rates.
 
-Shared by the force, constraint and joint-space mapping phases. Shapes: ``pos``/``quat``
-(..., N, 3/4) for the N particles; per-joint results (..., n, ...).
+Shared by the force, constraint and joint-space mapping phases. Every joint stores its
+body-frame vectors as the columns of a 3x3 matrix ``[lever, axis, reference]`` per side,
+so one matrix product per side gives all of them in the world. Shapes: ``pos`` (..., N, 3)
+and ``rot`` (..., N, 3, 3) for the N particles; per-joint results (..., n, ...).
 """
 
 import math
@@ -9,44 +11,48 @@ from dataclasses import dataclass
 
 import torch
 
-from diffsim_ros.dynamics.spatial import quat_conjugate, quat_multiply, quat_rotate
+from diffsim_ros.dynamics.spatial import quat_to_matrix
 
 __all__ = [
     "quat_exp",
-    "JointDirections",
-    "rotate",
+    "quat_mul",
     "parent_rows",
     "child_rows",
     "parent_mats",
     "child_mats",
+    "JointFrames",
+    "joint_frames",
+    "JointDirections",
     "joint_directions",
     "joint_rates",
+    "frame_coordinates",
     "joint_coordinates",
     "wrap_angle",
-    "relative_rotation",
 ]
+
+_SMALL_ANGLE_SQUARED = 1e-8  # below it, Taylor series (exact to double precision) replace sin/cos ratios
 
 
 def quat_exp(rotvec):
-    """Unit quaternion of the rotation vector ``rotvec`` [rad], shape (..., 3) -> (..., 4).
+    """Unit quaternion (w, x, y, z) of the rotation vector ``rotvec`` [rad], (..., 3) -> (..., 4).
 
-    Exact (the PBD rotation update and the angular velocity read back with ``quat_log``
-    must be inverse to each other, or every substep loses ~h^2 |w|^3 / 24 of angular
-    speed); a Taylor branch keeps value and gradient finite at zero.
+    Exact, so that a rotation update and the angular velocity read back from it are inverse
+    to each other; a Taylor branch keeps value and gradient finite at zero.
     """
     square = (rotvec * rotvec).sum(-1, keepdim=True)
-    small = square < 1e-8
-    safe = torch.where(small, torch.ones_like(square), square)
-    angle = torch.sqrt(safe)
-    cos_half = torch.where(small, 1.0 - square / 8.0 + square * square / 384.0, torch.cos(0.5 * angle))
-    sinc_half = torch.where(small, 0.5 - square / 48.0 + square * square / 3840.0, torch.sin(0.5 * angle) / angle)
+    small = square < _SMALL_ANGLE_SQUARED
+    angle = torch.sqrt(torch.where(small, torch.ones_like(square), square))
+    cos_half = torch.where(small, 1.0 - square / 8.0, torch.cos(0.5 * angle))
+    sinc_half = torch.where(small, 0.5 - square / 48.0, torch.sin(0.5 * angle) / angle)
     return torch.cat([cos_half, sinc_half * rotvec], dim=-1)
 
 
-def rotate(quat, vec):
-    """Rotate constant or batched vectors (..., 3) by quaternions (..., 4) (broadcasting)."""
-    shape = torch.broadcast_shapes(quat.shape[:-1], vec.shape[:-1])
-    return quat_rotate(quat.expand(*shape, 4), vec.expand(*shape, 3))
+def quat_mul(a, b):
+    """Hamilton product of (w, x, y, z) quaternions in vector form (fewer ops), (..., 4)."""
+    wa, va, wb, vb = a[..., :1], a[..., 1:], b[..., :1], b[..., 1:]
+    return torch.cat(
+        [wa * wb - (va * vb).sum(-1, keepdim=True), wa * vb + wb * va + torch.cross(va, vb, dim=-1)], dim=-1
+    )
 
 
 def parent_rows(joints, x):
@@ -70,6 +76,57 @@ def child_mats(mat):
 
 
 @dataclass(frozen=True)
+class JointFrames:
+    """World geometry of every joint at some particle poses (n joints)."""
+
+    pos_p: torch.Tensor
+    """Parent COM [m], (..., n, 3)."""
+    pos_c: torch.Tensor
+    """Child COM [m], (..., n, 3)."""
+    rot_p: torch.Tensor
+    """Parent orientation, (..., n, 3, 3)."""
+    rot_c: torch.Tensor
+    """Child orientation, (..., n, 3, 3)."""
+    vec_p: torch.Tensor
+    """Parent ``[lever to the joint anchor, axis, reference]`` in the world, (..., n, 3, 3)."""
+    vec_c: torch.Tensor
+    """Child ``[lever to the joint origin, axis, reference]`` in the world, (..., n, 3, 3)."""
+
+    @property
+    def lever_p(self):
+        return self.vec_p[..., 0]
+
+    @property
+    def lever_c(self):
+        return self.vec_c[..., 0]
+
+    @property
+    def axis_p(self):
+        return self.vec_p[..., 1]
+
+    @property
+    def axis_c(self):
+        return self.vec_c[..., 1]
+
+    def anchor_error(self):
+        """Child anchor minus parent anchor [m], (..., n, 3)."""
+        return self.pos_c + self.lever_c - self.pos_p - self.lever_p
+
+
+def joint_frames(joints, pos, rot):
+    """World geometry of every joint at particle poses ``pos`` (..., N, 3), ``rot`` (..., N, 3, 3)."""
+    rot_p, rot_c = parent_mats(joints, rot), child_mats(rot)
+    return JointFrames(
+        pos_p=parent_rows(joints, pos),
+        pos_c=child_rows(pos),
+        rot_p=rot_p,
+        rot_c=rot_c,
+        vec_p=rot_p @ joints.local_parent,
+        vec_c=rot_c @ joints.local_child,
+    )
+
+
+@dataclass(frozen=True)
 class JointDirections:
     """Rows of the joint Jacobians of the two particles of every joint, world axes.
 
@@ -84,43 +141,30 @@ class JointDirections:
     """Angular direction on the child [- or m], shape (..., n, 3)."""
     ang_parent: torch.Tensor
     """Angular direction on the parent [- or m], shape (..., n, 3)."""
-    axis: torch.Tensor
-    """Joint axis in the world (child's), shape (..., n, 3)."""
 
 
-def joint_directions(joints, pos, quat):
-    """Jacobian rows of every joint at the given particle poses.
+def joint_directions(joints, frames):
+    """Jacobian rows of every joint from its :class:`JointFrames`.
 
-    A prismatic joint's force acts at the child's anchor on both particles, so its pair of
+    A prismatic joint's force acts at the child's anchor on both particles, so the pair of
     forces has no net moment.
-
-    Args:
-        joints: PBDJoints.
-        pos: COM positions [m], shape (..., N, 3).
-        quat: Orientations, shape (..., N, 4).
-
-    Returns:
-        JointDirections.
     """
-    quat_c = child_rows(quat)
-    axis = rotate(quat_c, joints.axis_child)
-    if all(joints.revolute):
-        return JointDirections(lin=torch.zeros_like(axis), ang_child=axis, ang_parent=axis, axis=axis)
-    revolute = torch.tensor(joints.revolute, device=pos.device)[:, None]
-    lever_c = rotate(quat_c, joints.anchor_child)
-    lever_p = child_rows(pos) + lever_c - parent_rows(joints, pos)
+    axis = frames.axis_c
+    if joints.all_revolute:
+        return JointDirections(lin=torch.zeros_like(axis), ang_child=axis, ang_parent=axis)
+    revolute = joints.revolute_mask[:, None]
+    lever_p = frames.pos_c + frames.lever_c - frames.pos_p
     return JointDirections(
         lin=torch.where(revolute, torch.zeros_like(axis), axis),
-        ang_child=torch.where(revolute, axis, torch.cross(lever_c, axis, dim=-1)),
+        ang_child=torch.where(revolute, axis, torch.cross(frames.lever_c, axis, dim=-1)),
         ang_parent=torch.where(revolute, axis, torch.cross(lever_p, axis, dim=-1)),
-        axis=axis,
     )
 
 
 def joint_rates(joints, directions, vel, omega):
     """Joint velocities [rad/s or m/s] from particle velocities, shape (..., n)."""
     rate = (directions.ang_child * child_rows(omega)).sum(-1) - (directions.ang_parent * parent_rows(joints, omega)).sum(-1)
-    if all(joints.revolute):
+    if joints.all_revolute:
         return rate
     return rate + (directions.lin * (child_rows(vel) - parent_rows(joints, vel))).sum(-1)
 
@@ -130,37 +174,29 @@ def wrap_angle(angle):
     return angle - (2.0 * math.pi) * torch.round(angle / (2.0 * math.pi))
 
 
-def relative_rotation(joints, quat):
-    """Rotation of each child body relative to its joint frame at q = 0, shape (..., n, 4)."""
-    zero_frame = quat_multiply(parent_rows(joints, quat), joints.rest_quat)
-    return quat_multiply(quat_conjugate(zero_frame), child_rows(quat))
+def frame_coordinates(joints, frames, q_ref=None):
+    """Joint positions from :class:`JointFrames` (paper Algorithm 2, robust over the full range).
 
-
-def joint_coordinates(joints, pos, quat, q_ref=None):
-    """Joint positions from particle poses (paper Algorithm 2, robust over the full range).
-
-    Revolute angles are the signed twist of the relative rotation about the joint axis,
-    ``2 atan2(v . a, w)``, wrapped to [-pi, pi] (or, with ``q_ref``, to the branch nearest
-    ``q_ref``, which keeps continuous joints continuous); no arcsin folding. Prismatic
-    displacements are the anchor offset along the parent's joint axis.
-
-    Args:
-        joints: PBDJoints.
-        pos: COM positions [m], shape (..., N, 3).
-        quat: Orientations, shape (..., N, 4).
-        q_ref: Optional reference joint positions, shape (..., n).
+    Revolute angles are the signed angle between the parent's and the child's reference
+    vectors (perpendicular to the axis), ``atan2(a . (u_p x u_c), u_p . u_c)``, in
+    [-pi, pi] or, with ``q_ref``, on the branch nearest ``q_ref`` (continuous joints stay
+    continuous); no arcsin folding. Prismatic displacements are the anchor offset along the
+    parent's axis.
 
     Returns:
         Joint positions [rad or m], shape (..., n).
     """
-    rel = relative_rotation(joints, quat)
-    twist = 2.0 * torch.atan2((rel[..., 1:] * joints.axis_child).sum(-1), rel[..., 0])
-    angle = wrap_angle(twist) if q_ref is None else q_ref + wrap_angle(twist - q_ref)
-    if all(joints.revolute):
+    ref_p, ref_c = frames.vec_p[..., 2], frames.vec_c[..., 2]
+    sine = (frames.axis_c * torch.cross(ref_p, ref_c, dim=-1)).sum(-1)
+    angle = torch.atan2(sine, (ref_p * ref_c).sum(-1))
+    if q_ref is not None:
+        angle = q_ref + wrap_angle(angle - q_ref)
+    if joints.all_revolute:
         return angle
-    quat_p = parent_rows(joints, quat)
-    anchor_c = child_rows(pos) + rotate(child_rows(quat), joints.anchor_child)
-    anchor_p = parent_rows(joints, pos) + rotate(quat_p, joints.anchor_parent)
-    slide = ((anchor_c - anchor_p) * rotate(quat_p, joints.axis_parent)).sum(-1)
-    revolute = torch.tensor(joints.revolute, device=pos.device)
-    return torch.where(revolute, angle, slide)
+    slide = (frames.axis_p * frames.anchor_error()).sum(-1)
+    return torch.where(joints.revolute_mask, angle, slide)
+
+
+def joint_coordinates(joints, pos, quat, q_ref=None):
+    """Joint positions [rad or m] of particle poses ``pos`` (..., N, 3), ``quat`` (..., N, 4)."""
+    return frame_coordinates(joints, joint_frames(joints, pos, quat_to_matrix(quat)), q_ref)

@@ -9,9 +9,9 @@ import torch
 
 from diffsim_ros.dynamics.checks import joint_tensor
 from diffsim_ros.dynamics.kinematics import body_placements, motion_subspace
-from diffsim_ros.dynamics.spatial import matrix_to_quat, matvec
+from diffsim_ros.dynamics.spatial import matrix_to_quat, matvec, quat_to_matrix
 from diffsim_ros.sim.pbd.bodies import build_system
-from diffsim_ros.sim.pbd.frames import joint_coordinates, joint_directions, joint_rates
+from diffsim_ros.sim.pbd.frames import frame_coordinates, joint_coordinates, joint_directions, joint_frames, joint_rates
 from diffsim_ros.sim.pbd.state import PBDState
 
 __all__ = ["state_from_joints", "joint_positions", "joint_velocities", "joints_from_state"]
@@ -75,12 +75,12 @@ def joint_positions(model, state, q_ref=None, system=None):
 
 def joint_velocities(model, state, system=None):
     """Joint velocities [rad/s or m/s] of a particle state, shape (..., n)."""
-    system = build_system(model) if system is None else system
-    directions = joint_directions(system.joints, state.pos, state.quat)
-    return joint_rates(system.joints, directions, state.vel, state.omega)
+    return joints_from_state(model, state, system=system)[1]
 
 
 def joints_from_state(model, state, q_ref=None, system=None):
     """``(q, qd)`` of a particle state, each shape (..., n) (see :func:`joint_positions`)."""
     system = build_system(model) if system is None else system
-    return joint_positions(model, state, q_ref, system), joint_velocities(model, state, system)
+    frames = joint_frames(system.joints, state.pos, quat_to_matrix(state.quat))
+    rates = joint_rates(system.joints, joint_directions(system.joints, frames), state.vel, state.omega)
+    return frame_coordinates(system.joints, frames, q_ref), rates

@@ -1,42 +1,39 @@
 """Projection of the joint rows: Gauss-Seidel, Jacobi (the paper's) and a direct solve.
 
 All three solve the XPBD update ``(S J M^-1 J^T + A) dlambda = -(S~ C + A lambda)`` of the
-joint rows (see :mod:`.constraints`) for the joint impulses ``dlambda``: Gauss-Seidel and
-Jacobi joint by joint with each joint's exact 6x6 block, the direct solver for all joints
-at once (the exact linearized projection of the whole tree, one dense solve).
+joint rows (see :mod:`.constraints`) for the joint impulses ``dlambda`` and move the
+particles by ``M^-1 J^T dlambda``: Gauss-Seidel and Jacobi joint by joint with each
+joint's exact 6x6 block, the direct solver for all joints at once (the exact linearized
+projection of the whole tree; one LU factorization per substep, one solve per iteration).
+All work on positions and rotation vectors accumulated since the substep start.
 """
 
 import torch
 
 from diffsim_ros.dynamics.spatial import matvec
 from diffsim_ros.sim.pbd.constraints import (
-    apply_impulses,
-    compliance_term,
+    apply_displacements,
     joint_errors,
-    joint_geometry,
-    orient,
-    pair_errors,
-    scaled_errors,
+    orientations,
+    row_errors,
+    row_rhs,
 )
-from diffsim_ros.sim.pbd.frames import joint_coordinates
+from diffsim_ros.sim.pbd.frames import JointFrames
 
-__all__ = ["project_gauss_seidel", "project_jacobi", "project_direct", "solve_direct", "project_limits"]
+__all__ = ["project_gauss_seidel", "project_jacobi", "project_direct", "solve_direct"]
 
 
-def _joint_update(blocks, errors, displacement, lam, index=None):
-    """Multiplier step and particle displacements of joint rows (joint ``index``, or all).
-
-    Returns:
-        ``(dlambda, delta_child, delta_parent)``: shapes (..., 6) each (or (..., n, 6)).
-    """
-    free, beta, inverse = blocks.free, blocks.beta, blocks.inv_block
-    resp_c, resp_p = blocks.resp_c, blocks.resp_p
-    if index is not None:
-        free, beta, inverse = free[..., index, :], beta[..., index], inverse[..., index, :, :]
-        resp_c, resp_p = resp_c[..., index, :, :], resp_p[..., index, :, :]
-    rhs = scaled_errors(free, beta, errors, displacement) + compliance_term(free, blocks.alpha, lam)
-    step = -matvec(inverse, rhs)
-    return step, matvec(resp_c, step), matvec(resp_p, step)
+def _pair_frames(joints, j, xs, rots):
+    """JointFrames of joint j from per-particle lists of positions and orientations."""
+    p, c = joints.parent[j], joints.child[j]
+    return JointFrames(
+        pos_p=xs[p],
+        pos_c=xs[c],
+        rot_p=rots[p],
+        rot_c=rots[c],
+        vec_p=rots[p] @ joints.local_parent[j],
+        vec_c=rots[c] @ joints.local_child[j],
+    )
 
 
 def project_gauss_seidel(system, blocks, pos, phi, iterations):
@@ -53,36 +50,43 @@ def project_gauss_seidel(system, blocks, pos, phi, iterations):
         ``(pos, phi)`` after projection.
     """
     joints = system.joints
-    xs, phis, q0s = list(pos.unbind(-2)), list(phi.unbind(-2)), list(blocks.quat0.unbind(-2))
-    qs = [orient(q0, p) for q0, p in zip(q0s, phis)]
+    inverse = torch.linalg.inv(blocks.local_block()).unbind(-3)
+    resp_c, resp_p = blocks.resp_c.unbind(-3), blocks.resp_p.unbind(-3)
+    xs, phis, rot0 = list(pos.unbind(-2)), list(phi.unbind(-2)), blocks.rot0.unbind(-3)
+    rots = [orientations(r, p) for r, p in zip(rot0, phis)]
     lam = [torch.zeros_like(blocks.free[..., 0, :])] * joints.count
     for _ in range(iterations):
         for j, (p, c) in enumerate(zip(joints.parent, joints.child)):
-            error0 = None if blocks.error0 is None else blocks.error0[..., j, :]
-            errors, displacement = pair_errors(
-                joint_geometry(joints, j),
-                joints.revolute[j],
-                (xs[p], qs[p], phis[p]),
-                (xs[c], qs[c], phis[c]),
+            slide0 = None if blocks.slide0 is None else blocks.slide0[..., j]
+            errors, displacement = row_errors(
+                joints.rest_rot[j],
+                _pair_frames(joints, j, xs, rots),
+                phis[p],
+                phis[c],
                 blocks.free[..., j, :],
-                error0,
+                slide0,
+                joints.revolute[j],
             )
-            step, delta_c, delta_p = _joint_update(blocks, errors, displacement, lam[j], j)
+            step = -matvec(inverse[j], row_rhs(blocks, errors, displacement, lam[j], j))
             lam[j] = lam[j] + step
-            xs[c], phis[c] = xs[c] + delta_c[..., :3], phis[c] + delta_c[..., 3:]
-            qs[c] = orient(q0s[c], phis[c])
-            if p > 0:  # the fixed base never moves
-                xs[p], phis[p] = xs[p] + delta_p[..., :3], phis[p] + delta_p[..., 3:]
-                qs[p] = orient(q0s[p], phis[p])
+            for k, response in ((c, resp_c[j]), (p, resp_p[j])):
+                if k == 0:  # the fixed base never moves
+                    continue
+                delta = matvec(response, step)
+                xs[k], phis[k] = xs[k] + delta[..., :3], phis[k] + delta[..., 3:]
+                rots[k] = orientations(rot0[k], phis[k])
     return torch.stack(xs, dim=-2), torch.stack(phis, dim=-2)
 
 
 def project_jacobi(system, blocks, pos, phi, iterations, relaxation=1.0):
-    """Jacobi (the paper's solver): every joint from the same poses, averaged per particle.
+    """Jacobi (the paper's solver): every joint from the same poses, averaged.
 
     Each iteration computes every joint's block update at the current poses (vectorized
-    over joints) and moves each particle by ``relaxation / (its number of joints)`` times
-    the sum of its joints' displacements (constraint averaging).
+    over joints) and applies it scaled by ``relaxation / k``, k the largest number of
+    joints acting on either of its two particles (constraint averaging). Scaling each
+    joint's impulse, rather than each particle's sum, keeps both particles' moves along
+    that joint's correction directions, so the iteration converges to the same point as
+    the direct solve.
 
     Args:
         system: PBDSystem.
@@ -96,25 +100,47 @@ def project_jacobi(system, blocks, pos, phi, iterations, relaxation=1.0):
         ``(pos, phi)`` after projection.
     """
     joints = system.joints
-    share = relaxation / joints.constraint_count.clamp_min(1.0)
-    weight_c, weight_p = share[joints.child_index, None], share[joints.parent_index, None]
+    count = joints.constraint_count * system.bodies.dynamic  # the fixed base never moves
+    share = relaxation / torch.maximum(count[joints.child_index], count[joints.parent_index])[:, None]
+    inverse = torch.linalg.inv(blocks.local_block())
     lam = torch.zeros_like(blocks.free)
     for _ in range(iterations):
         errors, displacement = joint_errors(system, blocks, pos, phi)
-        step, delta_c, delta_p = _joint_update(blocks, errors, displacement, lam)
-        lam = lam + weight_c * step
-        pos, phi = apply_impulses(system, pos, phi, weight_c * delta_c, weight_p * delta_p)
+        step = -share * matvec(inverse, row_rhs(blocks, errors, displacement, lam))
+        lam = lam + step
+        pos, phi = apply_displacements(system, pos, phi, matvec(blocks.resp_c, step), matvec(blocks.resp_p, step))
     return pos, phi
 
 
-def _dense_rows(joints, child_part, parent_part, count):
-    """Dense (..., n, 6, N, 6) matrix with per-joint child/parent 6x6 blocks."""
-    eye = torch.eye(count, dtype=child_part.dtype, device=child_part.device)
-    onehot_c, onehot_p = eye[list(joints.child)], eye[list(joints.parent)]  # (n, N)
-    return (
-        child_part[..., :, :, None, :] * onehot_c[:, None, :, None]
-        + parent_part[..., :, :, None, :] * onehot_p[:, None, :, None]
-    )
+def _factor_direct(system, blocks):
+    """LU factors of the 6n x 6n system of all joint rows.
+
+    Block (j, j) is the joint's own block; block (j, k) couples two joints through the
+    particle they share, ``S_j J_j M^-1 J_k^T``. Only those blocks are formed.
+    """
+    joints = system.joints
+    n = joints.count
+    diagonal = blocks.local_block()
+    shape = diagonal.shape[:-3]
+    blocks_flat = diagonal.new_zeros(*shape, n * n, 6, 6)
+    index = torch.arange(n, device=diagonal.device) * (n + 1)
+    blocks_flat = blocks_flat.index_add(-3, index, diagonal)
+    if joints.couplings:
+        rows, row_side, cols, col_side = (list(t) for t in zip(*joints.couplings))
+        jac = torch.stack([blocks.scale @ blocks.jac_c, blocks.scale @ blocks.jac_p], dim=-3)  # (..., n, 2, 6, 6)
+        resp = torch.stack([blocks.resp_c, blocks.resp_p], dim=-3)
+        coupling = jac[..., rows, row_side, :, :] @ resp[..., cols, col_side, :, :]
+        position = torch.tensor(rows, device=diagonal.device) * n + torch.tensor(cols, device=diagonal.device)
+        blocks_flat = blocks_flat.index_add(-3, position, coupling)
+    matrix = blocks_flat.unflatten(-3, (n, n)).transpose(-3, -2).reshape(*shape, 6 * n, 6 * n)
+    return torch.linalg.lu_factor(matrix)
+
+
+def _solve_factored(system, blocks, factors, rhs):
+    """Impulses (..., n, 6) and per-joint child/parent displacements for row rhs (..., n, 6)."""
+    lu, pivots = factors
+    step = -torch.linalg.lu_solve(lu, pivots, rhs.flatten(-2)[..., None])[..., 0].unflatten(-1, rhs.shape[-2:])
+    return step, matvec(blocks.resp_c, step), matvec(blocks.resp_p, step)
 
 
 def solve_direct(system, blocks, rhs):
@@ -126,29 +152,19 @@ def solve_direct(system, blocks, rhs):
         rhs: Scaled row errors plus compliance terms, shape (..., n, 6).
 
     Returns:
-        ``(dlambda (..., n, 6), particle displacements (dx, dtheta) (..., N, 6))``.
+        ``(dlambda, delta_child, delta_parent)``, each (..., n, 6): the impulses and the
+        generalized displacements ``(dx, dtheta)`` they give each joint's two particles.
     """
-    joints = system.joints
-    n, count = joints.count, joints.count + 1
-    rows = _dense_rows(joints, blocks.scale @ blocks.jac_c, blocks.scale @ blocks.jac_p, count)
-    rows = rows.flatten(-2).flatten(-3, -2)  # (..., 6n, 6N)
-    resp = _dense_rows(joints, blocks.resp_c.transpose(-1, -2), blocks.resp_p.transpose(-1, -2), count)
-    resp = resp.flatten(-2).flatten(-3, -2).transpose(-1, -2)  # (..., 6N, 6n)
-    outer = blocks.free[..., :, None] * blocks.free[..., None, :]
-    comp = blocks.alpha * (torch.eye(6, dtype=rhs.dtype, device=rhs.device) - outer) + outer
-    eye_n = torch.eye(n, dtype=rhs.dtype, device=rhs.device)
-    comp = (comp[..., :, :, None, :] * eye_n[:, None, :, None]).flatten(-2).flatten(-3, -2)
-    step = -torch.linalg.solve(rows @ resp + comp, rhs.flatten(-2))
-    delta = (resp @ step[..., None])[..., 0]
-    return step.unflatten(-1, (n, 6)), delta.unflatten(-1, (count, 6))
+    return _solve_factored(system, blocks, _factor_direct(system, blocks), rhs)
 
 
 def project_direct(system, blocks, pos, phi, iterations):
-    """Direct solver: the exact linearized projection of all joints, one dense solve each iteration.
+    """Direct solver: the exact linearized projection of all joints at once.
 
-    Builds the 6n x 6n system of all joint rows from the per-joint blocks and solves it
-    with LU, so every row is satisfied to first order at once (no Gauss-Seidel/Jacobi
-    convergence error); ``iterations`` quasi-Newton iterations handle the nonlinearity.
+    Builds the 6n x 6n system of all joint rows from the per-joint blocks and factorizes it
+    once per substep, so every row is satisfied to first order at once (no Gauss-Seidel or
+    Jacobi convergence error); ``iterations`` quasi-Newton iterations (same factors, errors
+    re-evaluated) handle the nonlinearity.
 
     Args:
         system: PBDSystem.
@@ -160,31 +176,11 @@ def project_direct(system, blocks, pos, phi, iterations):
     Returns:
         ``(pos, phi)`` after projection.
     """
+    factors = _factor_direct(system, blocks)
     lam = torch.zeros_like(blocks.free)
     for _ in range(iterations):
         errors, displacement = joint_errors(system, blocks, pos, phi)
-        rhs = scaled_errors(blocks.free, blocks.beta, errors, displacement) + compliance_term(blocks.free, blocks.alpha, lam)
-        step, delta = solve_direct(system, blocks, rhs)
+        step, delta_c, delta_p = _solve_factored(system, blocks, factors, row_rhs(blocks, errors, displacement, lam))
         lam = lam + step
-        pos, phi = pos + delta[..., :3], phi + delta[..., 3:]
+        pos, phi = apply_displacements(system, pos, phi, delta_c, delta_p)
     return pos, phi
-
-
-def project_limits(system, blocks, pos, phi):
-    """Push joints that left their position limits back onto them (hard, one pass).
-
-    The violation ``q - clamp(q, lower, upper)`` is zero inside the limits, so the pass
-    does nothing (with zero gradient) for joints within range. All joints are projected at
-    once from the same poses (limits of adjacent joints are rarely active together).
-
-    Returns:
-        ``(pos, phi)`` after projection.
-    """
-    joints = system.joints
-    q = joint_coordinates(joints, pos, orient(blocks.quat0, phi))
-    violation = q - torch.minimum(torch.maximum(q, joints.lower), joints.upper)
-    free = blocks.free
-    move_c, move_p = matvec(blocks.resp_c, free), matvec(blocks.resp_p, free)
-    inv_gen = (free * (matvec(blocks.jac_c, move_c) + matvec(blocks.jac_p, move_p))).sum(-1)
-    impulse = (-violation / inv_gen)[..., None]
-    return apply_impulses(system, pos, phi, impulse * move_c, impulse * move_p)

@@ -6,6 +6,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from diffsim_ros.dynamics.checks import joint_tensor
+from diffsim_ros.model.errors import RobotModelError
 from diffsim_ros.sim.base import JointSpaceSimulator
 from diffsim_ros.sim.pbd.bodies import build_system
 from diffsim_ros.sim.pbd.constraints import constraint_residuals
@@ -116,7 +117,7 @@ class PBDSimulator(JointSpaceSimulator):
         check_state(self.model, state)
         control = check_control(self.model, control)
         system = build_system(self.model)
-        new = integrate(self.model, system, _broadcast(state, control), control, self.dt, self.settings)
+        new = self._integrate(system, _broadcast(state, control), control)
         _check_finite(new.pos, "particle positions")
         return new
 
@@ -168,12 +169,18 @@ class PBDSimulator(JointSpaceSimulator):
         control = check_control(model, PBDControl(tau=tau))
         system = build_system(model)
         state = state_from_joints(model, q, qd, system)
-        state = integrate(model, system, _broadcast(state, control), control, self.dt, self.settings)
+        state = self._integrate(system, _broadcast(state, control), control)
         q_new, qd_new = joints_from_state(model, state, q, system)
         _check_finite(q_new, "joint positions")
         _check_finite(qd_new, "joint velocities")
         self._check_residual(system, state)
         return q_new, qd_new
+
+    def _integrate(self, system, state, control):
+        try:
+            return integrate(self.model, system, state, control, self.dt, self.settings)
+        except RobotModelError as error:  # an internal check met NaN/inf: the step blew up
+            raise PBDError(f"PBD simulation diverged ({error}); reduce dt or increase substeps") from error
 
     def _check_residual(self, system, state):
         if self.residual_tolerance is None or self.on_residual == "ignore":

@@ -6,10 +6,17 @@ One substep of length ``h``:
    external wrenches become particle wrenches; gravity and gyroscopic terms are added;
    velocities are integrated explicitly;
 2. **prediction**: positions and rotation vectors advance with the new velocities;
-3. **projection**: the joint rows (rigid rows + implicit damping rows) are projected by
-   Gauss-Seidel, Jacobi or the direct solver, then joint limits;
+3. **projection**: the joint rows (rigid rows + implicit damping rows, or limit rows for
+   joints predicted beyond their limits) are projected by Gauss-Seidel, Jacobi or the
+   direct solver;
 4. **velocity update**: velocities are re-derived from the projected poses, angular ones
    from the accumulated rotation vector (paper Algorithm 1).
+
+Position-based dynamics is a Störmer-Verlet scheme: the velocity it derives from positions
+is the chord velocity of the last substep, half a substep behind the positions. A step
+therefore starts with a half kick and ends with a closing half kick plus a velocity
+projection (:func:`finish_velocities`), so that states at step boundaries hold velocities
+at their own time and steps chain without losing second order.
 """
 
 from dataclasses import dataclass
@@ -17,19 +24,28 @@ from dataclasses import dataclass
 import torch
 
 from diffsim_ros.dynamics.spatial import matvec, quat_to_matrix
-from diffsim_ros.sim.pbd.constraints import joint_blocks, orient, row_velocities, scaled_errors
-from diffsim_ros.sim.pbd.forces import body_wrenches, friction_split, joint_torques
-from diffsim_ros.sim.pbd.frames import joint_directions, joint_rates
-from diffsim_ros.sim.pbd.projection import (
-    project_direct,
-    project_gauss_seidel,
-    project_jacobi,
-    project_limits,
-    solve_direct,
+from diffsim_ros.sim.pbd.constraints import (
+    apply_displacements,
+    free_direction,
+    joint_blocks,
+    row_velocities,
+    scaled_errors,
 )
+from diffsim_ros.sim.pbd.forces import body_wrenches, friction_split, joint_torques
+from diffsim_ros.sim.pbd.frames import (
+    child_rows,
+    frame_coordinates,
+    joint_directions,
+    joint_frames,
+    joint_rates,
+    parent_rows,
+    quat_exp,
+    quat_mul,
+)
+from diffsim_ros.sim.pbd.projection import project_direct, project_gauss_seidel, project_jacobi, solve_direct
 from diffsim_ros.sim.pbd.state import PBDState
 
-__all__ = ["SolverSettings", "world_inertias", "substep", "integrate", "finish_velocities"]
+__all__ = ["SolverSettings", "substep", "integrate", "finish_velocities"]
 
 SOLVERS = ("jacobi", "gauss_seidel", "direct")
 
@@ -56,14 +72,26 @@ class SolverSettings:
             raise ValueError(f"compliance must be >= 0, got {self.compliance}")
 
 
-def world_inertias(bodies, quat):
-    """World-frame inertia and inverse inertia of every particle, each (..., N, 3, 3)."""
-    rot = quat_to_matrix(quat)
-    rot_t = rot.transpose(-1, -2)
-    return rot @ bodies.inertia @ rot_t, rot @ bodies.inv_inertia @ rot_t
+@dataclass(frozen=True)
+class _Pose:
+    """Geometry of a state shared by the phases of one substep."""
+
+    rot: torch.Tensor
+    """Orientations, (..., N, 3, 3)."""
+    frames: object
+    """JointFrames."""
+    q: torch.Tensor | None
+    """Joint positions [rad or m], (..., n), when springs or limits need them."""
 
 
-def _accelerate(model, system, state, control, h, kick, spin):
+def _pose(model, system, state, settings):
+    rot = quat_to_matrix(state.quat)
+    frames = joint_frames(system.joints, state.pos, rot)
+    needs_q = bool(model.spring_joints) or (settings.limits and system.joints.limited)
+    return _Pose(rot=rot, frames=frames, q=frame_coordinates(system.joints, frames) if needs_q else None)
+
+
+def _accelerate(model, system, state, pose, control, h, kick, spin):
     """Phase 1: explicit forces; returns (vel, omega, inv_inertia_w, implicit damping (..., n)).
 
     ``kick`` scales the velocity change: 1 for a full substep from the previous chord
@@ -75,12 +103,14 @@ def _accelerate(model, system, state, control, h, kick, spin):
     implicit half is returned for the dashpot rows.
     """
     bodies, joints = system.bodies, system.joints
-    inertia_w, inv_inertia_w = world_inertias(bodies, state.quat)
-    directions = joint_directions(joints, state.pos, state.quat)
+    rot_t = pose.rot.transpose(-1, -2)
+    inertia_w = pose.rot @ bodies.inertia @ rot_t
+    inv_inertia_w = pose.rot @ bodies.inv_inertia @ rot_t
+    directions = joint_directions(joints, pose.frames)
     rate = joint_rates(joints, directions, state.vel, state.omega)
     friction, slope = friction_split(joints, rate)
     damping = joints.damping + slope
-    tau = joint_torques(model, joints, state.pos, state.quat, control.tau) + friction
+    tau = joint_torques(model, pose.q, control.tau) + friction
     if kick == 1.0:
         tau = tau - 0.5 * damping * rate
     torque, force = body_wrenches(joints, directions, tau, control.wrench)
@@ -89,6 +119,25 @@ def _accelerate(model, system, state, control, h, kick, spin):
     gyroscopic = torch.cross(spin, matvec(inertia_w, spin), dim=-1)
     omega = state.omega + (kick * h) * matvec(inv_inertia_w, torque - gyroscopic)
     return vel, omega, inv_inertia_w, 0.5 * damping
+
+
+def _active_limits(system, pose, free, move, phi):
+    """Joints whose predicted position leaves the limits, and the displacement onto the limit.
+
+    The predicted displacement is the first-order one along the free direction (exact for
+    revolute joints: the relative rotation about the axis).
+
+    Returns:
+        ``(active (..., n) bool, target (..., n) [rad or m])``.
+    """
+    joints = system.joints
+    turn = (free[..., 3:] * (child_rows(phi) - parent_rows(joints, phi))).sum(-1)
+    if not joints.all_revolute:
+        slide = (free[..., :3] * (child_rows(move) - parent_rows(joints, move))).sum(-1)
+        turn = torch.where(joints.revolute_mask, turn, slide)
+    predicted = pose.q + turn
+    clamped = torch.minimum(torch.maximum(predicted, joints.lower), joints.upper)
+    return predicted != clamped, clamped - pose.q
 
 
 def substep(model, system, state, control, h, settings, kick=1.0, spin=None):
@@ -110,31 +159,33 @@ def substep(model, system, state, control, h, settings, kick=1.0, spin=None):
         New PBDState whose velocities are the chord velocities of this substep.
     """
     spin = state.omega if spin is None else spin
-    vel, omega, inv_inertia_w, damping = _accelerate(model, system, state, control, h, kick, spin)
-    blocks = joint_blocks(system, state, inv_inertia_w, damping, settings.compliance, h)
-    pos, phi = state.pos + h * vel, h * omega
+    pose = _pose(model, system, state, settings)
+    vel, omega, inv_inertia_w, damping = _accelerate(model, system, state, pose, control, h, kick, spin)
+    move, phi = h * vel, h * omega
+    limit = None
+    if settings.limits and system.joints.limited:
+        free = free_direction(system.joints, pose.frames.axis_c)
+        limit = _active_limits(system, pose, free, move, phi)
+    blocks = joint_blocks(system, pose.frames, pose.rot, inv_inertia_w, damping, settings.compliance, h, limit)
+    pos = state.pos + move
     if settings.solver == "gauss_seidel":
         pos, phi = project_gauss_seidel(system, blocks, pos, phi, settings.iterations)
     elif settings.solver == "direct":
         pos, phi = project_direct(system, blocks, pos, phi, settings.iterations)
     else:
         pos, phi = project_jacobi(system, blocks, pos, phi, settings.iterations, settings.relaxation)
-    if settings.limits and system.joints.limited:
-        pos, phi = project_limits(system, blocks, pos, phi)
     # Chord velocities; the rotation vector phi is the exact rotation of the substep
     # (paper Algorithm 1's quaternion difference with its sign fixed, without its
     # small-angle approximation).
-    return PBDState(pos=pos, quat=orient(state.quat, phi), vel=(pos - state.pos) / h, omega=phi / h)
+    quat = quat_mul(quat_exp(phi), state.quat)
+    return PBDState(pos=pos, quat=quat, vel=(pos - state.pos) / h, omega=phi / h)
 
 
 def integrate(model, system, state, control, dt, settings):
     """Advance by ``dt`` [s] in ``settings.substeps`` substeps with the control held.
 
-    Position-based dynamics is a Störmer-Verlet scheme: the velocity it derives from
-    positions is the chord velocity of the last substep, half a substep behind the
-    positions. To start and end on velocities *at* the step boundaries (what the joint-space
-    API and a new control period need), the first substep takes a half kick and the final
-    velocities come from a closing half kick (:func:`finish_velocities`).
+    Returns:
+        PBDState at the end of the step, with velocities at that time.
     """
     h = dt / settings.substeps
     start, previous, last = state.omega, None, None
@@ -142,7 +193,7 @@ def integrate(model, system, state, control, dt, settings):
         spin = _spin(start, previous, last)
         state = substep(model, system, state, control, h, settings, 0.5 if index == 0 else 1.0, spin)
         previous, last = last, state.omega
-    return finish_velocities(model, system, state, control, h, _spin(start, previous, last))
+    return finish_velocities(model, system, state, control, h, _spin(start, previous, last), settings)
 
 
 def _spin(start, previous, last):
@@ -158,7 +209,7 @@ def _spin(start, previous, last):
     return 1.5 * last - 0.5 * previous
 
 
-def finish_velocities(model, system, state, control, h, spin):
+def finish_velocities(model, system, state, control, h, spin, settings=SolverSettings()):
     """Velocities at the end of a step from the last chord velocities (RATTLE half kick).
 
     A half kick of the explicit forces at the final poses, then a velocity projection onto
@@ -174,13 +225,16 @@ def finish_velocities(model, system, state, control, h, spin):
         control: PBDControl.
         h: Substep [s].
         spin: Angular velocities estimated at the final time [rad/s], shape (..., N, 3).
+        settings: SolverSettings (whether springs need joint positions for limits).
 
     Returns:
         PBDState with velocities at its own time.
     """
-    vel, omega, inv_inertia_w, damping = _accelerate(model, system, state, control, h, 0.5, spin)
-    blocks = joint_blocks(system, state, inv_inertia_w, damping, 0.0, h)
+    pose = _pose(model, system, state, settings)
+    vel, omega, inv_inertia_w, damping = _accelerate(model, system, state, pose, control, h, 0.5, spin)
+    blocks = joint_blocks(system, pose.frames, pose.rot, inv_inertia_w, damping, 0.0, h)
     rows = row_velocities(system, blocks, vel, omega)
     rate = (blocks.free * rows).sum(-1)
-    _, delta = solve_direct(system, blocks, scaled_errors(blocks.free, blocks.beta, rows, rate))
-    return state.replace(vel=vel + delta[..., :3], omega=omega + delta[..., 3:])
+    _, delta_c, delta_p = solve_direct(system, blocks, scaled_errors(blocks.free, blocks.row_scale, rows, rate))
+    vel, omega = apply_displacements(system, vel, omega, delta_c, delta_p)
+    return state.replace(vel=vel, omega=omega)

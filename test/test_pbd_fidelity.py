@@ -1,0 +1,179 @@
+"""PBD physics against independent references: MuJoCo and the exact rigid-body integrator.
+
+Reduced versions of the fidelity study (benchmarks/bench_pbd.py writes the full tables).
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from diffsim_ros.dynamics import body_placements, frame_jacobian, kinetic_energy, potential_energy
+from diffsim_ros.dynamics.spatial import skew
+from diffsim_ros.model import RobotModel
+from diffsim_ros.sim import PBDControl, PBDSimulator
+from diffsim_ros.sim.base import RigidBodySimulator
+from test_pbd_references import baxter, chain_urdf, mujoco_rollout, random_state
+
+BAXTER_RMSE_TOL = 1e-4  # joint-angle RMSE over 0.3 s, 10 substeps, vs MuJoCo [rad]
+BAXTER_MAX_TOL = 3e-4  # worst joint-angle error over 0.3 s [rad]
+BAXTER_QD_TOL = 5e-3  # worst joint-velocity error over 0.3 s [rad/s]
+SECOND_ORDER_RATIO = 3.0  # error(h) / error(h/2) of a second-order scheme is ~4
+ENERGY_DRIFT_TOL = 1e-3  # relative energy change of an undamped pendulum over 2 s
+CHAIN_TOL = 1e-4  # small chains vs RK4 reference [rad or m]
+SOLVER_AGREEMENT_TOL = 1e-8  # converged Gauss-Seidel/Jacobi vs direct [rad]
+BATCH_TOL = 1e-12  # batched vs one-by-one rollouts
+LIMIT_TOL = 2e-3  # penetration of a joint limit under a large torque [rad]
+WRENCH_TOL = 1e-6  # tip force as wrench vs as Jacobian-transpose torques [rad]
+
+DT = 0.01
+
+
+def _sine_torques(model, steps, amplitude=3.0):
+    t = torch.arange(steps, dtype=model.dtype)[:, None] * DT
+    phase = torch.arange(model.nq, dtype=model.dtype)
+    scale = torch.tensor([1, 1, 1, 1, 0.3, 0.3, 0.1], dtype=model.dtype)[: model.nq]
+    return amplitude * scale * torch.sin(2 * np.pi * 1.5 * t + phase)
+
+
+@pytest.mark.parametrize("torques", ["free", "sine"])
+def test_baxter_matches_mujoco(torques):
+    """Swinging under gravity (damping, shoulder spring) and under a torque sequence."""
+    model = baxter()
+    q0, qd0 = random_state(model, 3)
+    steps = 30
+    tau = torch.zeros(steps, model.nq, dtype=model.dtype) if torques == "free" else _sine_torques(model, steps)
+    ref_q, ref_qd = mujoco_rollout(model, q0.numpy(), qd0.numpy(), tau.numpy(), DT)
+    with torch.no_grad():
+        q, qd = PBDSimulator(model, dt=DT, substeps=10, limits=False).rollout(q0, qd0, tau)
+    error = q.numpy() - ref_q
+    assert np.sqrt((error**2).mean()) < BAXTER_RMSE_TOL
+    assert np.abs(error).max() < BAXTER_MAX_TOL
+    assert np.abs(qd.numpy() - ref_qd).max() < BAXTER_QD_TOL
+
+
+def _double_pendulum(**kwargs):
+    return RobotModel.from_urdf(chain_urdf([0.5, 0.4], [1.0, 0.7]), **kwargs)
+
+
+def _rk4_reference(model, q0, qd0, tau, substeps=50):
+    with torch.no_grad():
+        return RigidBodySimulator(model, DT, substeps=substeps, integrator="rk4").rollout(q0, qd0, tau)
+
+
+def test_second_order_convergence():
+    model = _double_pendulum()
+    q0 = torch.tensor([0.8, -0.5], dtype=model.dtype)
+    qd0 = torch.tensor([1.0, 2.0], dtype=model.dtype)
+    tau = torch.zeros(20, 2, dtype=model.dtype)
+    ref, _ = _rk4_reference(model, q0, qd0, tau)
+    errors = []
+    for substeps in (2, 4):
+        with torch.no_grad():
+            q, _ = PBDSimulator(model, dt=DT, substeps=substeps, limits=False).rollout(q0, qd0, tau)
+        errors.append(float((q - ref).abs().max()))
+    assert errors[0] / errors[1] > SECOND_ORDER_RATIO
+
+
+def test_energy_drift_is_bounded():
+    """Undamped, unforced double pendulum over 2 s: no secular energy loss or gain."""
+    model = _double_pendulum()
+    q0 = torch.tensor([1.2, -0.4], dtype=model.dtype)
+    qd0 = torch.zeros(2, dtype=model.dtype)
+    with torch.no_grad():
+        q, qd = PBDSimulator(model, dt=DT, substeps=10, limits=False).rollout(q0, qd0, torch.zeros(200, 2, dtype=model.dtype))
+    energy = kinetic_energy(model, q, qd) + potential_energy(model, q)
+    initial = kinetic_energy(model, q0, qd0) + potential_energy(model, q0)
+    hanging = torch.tensor([np.pi / 2, 0.0], dtype=model.dtype)  # the links point down
+    scale = float(initial - potential_energy(model, hanging))  # the energy that swings
+    assert float((energy - initial).abs().max()) / scale < ENERGY_DRIFT_TOL
+
+
+def test_prismatic_and_friction_chain_matches_rk4():
+    """A revolute-prismatic-revolute chain with damping and smoothed Coulomb friction."""
+    model = RobotModel.from_urdf(
+        chain_urdf([0.4, 0.3, 0.3], [1.0, 0.5, 0.4], axes=[(0, 1, 0), (1, 0, 0), (0, 0, 1)], kinds=["revolute", "prismatic", "revolute"])
+    )
+    model = model.with_parameters({"j1.damping": 0.2, "j2.damping": 0.5, "j3.friction": 0.02})
+    q0 = torch.tensor([0.3, 0.05, 0.2], dtype=model.dtype)
+    qd0 = torch.tensor([0.5, -0.2, 1.0], dtype=model.dtype)
+    tau = torch.zeros(15, 3, dtype=model.dtype)
+    tau[:, 1] = 2.0
+    ref, _ = _rk4_reference(model, q0, qd0, tau, substeps=40)
+    with torch.no_grad():
+        q, _ = PBDSimulator(model, dt=DT, substeps=10, limits=False).rollout(q0, qd0, tau)
+    assert float((q - ref).abs().max()) < CHAIN_TOL
+
+
+def test_payload_matches_rk4():
+    model = baxter().with_payload(1.5, (0.0, 0.02, 0.05))
+    q0, qd0 = random_state(model, 5)
+    tau = torch.zeros(10, model.nq, dtype=model.dtype)
+    ref, _ = _rk4_reference(model, q0, qd0, tau, substeps=10)
+    with torch.no_grad():
+        q, _ = PBDSimulator(model, dt=DT, substeps=10, limits=False).rollout(q0, qd0, tau)
+    assert float((q - ref).abs().max()) < BAXTER_MAX_TOL
+
+
+@pytest.mark.parametrize("solver, iterations", [("gauss_seidel", 200), ("jacobi", 2000)])
+def test_iterative_solvers_converge_to_the_direct_solution(solver, iterations):
+    model = _double_pendulum()
+    q0 = torch.tensor([0.8, -0.5], dtype=model.dtype)
+    qd0 = torch.tensor([1.0, 2.0], dtype=model.dtype)
+    tau = torch.zeros(2, dtype=model.dtype)
+    with torch.no_grad():
+        direct = PBDSimulator(model, dt=DT, substeps=1, iterations=10, limits=False).joint_step(q0, qd0, tau)
+        other = PBDSimulator(model, dt=DT, substeps=1, iterations=iterations, solver=solver, limits=False).joint_step(q0, qd0, tau)
+    for a, b in zip(direct, other):
+        assert float((a - b).abs().max()) < SOLVER_AGREEMENT_TOL
+
+
+def test_batched_rollout_equals_single_rollouts():
+    model = baxter()
+    starts = [random_state(model, seed) for seed in range(3)]
+    q0 = torch.stack([s[0] for s in starts])
+    qd0 = torch.stack([s[1] for s in starts])
+    tau = _sine_torques(model, 4).expand(3, 4, model.nq)
+    sim = PBDSimulator(model, dt=DT, substeps=3)
+    with torch.no_grad():
+        q, qd = sim.rollout(q0, qd0, tau)
+        for k in range(3):
+            qk, qdk = sim.rollout(q0[k], qd0[k], tau[k])
+            assert float((q[k] - qk).abs().max()) < BATCH_TOL
+            assert float((qd[k] - qdk).abs().max()) < BATCH_TOL
+
+
+def test_joint_limit_holds_under_a_large_torque():
+    model = baxter()
+    elbow = model.joint_index("left_e1")  # lower limit -0.05 rad
+    q0 = torch.zeros(model.nq, dtype=model.dtype)
+    q0[elbow] = 0.1
+    tau = torch.zeros(30, model.nq, dtype=model.dtype)
+    tau[:, elbow] = -20.0
+    with torch.no_grad():  # on_residual="raise": the limit rows keep the joint rows converged
+        limited, _ = PBDSimulator(model, dt=DT, substeps=10, on_residual="raise").rollout(q0, torch.zeros_like(q0), tau)
+        free, _ = PBDSimulator(model, dt=DT, substeps=10, limits=False).rollout(q0, torch.zeros_like(q0), tau)
+    lower = float(model.lower[elbow])
+    assert float(free[-1, elbow]) < lower - 0.1  # it would pass the limit
+    assert float(limited[:, elbow].min()) > lower - LIMIT_TOL
+
+
+def test_external_wrench_equals_jacobian_transpose_torques():
+    """A force at the hand COM as a particle wrench = the same force as joint torques J^T F.
+
+    Over one short step: J^T F is held constant while the wrench's world force is, which
+    differ only to second order in the motion of the arm.
+    """
+    model = baxter()
+    q0, qd0 = random_state(model, 7)
+    force = torch.tensor([5.0, -3.0, 8.0], dtype=model.dtype)
+    sim = PBDSimulator(model, dt=0.002, substeps=4, limits=False)
+    start = sim.initial_state(q0, qd0)
+    wrench = torch.zeros(model.nq, 6, dtype=model.dtype)
+    wrench[-1, 3:] = force
+    state = sim.step(start, PBDControl(tau=torch.zeros(model.nq, dtype=model.dtype), wrench=wrench))
+    q_wrench, _ = sim.joint_state(state)
+    jac = frame_jacobian(model, q0, model.body_names[-1])  # at the body-frame origin
+    offset = start.pos[-1] - body_placements(model, q0)[1][-1]  # origin -> COM
+    com_jacobian = jac[:3] - skew(offset) @ jac[3:]
+    q_tau, _ = sim.joint_step(q0, qd0, com_jacobian.T @ force)
+    assert float((q_wrench - q_tau).abs().max()) < WRENCH_TOL
