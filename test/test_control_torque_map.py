@@ -72,6 +72,11 @@ def test_direct_optimization_reaches_the_goal_with_substeps(model):
     assert residual.abs().max() < GOAL_TOL
     with torch.no_grad():
         assert (simulator.joint_step(q, qd, tau)[0] - goal).abs().max() < GOAL_TOL
+    # Chord iterations with a Jacobian from another state (as the map builder uses) agree.
+    _, jac = rowwise_jacobian(lambda t: simulator.joint_step(q.unsqueeze(-2), 0 * qd.unsqueeze(-2), t)[0], torch.zeros_like(q), 7)
+    chord, residual = solve_one_step_torques(simulator, q, qd, goal, torch.zeros_like(q), iterations=12, jacobian=jac)
+    assert residual.abs().max() < GOAL_TOL
+    torch.testing.assert_close(chord, tau, atol=1e-6, rtol=0)
 
 
 def test_conditioning_on_inertia_is_needed_and_accurate(model):

@@ -16,7 +16,7 @@ from diffsim_ros.control.impedance import MODEL_TERMS, JointImpedanceController
 from diffsim_ros.control.mpc import INITIALIZATIONS, ModelPredictiveController, MPCInfo, MPCSettings
 from diffsim_ros.control.references import MinimumJerkMove, SetPoint
 from diffsim_ros.control.safety import OUTPUT_TYPES, OutputType, SafetyConfig, SafetyLayer, SafetyStatus
-from diffsim_ros.control.simulators import default_simulator
+from diffsim_ros.control.simulators import SIMULATOR_KINDS, default_simulator, mpc_simulator
 from diffsim_ros.control.torque_map import (
     TorqueMap,
     TorqueMapGrid,
@@ -31,6 +31,7 @@ __all__ = [
     "INITIALIZATIONS",
     "MODEL_TERMS",
     "OUTPUT_TYPES",
+    "SIMULATOR_KINDS",
     "ControlError",
     "GravityCompensation",
     "JointImpedanceController",
@@ -50,6 +51,7 @@ __all__ = [
     "default_simulator",
     "holding_torques",
     "joint_inertias",
+    "mpc_simulator",
     "parameter_hash",
     "solve_one_step_torques",
     "validate_torque_map",

@@ -87,9 +87,11 @@ class TorqueMapGrid:
         inertia_contexts: Configurations per joint along the inertia axis (1: unconditioned).
         context_pool: Random configurations the contexts are chosen from.
         limit_margin: Contexts stay this far inside the position limits [rad].
-        newton_iterations: Most Newton iterations of the direct optimization.
+        newton_iterations: Most Newton (or chord) iterations of the direct optimization.
         tolerance: Goal-position residual [rad] at which Newton stops.
         seed: Seed of the context pool.
+        batch_size: Problems optimized together (bounds memory: a Newton iteration through
+            the PBD simulator's autograd graph takes ~10 MB per problem).
     """
 
     dt: float = 0.01
@@ -100,9 +102,10 @@ class TorqueMapGrid:
     inertia_contexts: int = 5
     context_pool: int = 512
     limit_margin: float = 0.3
-    newton_iterations: int = 6
+    newton_iterations: int = 10
     tolerance: float = 1e-11
     seed: int = 0
+    batch_size: int = 256
 
     def axes(self):
         """``(angle_axis (A,) [rad], velocity_axis (V,) [rad/s])``."""
@@ -119,6 +122,8 @@ class TorqueMapGrid:
             raise TorqueMapError("torque map needs >= 2 angle and velocity points and >= 1 inertia context")
         if self.context_pool < self.inertia_contexts:
             raise TorqueMapError("context_pool must be at least inertia_contexts")
+        if self.batch_size < 1:
+            raise TorqueMapError("batch_size must be >= 1")
 
 
 def parameter_hash(model):
@@ -195,11 +200,14 @@ def joint_inertias(fast, q):
 
 
 # ---------------------------------------------------------------------- direct optimization
-def solve_one_step_torques(simulator, q, qd, q_goal, tau0, iterations=6, tolerance=1e-11):
+def solve_one_step_torques(simulator, q, qd, q_goal, tau0, iterations=6, tolerance=1e-11, jacobian=None):
     """Direct optimization: torques that take ``(q, qd)`` to ``q_goal`` in one simulator step.
 
     Newton's method on the square residual ``q_next(tau) - q_goal``, with the Jacobian
-    ``d q_next / d tau`` from autograd through the simulator.
+    ``d q_next / d tau`` from autograd through the simulator; or, given a fixed
+    ``jacobian``, chord iterations (plain forward steps, no autograd graph: far cheaper and
+    lighter, converging linearly where the map is nearly affine in tau). Problems the chord
+    iterations leave above ``tolerance`` are finished by Newton.
 
     Args:
         simulator: JointSpaceSimulator (its ``dt`` is the step).
@@ -207,14 +215,33 @@ def solve_one_step_torques(simulator, q, qd, q_goal, tau0, iterations=6, toleran
         qd: Start velocities [rad/s], shape (..., n).
         q_goal: Goal positions after one step [rad], shape (..., n).
         tau0: Initial torques [N·m], shape (..., n).
-        iterations: Most Newton iterations.
+        iterations: Most Newton (or chord) iterations.
         tolerance: Stop when every goal residual is below this [rad].
+        jacobian: Fixed Jacobian [rad/(N·m)], shape (..., n, n), for chord iterations.
 
     Returns:
         ``(tau (..., n) [N·m], residual (..., n) [rad])``, detached.
     """
-    n = q.shape[-1]
     tau = tau0.detach().clone()
+    if jacobian is None:
+        return _newton(simulator, q, qd, q_goal, tau, iterations, tolerance)
+    with torch.no_grad():
+        for _ in range(iterations):
+            residual = simulator.joint_step(q, qd, tau)[0] - q_goal
+            if float(residual.abs().max()) < tolerance:
+                return tau, residual
+            tau = tau - torch.linalg.solve(jacobian, residual.unsqueeze(-1)).squeeze(-1)
+        residual = simulator.joint_step(q, qd, tau)[0] - q_goal
+    bad = residual.abs().amax(-1) >= tolerance
+    if bool(bad.any()):
+        tau, residual = tau.clone(), residual.clone()
+        tau[bad], residual[bad] = _newton(simulator, q[bad], qd[bad], q_goal[bad], tau[bad], iterations, tolerance)
+    return tau, residual
+
+
+def _newton(simulator, q, qd, q_goal, tau, iterations, tolerance):
+    """Newton iterations with a fresh autograd Jacobian each: ``(tau, residual)``."""
+    n = q.shape[-1]
 
     def step(t):
         return simulator.joint_step(q.unsqueeze(-2), qd.unsqueeze(-2), t)[0]
@@ -251,16 +278,48 @@ def _single_joint_problem(model, contexts, joint, dtheta, omega):
     return q, omega * unit, q + dtheta * unit
 
 
-def _net_residual(simulator, grid, contexts, joint, dtheta, omega):
-    """Optimized net torque of ``joint`` minus the holding torque [N·m], (B,), and the goal residual."""
-    model = simulator.model
-    q, qd, q_goal = _single_joint_problem(model, contexts, joint, dtheta, omega)
+def _net_residual(simulator, grid, contexts, joint, dtheta, omega, jacobians=None):
+    """Optimized net torque of ``joint`` minus the holding torque [N·m], (B,), and the worst goal residual.
+
+    Args:
+        contexts: (B, n) start configurations; dtheta, omega: (B,) keys.
+        jacobians: Optional (B, n, n) fixed Jacobians for chord iterations (else Newton).
+    """
+    values, worst = [], 0.0
+    for start in range(0, len(contexts), grid.batch_size):
+        chunk = slice(start, start + grid.batch_size)
+        jac = None if jacobians is None else jacobians[chunk]
+        value, residual = _net_residual_batch(simulator, grid, contexts[chunk], joint, dtheta[chunk], omega[chunk], jac)
+        values.append(value)
+        worst = max(worst, residual)
+    return np.concatenate(values), worst
+
+
+def _guess(model, grid, q, qd, q_goal):
+    """Holding torque and the rigid-body estimate of the accelerating torque: ``(hold, guess)``."""
     with torch.no_grad():
         hold = _holding_torch(model, q)
         inertia = torch.diagonal(dyn.mass_matrix(model, q), dim1=-2, dim2=-1)
-        guess = hold + inertia * ((q_goal - q) / grid.dt - qd) / grid.dt
-    tau, residual = solve_one_step_torques(simulator, q, qd, q_goal, guess, grid.newton_iterations, grid.tolerance)
+        return hold, hold + inertia * ((q_goal - q) / grid.dt - qd) / grid.dt
+
+
+def _net_residual_batch(simulator, grid, contexts, joint, dtheta, omega, jacobians):
+    q, qd, q_goal = _single_joint_problem(simulator.model, contexts, joint, dtheta, omega)
+    hold, guess = _guess(simulator.model, grid, q, qd, q_goal)
+    tau, residual = solve_one_step_torques(
+        simulator, q, qd, q_goal, guess, grid.newton_iterations, grid.tolerance, jacobians
+    )
     return to_numpy(tau[:, joint] - hold[:, joint]), float(residual.abs().max())
+
+
+def _context_jacobians(simulator, configs):
+    """d q_next / d tau at rest at each context with the holding torque, (K, n, n)."""
+    model = simulator.model
+    q = torch.as_tensor(configs, dtype=model.dtype, device=model.device)
+    hold = _holding_torch(model, q).detach()
+    zero = torch.zeros_like(q)
+    _, jac = rowwise_jacobian(lambda t: simulator.joint_step(q.unsqueeze(-2), zero.unsqueeze(-2), t)[0], hold, model.nq)
+    return jac
 
 
 # ---------------------------------------------------------------------- the map
@@ -482,6 +541,9 @@ def _choose_contexts(pool, inertia, joint, count):
 def build_torque_map(simulator, grid=TorqueMapGrid(), progress=None):
     """Build every joint's map by direct optimization through the simulator.
 
+    Each grid point is solved to ``grid.tolerance``: chord iterations with the autograd
+    Jacobian of its context (one per context and joint), finished by Newton where needed.
+
     Args:
         simulator: JointSpaceSimulator with ``dt == grid.dt``; its model is the one the map
             is for (e.g. the calibrated model).
@@ -510,7 +572,9 @@ def build_torque_map(simulator, grid=TorqueMapGrid(), progress=None):
         configs, axis[joint] = _choose_contexts(pool, pool_inertia, joint, K)
         contexts[joint] = configs
         batch = np.repeat(configs, len(keys_a), axis=0)
-        values, err = _net_residual(simulator, grid, batch, joint, np.tile(keys_a, K), np.tile(keys_v, K))
+        # One Jacobian per context: the chord iterations then need forward steps only.
+        jacobians = _context_jacobians(simulator, configs).repeat_interleave(len(keys_a), dim=0)
+        values, err = _net_residual(simulator, grid, batch, joint, np.tile(keys_a, K), np.tile(keys_v, K), jacobians)
         residual[joint] = values.reshape(K, len(angles), len(velocities))
         worst = max(worst, err)
         if progress is not None:
