@@ -48,6 +48,9 @@ setup(
     entry_points={
         "console_scripts": [
             "diffsim-ros = diffsim_ros.cli:main",
+            "estimator_node = diffsim_ros.nodes.estimator_node:main",
+            "controller_node = diffsim_ros.nodes.controller_node:main",
+            "sim_robot_node = diffsim_ros.nodes.sim_robot_node:main",
         ],
     },
 )

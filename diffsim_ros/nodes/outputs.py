@@ -1,0 +1,130 @@
+"""Torque command outputs to hardware: Baxter JointCommand or a ros2_control effort controller.
+
+* ``baxter``: ``baxter_core_msgs/msg/JointCommand`` (mode TORQUE_MODE = 3, ``names`` +
+  ``command``) on ``/robot/limb/<side>/joint_command``, and ``std_msgs/msg/Empty`` on
+  ``/robot/limb/<side>/suppress_gravity_compensation`` while our gravity compensation is
+  active (else the robot adds its own on top of ours).
+* ``ros2_control``: ``std_msgs/msg/Float64MultiArray`` on ``/<controller_name>/commands`` for
+  a ``JointGroupEffortController``: exactly its joints in its order (it drops commands of
+  another length silently), reliable QoS.
+"""
+
+import numpy as np
+
+from diffsim_ros.io.ros_messages import JointMappingError, float64_multi_array_msg, joint_command_msg
+from diffsim_ros.io.ros_types import EMPTY, FLOAT64_MULTI_ARRAY, JOINT_COMMAND
+from diffsim_ros.runtime import COMMAND_QOS
+from diffsim_ros.runtime.faults import check_joint_names
+from diffsim_ros.runtime.params import ParameterError
+
+__all__ = [
+    "BAXTER",
+    "OUTPUTS",
+    "ROS2_CONTROL",
+    "CommandOutput",
+    "baxter_topics",
+    "controller_joint_order",
+    "effort_controller_topic",
+    "safety_output",
+]
+
+BAXTER = "baxter"
+ROS2_CONTROL = "ros2_control"
+OUTPUTS = (BAXTER, ROS2_CONTROL)
+_SIDES = ("left", "right")
+
+
+def baxter_topics(side):
+    """``(joint_command, suppress_gravity_compensation)`` topics of a Baxter limb.
+
+    Raises:
+        ParameterError: ``side`` is not "left" or "right".
+    """
+    if side not in _SIDES:
+        raise ParameterError(f"Baxter side must be one of {_SIDES}, got {side!r}")
+    return f"/robot/limb/{side}/joint_command", f"/robot/limb/{side}/suppress_gravity_compensation"
+
+
+def effort_controller_topic(controller_name):
+    """``/<controller_name>/commands`` of a ros2_control JointGroupEffortController."""
+    name = str(controller_name).strip("/")
+    if not name:
+        raise ParameterError("controller_name must not be empty")
+    return f"/{name}/commands"
+
+
+def controller_joint_order(model_joints, controller_joints):
+    """Model joint index of each controller joint, shape (m,) int (m = n).
+
+    Args:
+        model_joints: Model joint names, shape (n,).
+        controller_joints: The effort controller's joints in its order (empty: model order).
+
+    Raises:
+        JointMappingError: A model joint the controller lacks, a duplicate, or a controller
+            joint the model does not command (its command could not be computed).
+    """
+    model_joints = list(model_joints)
+    if not controller_joints:
+        return np.arange(len(model_joints))
+    check_joint_names(model_joints, controller_joints, "controller_joints")
+    extra = [name for name in controller_joints if name not in model_joints]
+    if extra:
+        raise JointMappingError(f"controller_joints: joint(s) {extra} are not in the model {model_joints}; "
+                                "the effort controller must command exactly the model's joints")
+    return np.array([model_joints.index(name) for name in controller_joints], dtype=np.int64)
+
+
+def safety_output(output):
+    """The SafetyLayer output type of a node output ("baxter" or "effort_controller")."""
+    if output not in OUTPUTS:
+        raise ParameterError(f"output must be one of {OUTPUTS}, got {output!r}")
+    return "baxter" if output == BAXTER else "effort_controller"
+
+
+class CommandOutput:
+    """Publishes torque commands given in model joint order on the configured output.
+
+    Args:
+        handle: NodeHandle.
+        output: "baxter" or "ros2_control".
+        joint_names: Model joint names, shape (n,).
+        side: Baxter limb.
+        controller_name: ros2_control controller name.
+        controller_joints: ros2_control controller joints in its order (empty: model order).
+
+    Attributes:
+        topic: Command topic.
+        published: Commands published.
+    """
+
+    def __init__(self, handle, output, joint_names, side="left", controller_name="effort_controller",
+                 controller_joints=()):
+        self.handle, self.output = handle, output
+        self.joint_names = [str(name) for name in joint_names]
+        self.published = 0
+        self._suppress = None
+        if output == BAXTER:
+            self.topic, suppress_topic = baxter_topics(side)
+            self._publisher = handle.create_publisher(JOINT_COMMAND, self.topic, COMMAND_QOS)
+            self._suppress = handle.create_publisher(EMPTY, suppress_topic, COMMAND_QOS)
+        elif output == ROS2_CONTROL:
+            self.topic = effort_controller_topic(controller_name)
+            self._order = controller_joint_order(self.joint_names, list(controller_joints))
+            self._publisher = handle.create_publisher(FLOAT64_MULTI_ARRAY, self.topic, COMMAND_QOS)
+        else:
+            raise ParameterError(f"output must be one of {OUTPUTS}, got {output!r}")
+
+    def publish(self, command):
+        """Publish torques [N·m], shape (n,) in model joint order."""
+        if self.output == BAXTER:
+            msg = joint_command_msg(self.handle.messages, self.joint_names, command)
+        else:
+            msg = float64_multi_array_msg(self.handle.messages, np.asarray(command)[self._order])
+        self._publisher.publish(msg)
+        self.published += 1
+
+    def suppress_gravity_compensation(self):
+        """Baxter: tell the robot not to add its own gravity compensation (no-op otherwise)."""
+        if self._suppress is not None:
+            self._suppress.publish(self.handle.new_message(EMPTY))

@@ -1,0 +1,82 @@
+"""What every node loads at start-up: the robot config, its model, a calibration, torch threads.
+
+Nodes name the robot config by a ``robot_config`` parameter (a path or a
+``package://diffsim_ros/config/...`` URI) and optionally a ``calibration_file`` whose values
+are applied to the nominal model; errors name the file and the problem.
+"""
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from diffsim_ros.io.calibration import apply_calibration, load_calibration
+from diffsim_ros.model import load_robot_config
+from diffsim_ros.resources import resolve_resource
+
+__all__ = ["LoadedRobot", "default_calibration_path", "load_robot", "robot_topic", "set_threads"]
+
+DEFAULT_ROBOT_CONFIG = "package://diffsim_ros/config/baxter_left.yaml"
+
+
+@dataclass(frozen=True)
+class LoadedRobot:
+    """A robot config with its models.
+
+    Attributes:
+        config: RobotConfig.
+        nominal: Model of the robot config (float64), shape n = ``len(joint_names)``.
+        model: ``nominal`` with the calibration applied (``nominal`` without one).
+        calibration: The applied Calibration, or None.
+    """
+
+    config: object
+    nominal: object
+    model: object
+    calibration: object = None
+
+    @property
+    def joint_names(self):
+        """Model joint names, shape (n,)."""
+        return tuple(self.nominal.joint_names)
+
+
+def set_threads(threads):
+    """Use ``threads`` torch intra-op threads (1 by default in nodes: OpenMP stalls on shared cores)."""
+    torch.set_num_threads(max(1, int(threads)))
+
+
+def load_robot(robot_config, calibration_file=""):
+    """Load a robot config, build its float64 model and apply an optional calibration.
+
+    Args:
+        robot_config: Path or ``package://`` URI of a robot config YAML.
+        calibration_file: Path of a ``calibration.yaml`` ("" for none).
+
+    Returns:
+        LoadedRobot.
+
+    Raises:
+        RobotModelError: Missing or invalid robot config or URDF.
+        CalibrationError: Missing or invalid calibration, or one made for another model.
+    """
+    config = load_robot_config(resolve_resource(robot_config))
+    nominal = config.build_model()
+    if not calibration_file:
+        return LoadedRobot(config, nominal, nominal)
+    calibration = load_calibration(resolve_resource(calibration_file))
+    return LoadedRobot(config, nominal, apply_calibration(nominal, calibration), calibration)
+
+
+def robot_topic(config, key, override=""):
+    """A topic name: ``override`` when set, else ``topics.<key>`` of the robot config ("" if absent)."""
+    if override:
+        return override
+    return str((config.raw.get("topics") or {}).get(key) or "")
+
+
+def default_calibration_path(robot_name):
+    """``$ROS_HOME/diffsim_ros/<robot>_calibration.yaml`` (ROS_HOME defaults to ~/.ros)."""
+    ros_home = os.environ.get("ROS_HOME") or os.path.join(os.path.expanduser("~"), ".ros")
+    return Path(ros_home) / "diffsim_ros" / f"{robot_name}_calibration.yaml"

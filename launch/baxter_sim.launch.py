@@ -1,0 +1,47 @@
+"""Simulated Baxter: sim_robot (MuJoCo, hidden true payload and spring) + estimator + controller.
+
+    ros2 launch diffsim_ros baxter_sim.launch.py [mode:=impedance|gravity_compensation|mpc]
+        [params_file:=...] [calibration_output:=/tmp/calibration.yaml] [use_sim_time:=false]
+
+The same graph ``diffsim-ros demo`` runs without ROS. Node parameters: config/baxter_sim.params.yaml.
+"""
+
+import os
+
+from ament_index_python.packages import get_package_share_directory
+from launch import LaunchDescription
+from launch.actions import DeclareLaunchArgument
+from launch.substitutions import LaunchConfiguration
+from launch_ros.actions import Node
+from launch_ros.parameter_descriptions import ParameterValue
+
+
+def _text(name):
+    """A string parameter from a launch argument (kept a string even when empty or numeric)."""
+    return ParameterValue(LaunchConfiguration(name), value_type=str)
+
+
+def generate_launch_description():
+    """sim_robot_node, estimator_node and controller_node with the Baxter simulation parameters."""
+    share = get_package_share_directory("diffsim_ros")
+    params_file = LaunchConfiguration("params_file")
+    use_sim_time = ParameterValue(LaunchConfiguration("use_sim_time"), value_type=bool)
+    arguments = [
+        DeclareLaunchArgument("params_file", default_value=os.path.join(share, "config", "baxter_sim.params.yaml"),
+                              description="node parameters (one ros__parameters block per node)"),
+        DeclareLaunchArgument("mode", default_value="impedance",
+                              description="controller mode: gravity_compensation, impedance or mpc"),
+        DeclareLaunchArgument("calibration_output", default_value="",
+                              description="where the estimator saves calibration.yaml ('' for $ROS_HOME/diffsim_ros/)"),
+        DeclareLaunchArgument("use_sim_time", default_value="false", description="take node time from /clock"),
+    ]
+    nodes = [
+        Node(package="diffsim_ros", executable="sim_robot_node", name="sim_robot", output="screen",
+             parameters=[params_file, {"use_sim_time": use_sim_time}]),
+        Node(package="diffsim_ros", executable="estimator_node", name="estimator", output="screen",
+             parameters=[params_file, {"calibration_output": _text("calibration_output"),
+                                       "use_sim_time": use_sim_time}]),
+        Node(package="diffsim_ros", executable="controller_node", name="controller", output="screen",
+             parameters=[params_file, {"mode": _text("mode"), "use_sim_time": use_sim_time}]),
+    ]
+    return LaunchDescription(arguments + nodes)

@@ -1,0 +1,63 @@
+"""``diffsim-ros demo``, shortened (six rest poses): outputs, summary, refusal to overwrite."""
+
+import contextlib
+import io
+
+import pytest
+
+from diffsim_ros.cli import main
+from diffsim_ros.io.bags import bag_info
+from diffsim_ros.io.calibration import load_calibration
+from diffsim_ros.io.ros_types import FLOAT64_MULTI_ARRAY, JOINT_COMMAND, JOINT_STATE, POSE_STAMPED
+
+SECONDS = 27.0  # [s] simulated calibration: six rest poses (the full demo uses 45)
+PAYLOAD_TOL = 0.05  # [kg] around the hidden 1.3 kg
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo") / "out"
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        code = main(["demo", "--out", str(out), "--seconds", str(SECONDS)])
+    return out, code, stdout.getvalue()
+
+
+def row(text, label):
+    """The cells after ``label`` in the summary line starting with it."""
+    (line,) = [line for line in text.splitlines() if line.startswith(label)]
+    return line[len(label):].split()
+
+
+def test_demo_writes_bag_calibration_urdf_and_report(demo):
+    out, code, _ = demo
+    assert code == 0
+    assert sorted(p.name for p in out.iterdir()) == ["bag", "baxter_left_calibrated.urdf", "calibration.yaml", "report.png"]
+    calibration = load_calibration(out / "calibration.yaml")
+    assert abs(calibration.parameters["payload.mass"] - 1.3) < PAYLOAD_TOL
+    assert (out / "report.png").read_bytes()[:8] == PNG_MAGIC
+    assert "left_hand_payload" in (out / "baxter_left_calibrated.urdf").read_text()  # the payload link
+    topics = bag_info(out / "bag").topics
+    assert topics["/robot/joint_states"][0] == JOINT_STATE
+    assert topics["/robot/limb/left/joint_command"][0] == JOINT_COMMAND
+    assert topics["/estimator/estimates"][0] == FLOAT64_MULTI_ARRAY
+    assert topics["/camera/left_hand/pose"][0] == POSE_STAMPED
+
+
+def test_demo_prints_estimates_against_truth_and_tracking_before_after(demo):
+    _, _, text = demo
+    nominal, true, estimate, _ = row(text, "payload.mass [kg]")
+    assert (float(nominal), float(true)) == (0.0, 1.3) and abs(float(estimate) - 1.3) < PAYLOAD_TOL
+    assert row(text, "left_s1.spring.stiffness [N/m]")[:2] == ["8000", "9600"]
+    before, after, _ = row(text, "impedance tracking RMS error [rad]")
+    assert float(after) < float(before)
+    assert "wrote calibration:" in text and "wrote report:" in text
+
+
+def test_demo_refuses_to_overwrite_without_force(demo, capsys):
+    out, _, _ = demo
+    before = (out / "calibration.yaml").read_bytes()
+    assert main(["demo", "--out", str(out)]) == 2
+    assert "exists; use --force" in capsys.readouterr().err
+    assert (out / "calibration.yaml").read_bytes() == before
