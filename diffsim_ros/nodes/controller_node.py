@@ -32,8 +32,8 @@ from diffsim_ros.control import (
     SafetyConfig,
     SafetyLayer,
     TorqueMap,
-    default_simulator,
 )
+from diffsim_ros.control.simulators import mpc_simulator
 from diffsim_ros.io.ros_messages import MessageConversionError, NS_PER_S, joint_state_msg
 from diffsim_ros.io.ros_types import FLOAT64_MULTI_ARRAY, JOINT_STATE
 from diffsim_ros.model import RobotModelError
@@ -76,7 +76,7 @@ class ControllerNodeConfig:
     model_scale: float = param(1.0, "impedance model-term factor", name="impedance.model_scale")
     torque_map: str = param("", "torque map .npz (model_term map)", name="impedance.torque_map")
     mpc_dt: float = param(0.01, "MPC simulator step [s]", name="mpc.dt")
-    mpc_simulator: str = param("rigid", "MPC prediction simulator: rigid (~4 ms/step) or pbd (~100 ms/step)",
+    mpc_simulator: str = param("rigid", "MPC prediction simulator (one substep): rigid or pbd (slower)",
                                name="mpc.simulator")
     mpc_horizon: int = param(3, "MPC horizon [steps]", name="mpc.horizon")
     mpc_iterations: int = param(2, "MPC Gauss-Newton iterations per cycle", name="mpc.max_iterations")
@@ -182,8 +182,7 @@ class ControllerNode:
             jacobian_every=cfg.mpc_jacobian_every, position_tolerance=cfg.mpc_position_tolerance,
             velocity_tolerance=cfg.mpc_velocity_tolerance, smoothness_tolerance=cfg.mpc_smoothness_tolerance,
             effort_tolerance=cfg.mpc_effort_tolerance)
-        simulator = default_simulator(model, cfg.mpc_dt, kind=cfg.mpc_simulator)
-        return ModelPredictiveController(simulator, self.reference, settings)
+        return ModelPredictiveController(mpc_simulator(model, cfg.mpc_dt, cfg.mpc_simulator), self.reference, settings)
 
     @staticmethod
     def _safety_config(cfg):
