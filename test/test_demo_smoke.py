@@ -52,6 +52,7 @@ def test_demo_prints_estimates_against_truth_and_tracking_before_after(demo):
     assert row(text, "left_s1.spring.stiffness [N/m]")[:2] == ["8000", "9600"]
     before, after, _ = row(text, "impedance tracking RMS error [rad]")
     assert float(after) < float(before)
+    assert "camera pose error:" in text  # the camera frame is estimated too
     assert "wrote calibration:" in text and "wrote report:" in text
 
 

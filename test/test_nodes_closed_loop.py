@@ -28,6 +28,7 @@ PAYLOAD_TOL = 0.02  # [kg]
 COM_TOL = 0.005  # [m]
 STIFFNESS_REL = 0.01
 OFFSET_TOL = 0.005  # [rad]
+CAMERA_TOL = 0.005  # [m] camera position
 REST_ERROR_IMPROVEMENT = 3.0  # rest error at the same poses must shrink at least this much
 SEGMENT = 4.5  # [s] move 2.5 + hold 2.0 (params file)
 REPEATS = 3  # rest poses visited again at the end
@@ -91,6 +92,8 @@ def test_estimates_converge_to_the_hidden_truth(closed_loop):
     assert np.abs(values["payload.com"] - TRUE_COM).max() < COM_TOL
     assert abs(values["left_s1.spring.stiffness"] - TRUE_STIFFNESS) < STIFFNESS_REL * TRUE_STIFFNESS
     assert abs(values["left_s1.spring.offset"] - TRUE_OFFSET) < OFFSET_TOL
+    camera = closed_loop["sim"].plant.truth.camera_pose  # random, from the sim's seed
+    assert np.abs(values["camera.pose"][:3] - camera[:3, 3]).max() < CAMERA_TOL
     # Published with the documented layout, and taken up by the controller.
     _, last = closed_loop["probe"].estimates[-1]
     assert last["payload.mass"] == pytest.approx(float(values["payload.mass"]))
@@ -116,7 +119,8 @@ def test_calibration_saved_on_request_and_on_shutdown(closed_loop):
     assert closed_loop["saved_on_request"] == [path]
     assert closed_loop["estimator"].saved == [path, path]  # and again at shutdown
     calibration = load_calibration(path)
-    assert calibration.robot == "baxter_left" and set(calibration.groups) == {"payload", "spring"}
+    assert calibration.robot == "baxter_left" and set(calibration.groups) == {"payload", "spring", "camera"}
+    assert len(calibration.parameters["camera.pose"]) == 7
     assert abs(calibration.parameters["payload.mass"] - TRUE_MASS) < PAYLOAD_TOL
     assert calibration.stddev["payload.mass"] > 0
 
@@ -135,13 +139,13 @@ def test_mpc_mode_holds_the_arm_on_the_calibrated_model(closed_loop):
     assert sim.rejected_commands == 0
 
 
-def test_bag_replay_with_sim_time_reproduces_the_estimates(closed_loop, tmp_path):
+def test_bag_replay_with_sim_time_reproduces_the_estimates(closed_loop):
     bag = closed_loop["tmp"] / "bag"
     info = bag_info(bag)
     assert info.topics["/robot/limb/left/joint_command"][0] == JOINT_COMMAND
     with EmbeddedRuntime(parameter_files=[PARAMS]) as runtime:
         estimator = runtime.add_node(EstimatorNode, "estimator", parameter_overrides={
-            "use_sim_time": True, "save_on_shutdown": False, "calibration_output": str(tmp_path / "c.yaml")})
+            "use_sim_time": True, "save_on_shutdown": False, "groups": ["payload", "spring"]})
         player = runtime.play_bag(bag, topics=["/robot/joint_states"])
         runtime.spin_until_condition(lambda: player.done, timeout_s=SEGMENT * 10)
         runtime.spin_for(1.0)  # the last update check

@@ -268,7 +268,9 @@ def run_demo(out, *, seconds=45.0, force=False, storage="sqlite3", seed=3, log=p
 
 
 def _named(model, names):
-    return {name: model.get_parameter(name).detach().cpu().numpy() for name in names}
+    """Nominal values of ``names`` (None for what is not a model parameter: camera.pose)."""
+    known = set(model.parameter_names())
+    return {name: model.get_parameter(name).detach().cpu().numpy() if name in known else None for name in names}
 
 
 def _result(graph, out, before, after, traces_before, traces_after, sim_seconds):
@@ -314,12 +316,14 @@ def _unit(name):
 def summary_text(result):
     """Plain-text summary: parameters (nominal, true, estimate ± stddev) and tracking before/after."""
     rows = [("parameter", "nominal", "true", "estimate", "stddev")]
-    for name, true in result.truth.items():
-        estimate = result.estimates.get(name)
-        rows.append((f"{name} [{_unit(name)}]", _fmt(result.nominal[name]), _fmt(true),
+    for label, nominal, true, estimate, sigma in _display_items(result):
+        rows.append((label, "" if nominal is None else _fmt(nominal), _fmt(true),
                      "not estimated" if estimate is None else _fmt(estimate),
-                     _fmt(result.stddev[name]) if name in result.stddev else ""))
+                     "" if sigma is None or np.size(sigma) != np.size(true) else _fmt(sigma)))
     lines = _table(rows)
+    camera = _camera_error(result)
+    if camera:
+        lines.append(f"camera pose error: {camera[0] * 1e3:.2f} mm, {camera[1]:.3f} deg")
     lines.append("")
     rows = [("control on MuJoCo Baxter", "nominal model", "calibrated", "ratio")]
     for metric, (before, after) in result.tracking.items():
@@ -333,6 +337,27 @@ def summary_text(result):
     lines.append(f"offline check: diffsim-ros calibrate --bag {bag} --config config/baxter_left.yaml "
                  f"--out {bag.parent / 'offline'}")
     return "\n".join(lines)
+
+
+def _display_items(result):
+    """(label, nominal, true, estimate, stddev) per parameter; the camera pose as position and orientation."""
+    for name, true in result.truth.items():
+        estimate, sigma = result.estimates.get(name), result.stddev.get(name)
+        if name != "camera.pose":
+            yield f"{name} [{_unit(name)}]", result.nominal[name], true, estimate, sigma
+            continue
+        for label, part in (("camera position [m]", slice(0, 3)), ("camera orientation [quaternion xyzw]", slice(3, 7))):
+            yield (label, None, np.asarray(true)[part], None if estimate is None else np.asarray(estimate)[part],
+                   None if sigma is None or np.size(sigma) != 7 else np.asarray(sigma)[part])
+
+
+def _camera_error(result):
+    """(position error [m], rotation error [deg]) of the estimated camera pose, or None."""
+    if "camera.pose" not in result.estimates or "camera.pose" not in result.truth:
+        return None
+    true, estimate = np.asarray(result.truth["camera.pose"]), np.asarray(result.estimates["camera.pose"])
+    cosine = abs(float(np.dot(true[3:], estimate[3:]) / (np.linalg.norm(true[3:]) * np.linalg.norm(estimate[3:]))))
+    return float(np.linalg.norm(true[:3] - estimate[:3])), float(np.degrees(2.0 * np.arccos(min(cosine, 1.0))))
 
 
 def _table(rows):

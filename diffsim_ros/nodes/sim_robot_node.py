@@ -28,7 +28,6 @@ from diffsim_ros.io.ros_messages import (
     TORQUE_MODE,
     JointNameMap,
     MessageConversionError,
-    float64_multi_array_to_array,
     joint_command_to_array,
     joint_state_msg,
     pose_stamped_msg,
@@ -230,7 +229,7 @@ class SimRobotNode:
                                              position, quaternion))
 
     def true_parameters(self):
-        """The hidden truth as named model parameters (payload, springs) for comparisons."""
+        """The hidden truth by calibration parameter name (payload, springs, camera.pose [x, y, z, qx, qy, qz, qw])."""
         truth = self.plant.truth
         values = {"payload.mass": truth.payload_mass, "payload.com": np.asarray(truth.payload_com, dtype=float)}
         nominal = self.robot.nominal
@@ -238,6 +237,10 @@ class SimRobotNode:
             for key in ("stiffness", "offset"):
                 name = f"{joint}.spring.{key}"
                 values[name] = float(truth.springs.get(joint, {}).get(key, nominal.get_parameter(name)))
+        if truth.camera_pose is not None:
+            pose = np.asarray(truth.camera_pose, dtype=float)
+            quaternion = Rotation.from_matrix(pose[:3, :3]).as_quat()
+            values["camera.pose"] = np.concatenate([pose[:3, 3], quaternion if quaternion[3] >= 0 else -quaternion])
         return values
 
 
