@@ -1,13 +1,17 @@
 """Controllers for the arm: gravity compensation, impedance with torque maps, MPC, and the safety layer.
 
 Every controller has ``compute(t, q, qd) -> tau`` (float64 arrays of shape (n,) in model joint
-order, [s], [rad], [rad/s] -> [N·m]), ``reset()`` and ``update_model(model)``. A node runs,
-each cycle::
+order, [s], [rad], [rad/s] -> [N·m]; MPC returns None when its simulator fails),
+``reset()`` and ``update_model(model)`` (a new calibration; a torque map must match it).
+A node runs, each cycle::
 
-    tau = controller.compute(t, q, qd)           # may raise only on programming errors
-    command, status = safety.filter(t, tau, q, qd, state_time)
+    tau = controller.compute(t, q, qd)
+    command, status = safety.filter(t, tau, q, qd, state_time)   # tau None -> stop
     if status.publish:
-        publish(command)                        # None/absent for Baxter when stopped
+        publish(command)   # Baxter: nothing when stopped; ros2_control: the hold command
+
+``status.active`` says whether our torques are applied (Baxter: suppress its own gravity
+compensation then); ``status.reason``/``faults``/``late`` are for logging.
 """
 
 from diffsim_ros.control.errors import ControlError, TorqueMapError

@@ -136,6 +136,7 @@ class ModelPredictiveController:
         self.simulator = self.simulator.with_model(model)
         self.fast = FastDynamics.from_model(model)
         self.effort_limit = to_numpy(model.effort_limit)
+        self._jacobian = None  # linearized on the old parameters
 
     def reset(self):
         """Forget the warm start and the previous command."""

@@ -80,7 +80,9 @@ class SafetyConfig:
         output: Output type, a key of :data:`OUTPUT_TYPES`.
         effort_limit: Configured effort limits [N·m]; the URDF limit applies where smaller.
             None: URDF limits only.
-        torque_rate_limit: Largest torque change [N·m/s] per joint.
+        torque_rate_limit: Largest torque change [N·m/s] per joint. The default 200 N·m/s
+            suits gravity compensation and PD-like impedance; the stiff torque-map model
+            term needs ~5000 N·m/s at 1 kHz (benchmarks/RESULTS.md).
         limit_margin: Width [rad] of the zone before each position limit.
         limit_stiffness: Restoring stiffness [N·m/rad] inside the zone.
         limit_damping: Damping [N·m·s/rad] of motion towards the limit inside the zone.
