@@ -31,6 +31,7 @@ from diffsim_ros.io.ros_messages import (
     joint_command_to_array,
     joint_state_msg,
     pose_stamped_msg,
+    seconds_to_ns,
 )
 from diffsim_ros.io.ros_types import EMPTY, FLOAT64_MULTI_ARRAY, JOINT_COMMAND, JOINT_STATE, POSE_STAMPED
 from diffsim_ros.nodes.hardware import BaxterLimbEmulator, EffortControllerEmulator
@@ -143,6 +144,7 @@ class SimRobotNode:
         self.plant.reset(self._initial_positions(model))
         start = self.plant.true_state()[0]
         self.rejected_commands = 0
+        self._held = None  # (until [ns], configuration [rad]) while held by hand
         self._substeps = max(1, int(round(1.0 / (cfg.step_rate_hz * cfg.timestep))))
         self._published_names, self._order = self._names(cfg)
         self._extra = np.zeros(len(cfg.extra_joints))
@@ -218,6 +220,20 @@ class SimRobotNode:
     def _step(self):
         q, qd = self.plant.true_state()
         self.plant.step(self.hardware.torques(self.handle.now(), q, qd), steps=self._substeps)
+        if self._held is not None:
+            until, q_held = self._held
+            if self.handle.now_ns() < until:
+                self.plant.reset(q_held)  # the hand keeps the arm where it was, at rest
+            else:
+                self._held = None
+
+    def hold_by_hand(self, seconds):
+        """Keep the arm still for ``seconds`` of node time, as a hand or a brake would (in-process use).
+
+        Lets a test engage a torque controller without the ramp-in transient: once released,
+        the arm moves only as the controller's model error makes it.
+        """
+        self._held = (self.handle.now_ns() + seconds_to_ns(seconds), self.plant.true_state()[0])
 
     def _publish_joint_state(self):
         values = [np.concatenate([v, self._extra])[self._order] for v in self.plant.read_joint_state()]
