@@ -5,6 +5,7 @@ poses, the waypoint reference, and the emulated hardware command interfaces.
 """
 
 import ast
+import importlib.util
 
 import numpy as np
 import pytest
@@ -208,6 +209,16 @@ def test_effort_controller_holds_until_the_first_command_then_keeps_the_last(nom
 
 
 # --- console scripts -------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(importlib.util.find_spec("rclpy") is not None, reason="rclpy is installed: the node would start")
+@pytest.mark.parametrize("node", ["estimator_node", "controller_node", "sim_robot_node"])
+def test_node_entry_points_say_clearly_that_ros_is_missing(node):
+    from diffsim_ros.runtime.rclpy_backend import RosNotAvailableError
+
+    main = __import__(f"diffsim_ros.nodes.{node}", fromlist=["main"]).main
+    with pytest.raises(RosNotAvailableError, match="source a ROS 2 installation"):
+        main([])
 
 
 def test_setup_registers_a_console_script_per_node():

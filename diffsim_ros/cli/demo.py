@@ -384,7 +384,8 @@ def _report(path, result):
     fig, axes = plt.subplots(2, 2, figsize=(12, 8.5))
     _estimates_panel(axes[0, 0], result)
     _validation_panel(axes[0, 1], result)
-    for ax, (test, label) in zip(axes[1], (("impedance", "impedance tracking"), ("gravity", "gravity compensation drift"))):
+    tests = (("impedance", "impedance tracking"), ("gravity", "gravity compensation drift after release"))
+    for ax, (test, label) in zip(axes[1], tests):
         for phase, style in (("before", "C3"), ("after", "C2")):
             t, err = result.traces[test][phase]
             ax.semilogy(t, np.maximum(err, 1e-5), style, label=f"{phase} calibration")
