@@ -56,12 +56,14 @@ def test_deepest_contact_matches_mujoco(name_a, name_b):
         quat_b = quat_normalize(torch.randn(4, generator=gen, dtype=DTYPE))
         direction = torch.randn(3, generator=gen, dtype=DTYPE)
         pos_a = torch.zeros(3, dtype=DTYPE)
-        # Place b just touching a along a random direction: bisect the centre distance on the gap.
+        # Place b just touching a along a random direction: bisect the centre distance on
+        # MuJoCo's distance (cheap), then push it in by up to 2 cm.
         low, high = 0.0, 0.4
+        unit = (direction / direction.norm()).numpy()
         for _ in range(20):
             mid = 0.5 * (low + high)
-            probe = collide(shape_a, quat_to_matrix(quat_a), pos_a, shape_b, quat_to_matrix(quat_b), direction / direction.norm() * mid, margin=1.0)
-            low, high = (mid, high) if float(probe.gap.masked_fill(~probe.active, np.inf).min()) < 0 else (low, mid)
+            probe = _mujoco_deepest(xml_a, xml_b, pos_a.numpy(), quat_a.numpy(), unit * mid, quat_b.numpy())
+            low, high = (mid, high) if probe is not None and probe[0] < 0 else (low, mid)
         depth = 0.02 * float(torch.rand(1, generator=gen, dtype=DTYPE))
         pos_b = direction / direction.norm() * (high - depth)
         ours = collide(shape_a, quat_to_matrix(quat_a), pos_a, shape_b, quat_to_matrix(quat_b), pos_b, margin=1.0)

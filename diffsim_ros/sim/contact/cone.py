@@ -42,7 +42,7 @@ OUTER_ITERATIONS = 20
 ADMM_ITERATIONS = 300
 ADMM_RELAXATION = 1.6
 NEWTON_ITERATIONS = 30
-NEWTON_STEP_TOL = 1e-13
+NEWTON_STEP_TOL = 1e-15
 LINE_SEARCH_STEPS = 8
 REGULARIZATION = 1e-6
 REPAIR_ROUNDS = 8
@@ -120,7 +120,7 @@ def _newton(layout, A, b, mu, active, modes, x, nu):
     m = layout.m
     tiny = torch.finfo(A.dtype).tiny
     # Below this |F|² the residual is round-off: any step is accepted (no futile backtracking).
-    noise = (100.0 * torch.finfo(A.dtype).eps * (b.abs().amax(-1) + 1e-3 * tiny)) ** 2 * z.shape[-1]
+    noise = (16.0 * torch.finfo(A.dtype).eps * (b.abs().amax(-1) + 1e-3 * tiny)) ** 2 * z.shape[-1]
     f = _residual(layout, A, b, mu, active, modes, z[:, :m], z[:, m:])
     for _ in range(NEWTON_ITERATIONS):
         kkt = _kkt_matrix(layout, A, mu, active, modes, z[:, :m], z[:, m:])
@@ -138,7 +138,8 @@ def _newton(layout, A, b, mu, active, modes, x, nu):
         moved = (trial - z).abs().amax(-1) * finite
         z = torch.where(finite[:, None], trial, z)
         f = torch.where(finite[:, None], f_trial, f)
-        # Done when the residual is round-off or the iterate stopped moving.
+        # Done when the residual is round-off or the iterate stopped moving (stagnation):
+        # iterating to round-off keeps the result a deterministic function of the data.
         done = ((f * f).sum(-1) <= noise) | (moved <= NEWTON_STEP_TOL * z.abs().amax(-1).clamp_min(tiny))
         if bool(done.all()):
             break
@@ -203,26 +204,36 @@ def _classify(layout, A, b, mu, active, x):
     return torch.where(touching & on_boundary & moving & (mu > 0), torch.full_like(modes, SLIDING), modes)
 
 
-def _start_sliding(layout, A, b, mu, x, nu, newly):
-    """Initial x_t and nu of contacts switched to sliding: against their tangential velocity."""
+def _slip_directions(layout, A, b, x):
+    """Unit slip direction per contact: the tangential velocity at x, else opposite the
+    friction impulse (where a sticking impulse left the cone), shape (B, K, 2)."""
     w = matvec(A, x) + b
-    xn, xt = _parts(layout, x)
-    wt = _parts(layout, w)[1]
+    xt, wt = _parts(layout, x)[1], _parts(layout, w)[1]
+    tiny = torch.finfo(x.dtype).tiny
     norm_w = torch.linalg.vector_norm(wt, dim=-1, keepdim=True)
     norm_x = torch.linalg.vector_norm(xt, dim=-1, keepdim=True)
-    tiny = torch.finfo(x.dtype).tiny
-    # Direction: against the sliding velocity if there is one, else along the sticking impulse.
-    direction = torch.where(norm_w > tiny, -wt / norm_w.clamp_min(tiny), xt / norm_x.clamp_min(tiny))
-    radius = (mu * xn.abs())[..., None]
-    xt_new = torch.where(newly[..., None], radius * direction, xt)
-    # A vanishing radius (zero normal impulse) gets nu = 0; Newton sets it from the equations.
-    usable = radius[..., 0] > torch.finfo(x.dtype).eps * (1.0 + xn.abs().amax(-1, keepdim=True))
-    nu_guess = norm_w[..., 0] / (2.0 * torch.where(usable, radius[..., 0], torch.ones_like(radius[..., 0])))
-    nu_new = torch.where(newly, torch.where(usable, nu_guess, torch.zeros_like(nu_guess)), nu)
-    out = x.reshape(x.shape[0], layout.count, 3).clone()
-    out[..., 1:] = xt_new
-    out[..., 0] = xn.abs() * newly + xn * ~newly
-    return out.reshape(x.shape), nu_new
+    tol = torch.finfo(x.dtype).eps ** 0.5 * (b.abs().amax(-1)[:, None, None] + tiny)
+    fallback = torch.where(norm_x > tiny, -xt / norm_x.clamp_min(tiny), torch.zeros_like(xt))
+    return torch.where(norm_w > tol, wt / norm_w.clamp_min(tiny), fallback)
+
+
+def _fixed_direction_guess(layout, A, b, mu, active, modes, directions):
+    """Impulses for given modes with sliding friction fixed at ``-mu x_n d`` (a linear solve).
+
+    Like the LCP's active-set solve (friction at a bound), with the slip directions ``d``
+    (B, K, 2) of the sliding contacts: a starting point on which Newton converges quickly,
+    since only the directions are then left to adjust. Returns ``(x, nu)``.
+    """
+    sep, frictionless, sliding, velocity_row = _masks(layout, modes, mu, active)
+    tangent_row = ~layout.is_normal[None, :]
+    clamped = velocity_row & ~(sliding[:, layout.contact] & tangent_row)
+    coeff = (-mu[..., None] * directions * sliding[..., None]).reshape(mu.shape[0], layout.count, 2)
+    coeff = torch.cat([torch.zeros_like(coeff[..., :1]), coeff], -1).reshape(mu.shape[0], layout.m)
+    mask = clamped.to(A.dtype)
+    E = torch.diag_embed(mask) + coeff[:, :, None] * layout.normal_matrix(A.dtype)
+    G = (A @ E) * mask[:, :, None] * mask[:, None, :] + torch.diag_embed(1.0 - mask)
+    x = matvec(E, -refined_solve(G, b * mask, iterations=1))
+    return x, _multiplier(layout, A, b, x, sliding)
 
 
 def _repair(layout, A, b, mu, active, modes, x, nu):
@@ -244,10 +255,9 @@ def _repair(layout, A, b, mu, active, modes, x, nu):
     new[~pulling & sticking & (norm_t > mu * xn + tol_x)] = SLIDING
     new[~pulling & sliding & ((wt * xt).sum(-1) > tol_w * norm_t.clamp_min(tol_x[:, 0:1]))] = STICKING
     new = torch.where(active, new, torch.zeros_like(new))
-    newly = (new == SLIDING) & (modes != SLIDING)
-    # Contacts that (re)start get a fresh normal guess from the current normal velocity.
-    x, nu = _start_sliding(layout, A, b, mu, x, nu, newly)
-    return new, x, torch.where(new == SLIDING, nu, torch.zeros_like(nu))
+    # Restart Newton from the linear solve of the new modes with the current slip directions.
+    x, nu = _fixed_direction_guess(layout, A, b, mu, active, new, _slip_directions(layout, A, b, x))
+    return new, x, nu
 
 
 def _admm(P, q, project, x0, iterations, tol):
@@ -324,9 +334,15 @@ def staggered_projections(delassus, bias, mu, active, x0=None, outer_iterations=
 
 
 def _heuristic(layout, A, b, mu, active):
-    """Approaching contacts stick; Newton + repairs take it from there."""
-    modes = torch.where(active & (b[:, layout.normal_idx] < 0), STICKING, SEPARATED).to(torch.int8)
-    return modes, torch.zeros_like(b), torch.zeros_like(mu)
+    """Approaching contacts touch; those whose free slip exceeds mu times their approach speed
+    slide along it, the others stick. Starts from the matching linear solve."""
+    bn, bt = b[:, layout.normal_idx], _parts(layout, b)[1]
+    touching = active & (bn < 0)
+    slipping = torch.linalg.vector_norm(bt, dim=-1) > mu * bn.abs()
+    modes = torch.where(touching, STICKING, SEPARATED).to(torch.int8)
+    modes = torch.where(touching & slipping & (mu > 0), torch.full_like(modes, SLIDING), modes)
+    x, nu = _fixed_direction_guess(layout, A, b, mu, active, modes, _slip_directions(layout, A, b, torch.zeros_like(b)))
+    return modes, x, nu
 
 
 def _attempt(layout, A, b, mu, active, modes, x, nu):

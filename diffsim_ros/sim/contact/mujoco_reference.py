@@ -9,7 +9,6 @@ effective restitution from the returned true velocities.
 
 import numpy as np
 
-from diffsim_ros.estimation.objects import PoseSeries
 from diffsim_ros.sim.contact.errors import ContactError
 from diffsim_ros.sim.contact.shapes import Box, Capsule, Plane, Sphere
 
@@ -94,8 +93,10 @@ def simulate_mujoco(world, state, duration, timestep=0.001, sample_period=0.01, 
         **xml_options: Passed to :func:`mujoco_xml`.
 
     Returns:
-        ``(observations, truth)``: PoseSeries per object name, and per object a dict of the
-        noise-free ``times``, ``position``, ``orientation``, ``linear_velocity`` and
+        ``(observations, truth)``: per object name, a dict of camera samples ``times`` (T,),
+        ``position`` (T, 3) and ``orientation`` (T, 4) (w, x, y, z) (the fields of
+        :class:`~diffsim_ros.estimation.objects.PoseSeries`), and a dict of the noise-free
+        ``times``, ``position``, ``orientation``, ``linear_velocity`` and
         ``angular_velocity`` at every MuJoCo step.
     """
     import mujoco
@@ -139,7 +140,7 @@ def simulate_mujoco(world, state, duration, timestep=0.001, sample_period=0.01, 
     for name, (times, positions, quats) in samples.items():
         positions = np.array(positions) + rng.normal(0.0, position_noise, (len(times), 3))
         quats = np.array([quat_multiply_np(rotvec_quat(rng.normal(0.0, orientation_noise, 3)), q) for q in quats])
-        observations[name] = PoseSeries(np.array(times), positions, quats)
+        observations[name] = {"times": np.array(times), "position": positions, "orientation": quats}
     truth = {name: {k: np.array(v) for k, v in record.items()} for name, record in truth.items()}
     return observations, truth
 

@@ -28,7 +28,6 @@ from dataclasses import dataclass, field, fields, replace
 
 import torch
 
-from diffsim_ros.dynamics.crba import mass_matrix
 from diffsim_ros.dynamics.kinematics import forward_kinematics, frame_jacobian
 from diffsim_ros.dynamics.spatial import matvec, quat_normalize, quat_to_matrix, skew
 from diffsim_ros.sim.contact.cone import solve_cone
@@ -218,6 +217,8 @@ class _Pair:
     b: _Geom
     start: int
     count: int
+    friction: float | None = None
+    restitution: float | None = None
 
 
 @dataclass(frozen=True)
@@ -275,6 +276,8 @@ class ContactWorld:
         cone_method="auto",
         gravity=(0.0, 0.0, -9.81),
         exclude=(),
+        pair_friction=None,
+        pair_restitution=None,
         dtype=None,
         device=None,
     ):
@@ -294,6 +297,9 @@ class ContactWorld:
             cone_method: ``"auto"`` or ``"staggered"``.
             gravity: Gravity in the world frame [m/s²]; with a robot, its model's gravity.
             exclude: Pairs of shape names that never collide.
+            pair_friction: ``{(name_a, name_b): mu}`` overriding the max rule for a pair
+                (e.g. a frictionless gripper pad), constant.
+            pair_restitution: ``{(name_a, name_b): e}`` likewise.
             dtype, device: Without a robot (default float64 on torch's default device).
 
         Raises:
@@ -347,6 +353,13 @@ class ContactWorld:
             + [_Geom("static", i, s.name, s.shape) for i, s in enumerate(static)]
         )
         excluded = {frozenset(pair) for pair in exclude}
+        overrides = {}
+        for kind, table, high in (("friction", pair_friction, math.inf), ("restitution", pair_restitution, 1.0)):
+            for key, value in (table or {}).items():
+                unknown = set(key) - set(names)
+                if len(key) != 2 or unknown:
+                    raise ContactError(f"pair_{kind} key {key!r} must name two shapes of the world; unknown {sorted(unknown)}")
+                overrides[(kind, frozenset(key))] = _finite(f"pair_{kind}[{key}]", value, 0.0, high)
         pairs, start = [], 0
         for i, a in enumerate(geoms):
             for b in geoms[i + 1 :]:
@@ -357,7 +370,8 @@ class ContactWorld:
                 if isinstance(a.shape, Plane) and isinstance(b.shape, Plane):
                     continue
                 count = slot_count(a.shape, b.shape)
-                pairs.append(_Pair(a, b, start, count))
+                key = frozenset((a.name, b.name))
+                pairs.append(_Pair(a, b, start, count, overrides.get(("friction", key)), overrides.get(("restitution", key))))
                 start += count
         return cls(
             objects=objects,
@@ -554,10 +568,15 @@ class ContactWorld:
 
     # ------------------------------------------------------------------ coefficients per slot
     def _slot_values(self, kind, batch):
-        """Per-slot combined coefficient (max of the two shapes), shape (..., K)."""
+        """Per-slot coefficient (pair override, else the max of the two shapes), shape (..., K)."""
         values = self.params[kind]
         columns = []
         for pair in self.pairs:
+            override = getattr(pair, kind)
+            if override is not None:
+                constant = torch.full((*values.shape[:-1], pair.count), override, dtype=self.dtype, device=self.device)
+                columns.append(constant)
+                continue
             sides = []
             for geom in (pair.a, pair.b):
                 if geom.kind == "object":
@@ -616,13 +635,42 @@ class ContactWorld:
         jac = torch.cat(blocks, -1)
         return (frames @ jac).reshape(*batch, 3 * k, jac.shape[-1])
 
-    def _inverse_mass_apply(self, state, inv_inertia, mat):
-        """M⁻¹ applied to the columns of ``mat`` (..., nv, c) (block diagonal M)."""
+    def _robot_free_step(self, state, tau):
+        """The robot's free step and its impulse response ``W = (d qd_next / d tau) / h``.
+
+        ``W`` is the robot's effective inverse inertia *as its own simulator integrates it*
+        (``(M + h B)⁻¹`` for implicit damping, PBD's for PBD): using ``M(q)⁻¹`` instead would
+        let the contact solve predict velocities the simulator does not produce (a damped
+        wrist responds far less than ``M⁻¹`` says), and the hand would sink into what it
+        pushes. It comes from one reverse pass vmapped over the joints and is symmetrized.
+        It is treated as locally constant for gradients (its derivative with respect to the
+        state and parameters would need second derivatives of the simulator).
+
+        Returns:
+            ``(q_free, qd_free, W)`` with shapes (..., n), (..., n), (..., n, n).
+        """
+        n = self.robot_dof
+        tau = torch.zeros_like(state.q) if tau is None else tau
+        with torch.enable_grad():
+            probe = torch.zeros(torch.broadcast_shapes(tau.shape, state.q.shape), dtype=self.dtype, device=self.device, requires_grad=True)
+            q_free, qd_free = self.robot.joint_step(state.q, state.qd, tau + probe)
+            eye = torch.eye(n, dtype=self.dtype, device=self.device)
+            (response,) = torch.autograd.grad(
+                qd_free, probe, eye.reshape(n, *([1] * (probe.ndim - 1)), n).expand(n, *probe.shape),
+                is_grads_batched=True, retain_graph=torch.is_grad_enabled(),
+            )
+        response = response.movedim(0, -2).detach() / self.dt
+        mobility = 0.5 * (response + response.transpose(-1, -2))
+        if not torch.is_grad_enabled():
+            q_free, qd_free = q_free.detach(), qd_free.detach()
+        return q_free, qd_free, mobility
+
+    def _inverse_mass_apply(self, mobility, inv_inertia, mat):
+        """M⁻¹ applied to the columns of ``mat`` (..., nv, c): robot block ``mobility``, objects exact."""
         parts = []
         n = self.robot_dof
         if self.robot is not None:
-            mass = mass_matrix(self.robot.model, state.q)
-            parts.append(torch.linalg.solve(mass.expand(*mat.shape[:-2], n, n), mat[..., :n, :]))
+            parts.append(mobility @ mat[..., :n, :])
         mass = self.params["mass"]
         for j in range(len(self.objects)):
             lin = mat[..., n + 6 * j : n + 6 * j + 3, :]
@@ -631,15 +679,14 @@ class ContactWorld:
             parts.append(inv_inertia[..., j, :, :] @ ang)
         return torch.cat(parts, -2)
 
-    def _free_velocity(self, state, tau, wrench, inv_inertia, inertia):
-        """Velocities without contact (..., nv), and the robot's free positions."""
+    def _free_velocity(self, state, robot_free, wrench, inv_inertia, inertia):
+        """Velocities without contact (..., nv) (robot part from its free step)."""
         h = self.dt
-        parts, q_free = [], None
-        if self.robot is not None:
-            tau = torch.zeros_like(state.q) if tau is None else tau
-            q_free, qd_free = self.robot.joint_step(state.q, state.qd, tau)
-            parts.append(qd_free)
-        v, w = state.linear_velocity, state.angular_velocity
+        parts = []
+        if robot_free is not None:
+            parts.append(robot_free[1])
+        shape = inv_inertia.shape[:-1]  # (..., J, 3) with the full batch
+        v, w = state.linear_velocity.expand(shape), state.angular_velocity.expand(shape)
         force = torch.zeros_like(v) if wrench is None else wrench[..., :3]
         torque = torch.zeros_like(w) if wrench is None else wrench[..., 3:]
         mass = self.params["mass"][..., None]
@@ -649,7 +696,7 @@ class ContactWorld:
         obj = torch.cat([v_free, w_free], -1)
         parts.append(obj.reshape(*obj.shape[:-2], -1))
         batch = torch.broadcast_shapes(*(p.shape[:-1] for p in parts))
-        return torch.cat([p.expand(*batch, p.shape[-1]) for p in parts], -1), q_free
+        return torch.cat([p.expand(*batch, p.shape[-1]) for p in parts], -1)
 
     def _velocity_vector(self, state, batch):
         parts = []
@@ -684,15 +731,17 @@ class ContactWorld:
         batch = contacts.gap.shape[:-1]
         if self.robot is not None:
             batch = torch.broadcast_shapes(batch, state.q.shape[:-1])
-        batch = torch.broadcast_shapes(batch, self.params["mass"].shape[:-1])
+        batch = torch.broadcast_shapes(batch, *(value.shape[:-1] for value in self.params.values()))
         k = contacts.count
         frames = contact_frames(contacts.normal)
         obj_rot = quat_to_matrix(quat_normalize(state.orientation))
         inv_inertia, inertia = self._object_inertia(obj_rot, batch)
         jac = self._contact_jacobian(state, contacts, frames).expand(*batch, 3 * k, -1)
-        minv_jt = self._inverse_mass_apply(state, inv_inertia, jac.transpose(-1, -2))
+        robot_free = None if self.robot is None else self._robot_free_step(state, tau)
+        mobility = None if robot_free is None else robot_free[2]
+        minv_jt = self._inverse_mass_apply(mobility, inv_inertia, jac.transpose(-1, -2))
         delassus = jac @ minv_jt
-        v_free, q_free = self._free_velocity(state, tau, wrench, inv_inertia, inertia)
+        v_free = self._free_velocity(state, robot_free, wrench, inv_inertia, inertia)
         v_free = v_free.expand(*batch, v_free.shape[-1])
         free_contact = matvec(jac, v_free)
         approach = free_contact[..., 0::3]
@@ -714,10 +763,11 @@ class ContactWorld:
             solution = solve_cone(delassus, bias, mu, active, warm=None if warm is None else warm.solution, method=self.cone_method)
         impulse = solution.impulse.reshape(*batch, 3 * k)
         v_next = v_free + matvec(minv_jt, impulse)
-        displacement = h * v_next
+        correction = torch.zeros_like(v_next)
         if bool(bouncing.any()):
-            displacement = displacement + self._bounce_correction(jac, minv_jt, delassus, v_next, gap, approach, bouncing)
-        next_state = self._integrate(state, q_free, v_free, v_next, displacement, batch)
+            correction = self._bounce_correction(jac, minv_jt, delassus, v_next, gap, approach, bouncing)
+        robot_next = self._robot_response(state, tau, jac, impulse, robot_free)
+        next_state = self._integrate(state, robot_next, v_next, h * v_next + correction, batch)
         penetration = torch.where(active, -gap, torch.zeros_like(gap)).amax(-1).clamp_min(0.0).detach()
         self._check_finite(next_state)
         info = StepInfo(contacts, solution.impulse, solution, bouncing, penetration)
@@ -743,13 +793,31 @@ class ContactWorld:
         multipliers = matvec(pinv(reduced), target) * mask
         return matvec(minv_jt[..., :, normal_rows], multipliers)
 
-    def _integrate(self, state, q_free, v_free, v_next, displacement, batch):
+    def _robot_response(self, state, tau, jac, impulse, robot_free):
+        """Robot (q, qd) after the step, by its own simulator with the contact forces as torques.
+
+        The contact solve sees the robot through its linearized impulse response; the robot is
+        then advanced by its JointSpaceSimulator with ``tau + Jᵀ x / h``, so its dynamics (PBD
+        substeps, implicit damping, nonlinearity) stay its own. Without robot contact impulses
+        the free step is reused.
+        """
+        if self.robot is None:
+            return None
+        n = self.robot_dof
+        generalized = matvec(jac.transpose(-1, -2)[..., :n, :], impulse)
+        if not bool((generalized != 0).any()):
+            return robot_free[0], robot_free[1]
+        tau = torch.zeros_like(state.q) if tau is None else tau
+        return self.robot.joint_step(state.q, state.qd, tau + generalized / self.dt)
+
+    def _integrate(self, state, robot_next, v_next, displacement, batch):
         n = self.robot_dof
         count = len(self.objects)
         q = qd = None
-        if self.robot is not None:
-            qd = v_next[..., :n]
-            q = q_free + (displacement[..., :n] - self.dt * v_free[..., :n])
+        if robot_next is not None:
+            # Bounce corrections (displacement beyond h v) also move the robot.
+            q = robot_next[0] + (displacement[..., :n] - self.dt * v_next[..., :n])
+            qd = robot_next[1]
         obj_v = v_next[..., n:].reshape(*batch, count, 6)
         obj_d = displacement[..., n:].reshape(*batch, count, 6)
         position = state.position + obj_d[..., :3]

@@ -1,0 +1,244 @@
+"""The contact world: Nimble's unit cases, bounces, rollout gradients, batching, bad input.
+
+Both contact models run every case ("lcp": Nimble's boxed LCP, "cone": Le Lidec's Coulomb
+cone). Gradients are compared with central finite differences of the same simulation, at
+states away from mode switches (contacts that stay sticking, sliding or separated).
+"""
+
+import math
+
+import pytest
+import torch
+
+from diffsim_ros.sim.contact import Box, Capsule, ContactError, ContactWorld, Plane, RigidObject, Sphere, StaticShape, WorldState
+
+SOLVERS = ("lcp", "cone")
+DTYPE = torch.float64
+G = 9.81
+DT = 0.01
+IMPULSE_TOL = 1e-9  # [N·s]
+REGULARIZED_REL = 1e-5  # relative effect of the cone solver's 1e-6 compliance
+REST_VELOCITY_TOL = 1e-6  # [m/s] creep of a resting body under the cone's compliance
+ROUNDOFF = 1e-12
+FD_EPS = 1e-6
+FD_REL_TOL = 1e-5
+BOUNCE_APEX_REL_TOL = 0.03  # discrete-time apex vs e² h0
+
+
+def _cube_world(solver, mass=0.5, friction=0.3, restitution=0.0, **kwargs):
+    cube = RigidObject("cube", Box((0.05, 0.05, 0.05)), mass=mass, friction=friction, restitution=restitution)
+    return ContactWorld.create([cube], solver=solver, dt=DT, **kwargs)
+
+
+def _resting_cube(world, **velocities):
+    return world.initial_state(position=[[0.0, 0.0, 0.05]], **velocities)
+
+
+def _central_difference(fn, x, eps=FD_EPS):
+    return (fn(x + eps) - fn(x - eps)) / (2 * eps)
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_resting_box_splits_its_weight_equally_over_four_corners(solver):
+    world = _cube_world(solver)
+    state, info = world.step(_resting_cube(world))
+    normal = info.impulse[..., 0][info.contacts.active]
+    assert normal.numel() == 4
+    expected = 0.5 * G * DT / 4
+    torch.testing.assert_close(normal, torch.full_like(normal, expected), atol=expected * REGULARIZED_REL, rtol=0)
+    assert float(state.linear_velocity.abs().max()) < REST_VELOCITY_TOL
+    assert float((state.position[..., 2] - 0.05).abs().max()) < REST_VELOCITY_TOL * DT
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_sphere_on_two_coincident_planes_splits_equally(solver):
+    # Overlapping static geometry gives two identical contacts: A_CC is rank deficient.
+    ball = RigidObject("ball", Sphere(0.1), mass=2.0, friction=0.5)
+    static = [StaticShape("floor", Plane()), StaticShape("rug", Plane())]
+    world = ContactWorld.create([ball], static=static, solver=solver, dt=DT)
+    _, info = world.step(world.initial_state(position=[[0.0, 0.0, 0.1]]))
+    normal = info.impulse[..., 0][info.contacts.active]
+    assert normal.numel() == 2
+    torch.testing.assert_close(normal[0], normal[1], atol=IMPULSE_TOL, rtol=0)
+    expected = torch.tensor(2.0 * G * DT / 2, dtype=DTYPE)
+    torch.testing.assert_close(normal[0], expected, atol=float(expected) * REGULARIZED_REL, rtol=0)
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_pushed_resting_box_has_zero_velocity_gradient_while_clamped(solver):
+    world = _cube_world(solver)
+    state = _resting_cube(world)
+    limit = 0.3 * 0.5 * G  # static friction [N]
+
+    def velocity_x(force):
+        wrench = torch.zeros(1, 6, dtype=DTYPE)
+        wrench = wrench + torch.nn.functional.one_hot(torch.tensor(0), 6).to(DTYPE) * force
+        return world.step(state, wrench=wrench)[0].linear_velocity[0, 0]
+
+    push = torch.tensor(0.5 * limit, dtype=DTYPE, requires_grad=True)
+    v = velocity_x(push)
+    (grad,) = torch.autograd.grad(v, push)
+    sticking_slope = REGULARIZED_REL * DT / 0.5  # zero up to the cone solver's compliance
+    assert abs(float(v)) < REST_VELOCITY_TOL and abs(float(grad)) < sticking_slope
+    assert abs(float(_central_difference(velocity_x, push.detach()))) < sticking_slope
+    # Beyond the friction limit it slides: dv/dF = h / m.
+    push = torch.tensor(2.0 * limit, dtype=DTYPE, requires_grad=True)
+    (grad,) = torch.autograd.grad(velocity_x(push), push)
+    assert float(grad) == pytest.approx(DT / 0.5, rel=1e-6)
+    assert float(_central_difference(velocity_x, push.detach())) == pytest.approx(DT / 0.5, rel=1e-6)
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_separating_contact_has_zero_impulse_and_gradient(solver):
+    world = ContactWorld.create([RigidObject("ball", Sphere(0.1), mass=1.0, friction=0.5)], solver=solver, dt=DT, margin=0.05)
+    height = torch.tensor(0.101, dtype=DTYPE, requires_grad=True)
+    speed = torch.tensor(1.0, dtype=DTYPE, requires_grad=True)
+    zero = torch.zeros((), dtype=DTYPE)
+    state = world.initial_state(
+        position=torch.stack([zero, zero, height])[None], linear_velocity=torch.stack([zero, zero, speed])[None]
+    )
+    _, info = world.step(state)
+    assert bool(info.contacts.active.any())  # within the margin, but moving away
+    impulse = info.impulse[info.contacts.active]
+    assert float(impulse.detach().abs().max()) == 0.0
+    grads = torch.autograd.grad(impulse.sum(), (height, speed), allow_unused=True)
+    assert all(g is None or float(g) == 0.0 for g in grads)
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_ball_bouncing_within_a_step_has_minus_sigma_gradient(solver):
+    sigma = 0.8
+    world = ContactWorld.create(
+        [RigidObject("ball", Sphere(0.1), mass=1.0, friction=0.5, restitution=sigma)], solver=solver, dt=DT
+    )
+
+    def next_height(z, v):
+        zero = torch.zeros_like(z)
+        state = world.initial_state(position=torch.stack([zero, zero, z])[None], linear_velocity=torch.stack([zero, zero, v])[None])
+        next_state, info = world.step(state)
+        assert bool(info.bouncing.any())
+        return next_state.position[0, 2]
+
+    z = torch.tensor(0.12, dtype=DTYPE, requires_grad=True)  # 2 cm gap, closing at 3 m/s: hits mid-step
+    v = torch.tensor(-3.0, dtype=DTYPE, requires_grad=True)
+    dz, dv = torch.autograd.grad(next_height(z, v), (z, v))
+    assert float(dz) == pytest.approx(-sigma, rel=REGULARIZED_REL)
+    assert float(dv) == pytest.approx(-sigma * DT, rel=REGULARIZED_REL)
+    assert float(_central_difference(lambda x: next_height(x, v.detach()), z.detach())) == pytest.approx(-sigma, rel=FD_REL_TOL)
+    assert float(_central_difference(lambda x: next_height(z.detach(), x), v.detach())) == pytest.approx(-sigma * DT, rel=FD_REL_TOL)
+    # Continuous-time position: impact after 2/3.0981 of the step, then rebound at sigma * 3.0981 m/s.
+    approach = 3.0 + G * DT
+    expected = 0.1 + sigma * approach * (DT - 0.02 / approach)
+    assert float(next_height(z, v)) == pytest.approx(expected, rel=REGULARIZED_REL)
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_dropped_ball_rebounds_to_restitution_squared_height(solver):
+    restitution, drop = 0.7, 0.3
+    world = ContactWorld.create(
+        [RigidObject("ball", Sphere(0.05), mass=0.2, friction=0.5, restitution=restitution)], solver=solver, dt=0.004
+    )
+    states, _ = world.rollout(world.initial_state(position=[[0.0, 0.0, 0.05 + drop]]), 250)
+    height = states.position[:, 0, 2] - 0.05
+    first_impact = int((states.linear_velocity[:, 0, 2] > 0).nonzero()[0])  # rebounding
+    apex = float(height[first_impact:].max())
+    assert apex == pytest.approx(restitution**2 * drop, rel=BOUNCE_APEX_REL_TOL)
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_rollout_gradients_match_finite_differences(solver):
+    # A tilted-yaw box sliding diagonally with spin: friction, rotation and contact switches
+    # of the corners' tangential directions, 15 steps, all smooth in the parameters.
+    world = _cube_world(solver)
+    yaw = 0.3
+    orientation = [[math.cos(yaw / 2), 0.0, 0.0, math.sin(yaw / 2)]]
+
+    def final_pose(friction, mass, vx, spin):
+        model = world.with_parameters({"cube.friction": friction, "cube.mass": mass})
+        zero = torch.zeros_like(vx)
+        state = model.initial_state(
+            position=[[0.0, 0.0, 0.05]],
+            orientation=orientation,
+            linear_velocity=torch.stack([vx, 0.6 * vx, zero])[None],
+            angular_velocity=torch.stack([zero, zero, spin])[None],
+        )
+        states, _ = model.rollout(state, 15)
+        return torch.cat([states.position[-1, 0, :2], states.orientation[-1, 0]])
+
+    args = [torch.tensor(v, dtype=DTYPE, requires_grad=True) for v in (0.3, 0.5, 1.5, 2.0)]
+    assert torch.autograd.gradcheck(final_pose, args, eps=FD_EPS, atol=1e-6, rtol=FD_REL_TOL)
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_batched_parameters_match_individual_runs(solver):
+    world = _cube_world(solver)
+    frictions = torch.tensor([0.1, 0.3, 0.6], dtype=DTYPE)
+    batched = world.with_parameters({"cube.friction": frictions})
+    state = world.initial_state(position=[[0.0, 0.0, 0.05]], linear_velocity=[[1.0, 0.0, 0.0]])
+    states, _ = batched.rollout(state, 15)
+    assert states.position.shape == (3, 15, 1, 3)
+    for i, mu in enumerate(frictions):
+        single, _ = world.with_parameters({"cube.friction": mu}).rollout(state, 15)
+        torch.testing.assert_close(states.position[i], single.position, atol=1e-12, rtol=0)
+    # Friction slows sliding: travelled distance decreases with mu.
+    travel = states.position[:, -1, 0, 0]
+    assert bool((travel[1:] < travel[:-1]).all())
+
+
+def test_float32_world_follows_its_dtype():
+    world = ContactWorld.create([RigidObject("cube", Box((0.05, 0.05, 0.05)), mass=0.5)], dtype=torch.float32)
+    state = world.initial_state(position=[[0.0, 0.0, 0.05]], linear_velocity=[[1.0, 0.0, 0.0]])
+    states, _ = world.rollout(state, 5)
+    assert states.position.dtype == torch.float32
+    assert bool(torch.isfinite(states.position).all())
+
+
+def test_interpenetrating_start_state_is_refused():
+    world = _cube_world("lcp")
+    with pytest.raises(ContactError, match="'cube' and 'ground' interpenetrate by 20.0 mm"):
+        world.rollout(world.initial_state(position=[[0.0, 0.0, 0.03]]), 3)
+    # A small, tolerated penetration is pushed out without NaN.
+    states, infos = world.rollout(world.initial_state(position=[[0.0, 0.0, 0.0495]]), 20)
+    assert float(infos[0].max_penetration) == pytest.approx(5e-4)
+    assert float(states.position[-1, 0, 2]) == pytest.approx(0.05, abs=1e-4)
+
+
+def test_bad_objects_and_parameters_are_refused():
+    with pytest.raises(ContactError, match="mass"):
+        RigidObject("cube", Box((0.05, 0.05, 0.05)), mass=0.0)
+    with pytest.raises(ContactError, match="restitution"):
+        RigidObject("cube", Box((0.05, 0.05, 0.05)), mass=1.0, restitution=1.5)
+    with pytest.raises(ContactError, match="inertia"):
+        RigidObject("cube", Box((0.05, 0.05, 0.05)), mass=1.0, inertia=(1.0, 0.0, 1.0))
+    world = _cube_world("cone")
+    with pytest.raises(ContactError, match="zero-mass"):
+        world.with_parameters({"cube.mass": torch.tensor([0.5, 0.0], dtype=DTYPE)})
+    with pytest.raises(ContactError, match="unknown object parameter"):
+        world.with_parameters({"box.mass": 1.0})
+    with pytest.raises(ContactError, match="not finite"):
+        world.with_parameters({"cube.friction": float("nan")})
+    with pytest.raises(ContactError, match="duplicate"):
+        ContactWorld.create([RigidObject("ground", Sphere(0.1), mass=1.0)])
+    with pytest.raises(ContactError, match="solver"):
+        ContactWorld.create([RigidObject("ball", Sphere(0.1), mass=1.0)], solver="pgs")
+    with pytest.raises(ContactError, match="link proxies need a robot"):
+        from diffsim_ros.sim.contact import LinkProxy
+
+        ContactWorld.create([], proxies=[LinkProxy("hand", "left_hand", Capsule(0.03, 0.05))])
+
+
+def test_bad_states_are_refused_and_results_stay_finite():
+    world = _cube_world("lcp")
+    state = _resting_cube(world)
+    nan_state = WorldState(state.position * float("nan"), state.orientation, state.linear_velocity, state.angular_velocity)
+    with pytest.raises(ContactError, match="NaN"):
+        world.step(nan_state)
+    with pytest.raises(ContactError, match="float32"):
+        world.step(state.map(lambda t: t.float()))
+    with pytest.raises(ContactError, match="shape"):
+        world.step(WorldState(state.position[..., :2], state.orientation, state.linear_velocity, state.angular_velocity))
+    # Violent but valid: 50 m/s into the ground, spinning.
+    fast = world.initial_state(position=[[0.0, 0.0, 0.1]], linear_velocity=[[3.0, 0.0, -50.0]], angular_velocity=[[20.0, 5.0, 0.0]])
+    for solver in SOLVERS:
+        states, _ = _cube_world(solver).rollout(fast, 20)
+        assert bool(torch.isfinite(states.position).all() & torch.isfinite(states.linear_velocity).all())
