@@ -47,6 +47,18 @@ def test_non_finite_wrench_is_refused(sim):
         sim.step(state, PBDControl(tau=_zeros(sim), wrench=wrench))
 
 
+def test_bad_drives_are_refused(sim):
+    state = sim.initial_state(_zeros(sim), _zeros(sim))
+    with pytest.raises(PBDError, match="without a drive target"):
+        sim.step(state, PBDControl(tau=_zeros(sim), stiffness=_zeros(sim) + 1.0))
+    with pytest.raises(PBDError, match="stiffness must be >= 0"):
+        sim.step(state, PBDControl(tau=_zeros(sim), target=_zeros(sim), stiffness=_zeros(sim) - 1.0))
+    target = _zeros(sim)
+    target[1] = float("nan")
+    with pytest.raises(RobotModelError, match="left_s1"):
+        sim.joint_step(_zeros(sim), _zeros(sim), PBDControl(tau=_zeros(sim), target=target))
+
+
 def test_wrong_dtype_and_shape_are_refused(sim):
     state = sim.initial_state(_zeros(sim), _zeros(sim))
     with pytest.raises(RobotModelError, match="dtype"):

@@ -7,10 +7,17 @@ import numpy as np
 import pytest
 import torch
 
-from diffsim_ros.dynamics import body_placements, frame_jacobian, kinetic_energy, potential_energy
+from diffsim_ros.dynamics import (
+    body_placements,
+    forward_dynamics,
+    frame_jacobian,
+    gravity_torques,
+    kinetic_energy,
+    potential_energy,
+)
 from diffsim_ros.dynamics.spatial import skew
 from diffsim_ros.model import RobotModel
-from diffsim_ros.sim import PBDControl, PBDSimulator
+from diffsim_ros.sim import PBDControl, PBDConvergenceWarning, PBDSimulator
 from diffsim_ros.sim.base import RigidBodySimulator
 from test_pbd_references import baxter, chain_urdf, mujoco_rollout, random_state
 
@@ -24,6 +31,8 @@ SOLVER_AGREEMENT_TOL = 1e-8  # converged Gauss-Seidel/Jacobi vs direct [rad]
 BATCH_TOL = 1e-12  # batched vs one-by-one rollouts
 LIMIT_TOL = 2e-3  # penetration of a joint limit under a large torque [rad]
 WRENCH_TOL = 1e-6  # tip force as wrench vs as Jacobian-transpose torques [rad]
+DRIVE_TOL = 1e-3  # implicit joint drive (4 substeps) vs the continuous PD loop by RK4 [rad]
+DRIVE_BALANCE_TOL = 1e-2  # a settled stiff drive balances gravity: |K (target - q) - g(q)| [N·m]
 
 DT = 0.01
 
@@ -177,3 +186,56 @@ def test_external_wrench_equals_jacobian_transpose_torques():
     com_jacobian = jac[:3] - skew(offset) @ jac[3:]
     q_tau, _ = sim.joint_step(q0, qd0, com_jacobian.T @ force)
     assert float((q_wrench - q_tau).abs().max()) < WRENCH_TOL
+
+
+def _pd_reference(model, q0, target, stiffness, damping, steps, h=2e-4):
+    """The continuous PD loop ``K (target - q) - D qd`` integrated by RK4 (every DT)."""
+    q, qd, out = q0.clone(), torch.zeros_like(q0), []
+
+    def accel(q, qd):
+        return forward_dynamics(model, q, qd, stiffness * (target - q) - damping * qd, passive=True)
+
+    for i in range(steps * int(round(DT / h))):
+        k1v, k1a = qd, accel(q, qd)
+        k2v, k2a = qd + 0.5 * h * k1a, accel(q + 0.5 * h * k1v, qd + 0.5 * h * k1a)
+        k3v, k3a = qd + 0.5 * h * k2a, accel(q + 0.5 * h * k2v, qd + 0.5 * h * k2a)
+        k4v, k4a = qd + h * k3a, accel(q + h * k3v, qd + h * k3a)
+        q = q + h / 6 * (k1v + 2 * k2v + 2 * k3v + k4v)
+        qd = qd + h / 6 * (k1a + 2 * k2a + 2 * k3a + k4a)
+        if (i + 1) % int(round(DT / h)) == 0:
+            out.append(q)
+    return torch.stack(out)
+
+
+def _drive_rollout(model, q0, target, stiffness, damping, steps, substeps):
+    sim = PBDSimulator(model, dt=DT, substeps=substeps, limits=False)
+    control = PBDControl(tau=torch.zeros_like(q0), target=target, stiffness=stiffness, drive_damping=damping)
+    q, qd, out = q0, torch.zeros_like(q0), []
+    with torch.no_grad():
+        for _ in range(steps):
+            q, qd = sim.joint_step(q, qd, control)
+            out.append(q)
+    return torch.stack(out)
+
+
+def test_implicit_joint_drive_is_the_pd_loop_to_second_order():
+    model = _double_pendulum()
+    q0 = torch.zeros(2, dtype=model.dtype)
+    target = torch.tensor([0.3, -0.5], dtype=model.dtype)
+    gains = torch.tensor([60.0, 20.0], dtype=model.dtype), torch.tensor([6.0, 1.0], dtype=model.dtype)
+    ref = _pd_reference(model, q0, target, *gains, steps=20)
+    errors = [float((_drive_rollout(model, q0, target, *gains, 20, s) - ref).abs().max()) for s in (2, 4)]
+    assert errors[1] < DRIVE_TOL
+    assert errors[0] / errors[1] > SECOND_ORDER_RATIO
+
+
+def test_stiff_damped_drive_on_a_light_link_is_stable():
+    """Gains a torque held over 10 ms could not stabilize (K h^2 / I >> 1) settle implicitly."""
+    model = RobotModel.from_urdf(chain_urdf([0.5, 0.3], [1.0, 0.3]))
+    target = torch.tensor([0.3, -0.5], dtype=model.dtype)
+    gains = torch.tensor([1e5, 1e5], dtype=model.dtype), torch.tensor([200.0, 60.0], dtype=model.dtype)
+    with pytest.warns(PBDConvergenceWarning):  # the first, violent transient is flagged
+        q = _drive_rollout(model, torch.zeros(2, dtype=model.dtype), target, *gains, steps=100, substeps=2)
+    assert bool(torch.isfinite(q).all())
+    balance = gains[0] * (target - q[-1]) - gravity_torques(model, q[-1])
+    assert float(balance.abs().max()) < DRIVE_BALANCE_TOL

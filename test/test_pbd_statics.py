@@ -10,7 +10,7 @@ import torch
 from diffsim_ros.dynamics import gravity_torques, spring_torques
 from diffsim_ros.sim import PBDSimulator
 from diffsim_ros.sim.base import RigidBodySimulator
-from diffsim_ros.sim.pbd import holding_torques
+from diffsim_ros.sim.pbd import static_torques
 from oracles import REPO
 from test_pbd_references import baxter, random_state
 
@@ -30,21 +30,21 @@ def _poses(model):
     return torch.stack([random_state(model, 100 + k, spread=1.4)[0] for k in range(POSES)])
 
 
-def test_pbd_holding_torques_equal_gravity_minus_spring_torques():
+def test_pbd_static_torques_equal_gravity_minus_spring_torques():
     model = baxter()
     q = _poses(model)
-    tau, residual = holding_torques(PBDSimulator(model), q)
+    tau, residual = static_torques(PBDSimulator(model), q)
     analytic = gravity_torques(model, q) - spring_torques(model, q)
     mae = (tau - analytic).abs().mean(0)
     assert float(mae.max()) < STATIC_MAE_TOL
     assert float(residual.max()) < STATIC_RESIDUAL_TOL
 
 
-def test_holding_torques_work_through_any_simulator():
+def test_static_torques_work_through_any_simulator():
     model = baxter()
     q = _poses(model)[:3]
-    pbd, _ = holding_torques(PBDSimulator(model), q)
-    rigid, _ = holding_torques(RigidBodySimulator(model, 0.01), q)
+    pbd, _ = static_torques(PBDSimulator(model), q)
+    rigid, _ = static_torques(RigidBodySimulator(model, 0.01), q)
     assert float((pbd - rigid).abs().max()) < RIGID_AGREEMENT_TOL
 
 

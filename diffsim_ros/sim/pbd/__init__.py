@@ -15,7 +15,7 @@ from diffsim_ros.sim.pbd.mapping import joint_positions, joint_velocities, joint
 from diffsim_ros.sim.pbd.simulator import PBDSimulator
 from diffsim_ros.sim.pbd.solver import SolverSettings
 from diffsim_ros.sim.pbd.state import PBDControl, PBDState
-from diffsim_ros.sim.pbd.statics import holding_torques
+from diffsim_ros.sim.pbd.statics import static_torques
 
 __all__ = [
     "PBDBodies",
@@ -29,7 +29,7 @@ __all__ = [
     "SolverSettings",
     "build_system",
     "constraint_residuals",
-    "holding_torques",
+    "static_torques",
     "joint_positions",
     "joint_velocities",
     "joints_from_state",

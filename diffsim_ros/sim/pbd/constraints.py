@@ -19,6 +19,8 @@ which gives every row a finite compliance (rigid rows ``alpha / h^2``, dashpot r
 that b = 0 needs no special case and stays differentiable. A joint whose predicted position
 leaves its limits gets a rigid free row instead (scale 1, compliance 0, target = the
 displacement that puts it on the limit), so limits are solved together with the joints.
+A joint drive (stiffness K towards a target) adds ``h^2 K / 4`` to the row scale and an
+offset: the implicit quarter of Newmark's average-acceleration spring.
 
 The correction directions (Jacobians) are evaluated at the substep start, as in SHAKE: this
 makes the scheme second order, whereas the closest-point projection of plain PBD
@@ -71,8 +73,9 @@ class JointBlocks:
     """Free-row scale sigma: ``h (b + friction slope)`` for a dashpot, 1 at a limit, (..., n)."""
     row_compliance: torch.Tensor
     """Free-row compliance: 1 for a dashpot, 0 at a limit, (..., n)."""
-    target: torch.Tensor
-    """Free-row target displacement [rad or m]: 0 for a dashpot, onto the limit at a limit, (..., n)."""
+    offset: torch.Tensor
+    """Free-row offset ``sigma x target``: 0 for a dashpot, the displacement onto the limit
+    at a limit, ``-h^2 K/4 (q - target)`` for a drive, (..., n)."""
     alpha: float
     """Rigid-row compliance over h^2 (0 = rigid)."""
     rot0: torch.Tensor
@@ -123,7 +126,7 @@ def compliance_matrix(free, alpha, row_compliance):
     return alpha * (eye - outer) + row_compliance[..., None, None] * outer
 
 
-def joint_blocks(system, frames0, rot0, inv_inertia_w, damping, compliance, h, limit=None):
+def joint_blocks(system, frames0, rot0, inv_inertia_w, damping, compliance, h, limit=None, drive=None):
     """Per-substep joint-row constants, Jacobians at the substep start (SHAKE directions).
 
     Args:
@@ -137,6 +140,8 @@ def joint_blocks(system, frames0, rot0, inv_inertia_w, damping, compliance, h, l
         h: Substep [s].
         limit: Optional ``(active, target)``, each (..., n): joints held on a limit this
             substep and the displacement that puts them there [rad or m].
+        drive: Optional ``(stiffness, error)``, each (..., n): the implicit drive stiffness
+            [N·m/rad or N/m] and the drive error ``q - target`` at the substep start.
 
     Returns:
         JointBlocks.
@@ -147,10 +152,15 @@ def joint_blocks(system, frames0, rot0, inv_inertia_w, damping, compliance, h, l
     jac_c, jac_p = _jacobians(frames0.pos_c + frames0.lever_c - frames0.pos_p, frames0.lever_c)
     free = free_direction(joints, frames0.axis_c)
     row_scale = h * damping
+    offset = torch.zeros_like(row_scale)
+    if drive is not None:
+        stiffness, error = drive
+        row_scale = row_scale + (h * h) * stiffness
+        offset = -(h * h) * stiffness * error
     row_compliance = torch.ones_like(row_scale)
-    target = torch.zeros_like(row_scale)
     if limit is not None:
-        active, target = limit[0], torch.where(limit[0], limit[1], target)
+        active = limit[0]
+        offset = torch.where(active, limit[1], offset)
         row_scale = torch.where(active, torch.ones_like(row_scale), row_scale)
         row_compliance = torch.where(active, torch.zeros_like(row_compliance), row_compliance)
     eye6 = torch.eye(6, dtype=row_scale.dtype, device=row_scale.device)
@@ -168,7 +178,7 @@ def joint_blocks(system, frames0, rot0, inv_inertia_w, damping, compliance, h, l
         free=free,
         row_scale=row_scale,
         row_compliance=row_compliance,
-        target=target,
+        offset=offset,
         alpha=float(compliance) / (h * h),
         rot0=rot0,
         slide0=slide0,
@@ -268,12 +278,12 @@ def row_rhs(blocks, errors, displacement, lam, index=None):
         lam: Accumulated multipliers, shape of ``errors``.
         index: Joint index when ``errors`` belong to one joint.
     """
-    free, scale, comp, target = blocks.free, blocks.row_scale, blocks.row_compliance, blocks.target
+    free, scale, comp, offset = blocks.free, blocks.row_scale, blocks.row_compliance, blocks.offset
     if index is not None:
-        free, scale, comp, target = free[..., index, :], scale[..., index], comp[..., index], target[..., index]
+        free, scale, comp, offset = free[..., index, :], scale[..., index], comp[..., index], offset[..., index]
     along = free * (free * lam).sum(-1, keepdim=True)
     compliance = blocks.alpha * (lam - along) + comp[..., None] * along
-    return scaled_errors(free, scale, errors, displacement - target) + compliance
+    return scaled_errors(free, scale, errors, displacement) - free * offset[..., None] + compliance
 
 
 def row_velocities(system, blocks, vel, omega):

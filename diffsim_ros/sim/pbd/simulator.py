@@ -160,13 +160,15 @@ class PBDSimulator(JointSpaceSimulator):
     def joint_step(self, q, qd, tau):
         """Advance joint positions/velocities by ``dt`` with ``tau`` held (see base class).
 
-        The particle state is rebuilt from ``(q, qd)`` at every call, so constraint errors
-        never accumulate across control periods; angles are read on the branch nearest q.
+        ``tau`` may also be a :class:`PBDControl` (external wrenches, an implicit joint
+        drive). The particle state is rebuilt from ``(q, qd)`` at every call, so constraint
+        errors never accumulate across control periods; angles are read on the branch
+        nearest q.
         """
         model = self.model
         q = joint_tensor(model, "q", q)
         qd = joint_tensor(model, "qd", qd)
-        control = check_control(model, PBDControl(tau=tau))
+        control = check_control(model, tau if isinstance(tau, PBDControl) else PBDControl(tau=tau))
         system = build_system(model)
         state = state_from_joints(model, q, qd, system)
         state = self._integrate(system, _broadcast(state, control), control)
@@ -205,6 +207,9 @@ def _broadcast(state, control):
     batch = torch.broadcast_shapes(state.batch_shape, control.tau.shape[:-1])
     if control.wrench is not None:
         batch = torch.broadcast_shapes(batch, control.wrench.shape[:-2])
+    for gain in (control.target, control.stiffness, control.drive_damping):
+        if gain is not None:
+            batch = torch.broadcast_shapes(batch, gain.shape[:-1])
     if batch == state.batch_shape:
         return state
     return PBDState(*(t.expand(*batch, *t.shape[-2:]) for t in (state.pos, state.quat, state.vel, state.omega)))

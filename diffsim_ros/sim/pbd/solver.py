@@ -84,25 +84,33 @@ class _Pose:
     """Joint positions [rad or m], (..., n), when springs or limits need them."""
 
 
-def _pose(model, system, state, settings):
+def _pose(model, system, state, control, settings):
     rot = quat_to_matrix(state.quat)
     frames = joint_frames(system.joints, state.pos, rot)
-    needs_q = bool(model.spring_joints) or (settings.limits and system.joints.limited)
+    needs_q = bool(model.spring_joints) or control.has_drive or (settings.limits and system.joints.limited)
     return _Pose(rot=rot, frames=frames, q=frame_coordinates(system.joints, frames) if needs_q else None)
 
 
-def _accelerate(model, system, state, pose, control, h, kick, spin):
-    """Phase 1: explicit forces; returns (vel, omega, inv_inertia_w, implicit damping (..., n)).
+_KICKS = {"start": 0.5, "full": 1.0, "finish": 0.5}
 
-    ``kick`` scales the velocity change: 1 for a full substep from the previous chord
-    velocities (half a substep behind the poses), 1/2 for a half kick from velocities at
-    the state's own time (start and end of a step, velocity Verlet). The gyroscopic torque
-    uses ``spin``, the angular velocity estimated at the state's time (extrapolated from
-    the chords, which include the constraint torques). With ``kick = 1`` joint damping is
-    trapezoidal (second order, A-stable) between the chord rates before and after; the
-    implicit half is returned for the dashpot rows.
+
+def _accelerate(model, system, state, pose, control, h, phase, spin):
+    """Phase 1: explicit forces and the implicit parts of damping and drives.
+
+    ``phase`` is "start" (a half kick from velocities at the state's own time: the first
+    substep), "full" (a full substep from the previous chord velocities, half a substep
+    behind the poses) or "finish" (the closing half kick from the last chord velocities).
+    The gyroscopic torque uses ``spin``, the angular velocity estimated at the state's time.
+    Damping (viscous + drive + friction slope) is trapezoidal (second order, A-stable) over
+    full substeps and backward Euler over half kicks; a drive's stiffness uses Newmark's
+    average acceleration, explicit on the closing kick, where the poses are known.
+
+    Returns:
+        ``(vel, omega, inv_inertia_w, implicit damping (..., n), implicit drive or None)``;
+        the drive is ``(stiffness, error)`` for :func:`joint_blocks`.
     """
     bodies, joints = system.bodies, system.joints
+    kick = _KICKS[phase]
     rot_t = pose.rot.transpose(-1, -2)
     inertia_w = pose.rot @ bodies.inertia @ rot_t
     inv_inertia_w = pose.rot @ bodies.inv_inertia @ rot_t
@@ -111,14 +119,32 @@ def _accelerate(model, system, state, pose, control, h, kick, spin):
     friction, slope = friction_split(joints, rate)
     damping = joints.damping + slope
     tau = joint_torques(model, pose.q, control.tau) + friction
-    if kick == 1.0:
+    drive = None
+    if control.has_drive:
+        damping = damping + control.drive_damping
+        error = pose.q - control.target
+        stiffness = control.stiffness
+        if phase == "finish":
+            # (F_prev + F_now) / 2: with the next step's first half kick this composes to
+            # exactly the interior Newmark update, so restarts keep it stable.
+            tau = tau - stiffness * (error - 0.5 * h * rate)
+        else:
+            # Newmark average acceleration (second order, unconditionally stable): the
+            # spring force over a full substep is (F_prev + 2 F_now + F_next) / 4, F_prev
+            # from the chord rate; the first half kick uses (F_now + F_next) / 2.
+            drive = (0.25 * stiffness, error)
+            if phase == "full":
+                tau = tau - stiffness * (0.75 * error - 0.25 * h * rate)
+            else:
+                tau = tau - 0.5 * stiffness * error
+    if phase == "full":
         tau = tau - 0.5 * damping * rate
     torque, force = body_wrenches(joints, directions, tau, control.wrench)
     gravity = bodies.dynamic[:, None] * system.gravity
     vel = state.vel + (kick * h) * (gravity + bodies.inv_mass[:, None] * force)
     gyroscopic = torch.cross(spin, matvec(inertia_w, spin), dim=-1)
     omega = state.omega + (kick * h) * matvec(inv_inertia_w, torque - gyroscopic)
-    return vel, omega, inv_inertia_w, 0.5 * damping
+    return vel, omega, inv_inertia_w, 0.5 * damping, drive
 
 
 def _active_limits(system, pose, free, move, phi):
@@ -140,7 +166,7 @@ def _active_limits(system, pose, free, move, phi):
     return predicted != clamped, clamped - pose.q
 
 
-def substep(model, system, state, control, h, settings, kick=1.0, spin=None):
+def substep(model, system, state, control, h, settings, phase="full", spin=None):
     """Advance the particle state by one substep ``h`` [s] (phases 1-4).
 
     Args:
@@ -150,8 +176,8 @@ def substep(model, system, state, control, h, settings, kick=1.0, spin=None):
         control: PBDControl (validated), broadcastable to the state's batch.
         h: Substep [s].
         settings: SolverSettings.
-        kick: 0.5 when ``state`` holds velocities at its own time (first substep), 1 when
-            it holds the previous substep's chord velocities.
+        phase: "start" when ``state`` holds velocities at its own time (first substep of a
+            step), "full" when it holds the previous substep's chord velocities.
         spin: Angular velocities at the state's time [rad/s], shape (..., N, 3) (default
             ``state.omega``).
 
@@ -159,14 +185,14 @@ def substep(model, system, state, control, h, settings, kick=1.0, spin=None):
         New PBDState whose velocities are the chord velocities of this substep.
     """
     spin = state.omega if spin is None else spin
-    pose = _pose(model, system, state, settings)
-    vel, omega, inv_inertia_w, damping = _accelerate(model, system, state, pose, control, h, kick, spin)
+    pose = _pose(model, system, state, control, settings)
+    vel, omega, inv_inertia_w, damping, drive = _accelerate(model, system, state, pose, control, h, phase, spin)
     move, phi = h * vel, h * omega
     limit = None
     if settings.limits and system.joints.limited:
         free = free_direction(system.joints, pose.frames.axis_c)
         limit = _active_limits(system, pose, free, move, phi)
-    blocks = joint_blocks(system, pose.frames, pose.rot, inv_inertia_w, damping, settings.compliance, h, limit)
+    blocks = joint_blocks(system, pose.frames, pose.rot, inv_inertia_w, damping, settings.compliance, h, limit, drive)
     pos = state.pos + move
     if settings.solver == "gauss_seidel":
         pos, phi = project_gauss_seidel(system, blocks, pos, phi, settings.iterations)
@@ -191,7 +217,7 @@ def integrate(model, system, state, control, dt, settings):
     start, previous, last = state.omega, None, None
     for index in range(settings.substeps):
         spin = _spin(start, previous, last)
-        state = substep(model, system, state, control, h, settings, 0.5 if index == 0 else 1.0, spin)
+        state = substep(model, system, state, control, h, settings, "start" if index == 0 else "full", spin)
         previous, last = last, state.omega
     return finish_velocities(model, system, state, control, h, _spin(start, previous, last), settings)
 
@@ -230,8 +256,8 @@ def finish_velocities(model, system, state, control, h, spin, settings=SolverSet
     Returns:
         PBDState with velocities at its own time.
     """
-    pose = _pose(model, system, state, settings)
-    vel, omega, inv_inertia_w, damping = _accelerate(model, system, state, pose, control, h, 0.5, spin)
+    pose = _pose(model, system, state, control, settings)
+    vel, omega, inv_inertia_w, damping, _ = _accelerate(model, system, state, pose, control, h, "finish", spin)
     blocks = joint_blocks(system, pose.frames, pose.rot, inv_inertia_w, damping, 0.0, h)
     rows = row_velocities(system, blocks, vel, omega)
     rate = (blocks.free * rows).sum(-1)

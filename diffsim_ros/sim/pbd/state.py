@@ -42,13 +42,29 @@ class PBDState:
 
 @dataclass(frozen=True)
 class PBDControl:
-    """Inputs held constant over one step."""
+    """Inputs held constant over one step.
+
+    Besides feed-forward torques and external wrenches, a joint drive (a PD / stiffness
+    controller ``K (target - q) - D qd``) can be given: it is solved implicitly inside the
+    constraint projection, so stiff gains on light links stay stable at any step, which a
+    torque computed once per control period cannot.
+    """
 
     tau: torch.Tensor
     """Joint torques/forces [N·m or N], shape (..., n)."""
     wrench: torch.Tensor | None = None
     """External wrenches ``[torque, force]`` on the n bodies, world axes, torque about each
     body's COM [N·m, N], shape (..., n, 6); None for none."""
+    target: torch.Tensor | None = None
+    """Drive targets [rad or m], shape (..., n); None for no drive."""
+    stiffness: torch.Tensor | None = None
+    """Drive stiffness K [N·m/rad or N/m], shape (..., n) (with ``target``)."""
+    drive_damping: torch.Tensor | None = None
+    """Drive damping D [N·m·s/rad or N·s/m], shape (..., n) (added to the joint damping)."""
+
+    @property
+    def has_drive(self):
+        return self.target is not None
 
 
 def _check_tensor(name, value, model, shape_tail):
@@ -83,4 +99,16 @@ def check_control(model, control):
     tau = joint_tensor(model, "tau", control.tau)
     if control.wrench is not None:
         _check_tensor("wrench", control.wrench, model, (model.nq, 6))
-    return PBDControl(tau=tau, wrench=control.wrench)
+    if control.target is None:
+        if control.stiffness is not None or control.drive_damping is not None:
+            raise PBDError("drive stiffness/damping given without a drive target")
+        return PBDControl(tau=tau, wrench=control.wrench)
+    target = joint_tensor(model, "target", control.target)
+    gains = []
+    for name in ("stiffness", "drive_damping"):
+        value = getattr(control, name)
+        value = torch.zeros_like(target) if value is None else joint_tensor(model, name, value)
+        if bool((value < 0).any()):
+            raise PBDError(f"drive {name} must be >= 0, got {value.tolist()}")
+        gains.append(value)
+    return PBDControl(tau=tau, wrench=control.wrench, target=target, stiffness=gains[0], drive_damping=gains[1])

@@ -8,7 +8,7 @@ import torch
 
 from diffsim_ros.dynamics.checks import joint_tensor
 
-__all__ = ["holding_torques"]
+__all__ = ["static_torques"]
 
 
 def _rest_residual(simulator, q, tau):
@@ -17,7 +17,7 @@ def _rest_residual(simulator, q, tau):
     return (q_next - q) * (2.0 / simulator.dt**2) + qd_next / simulator.dt
 
 
-def holding_torques(simulator, q, iterations=3, tau=None):
+def static_torques(simulator, q, iterations=3, tau=None):
     """Joint torques that hold the robot at rest at ``q`` in ``simulator`` (Gauss-Newton).
 
     Minimizes the motion of one step from rest, ``(q1 - q) 2/dt^2 + qd1/dt`` (an
