@@ -42,7 +42,7 @@ from diffsim_ros.model import load_robot_config
 from diffsim_ros.resources import share_directory
 from diffsim_ros.sim.mujoco_plant import MujocoPlant, PlantTruth
 from diffsim_ros.sim.scenarios import RecordingScenario, nearest_neighbour_order, random_poses, record
-from test_estimation_identification import _static as static_poses  # hold averages (test/ is on sys.path)
+from diffsim_ros.estimation.data import static_poses_from_intervals
 
 FIGURES = Path(__file__).resolve().parent / "figures"
 PLANT_DT = 1e-3  # [s]
@@ -67,7 +67,7 @@ def calibrate(config, nominal):
     plant = MujocoPlant(nominal, config.urdf, TRUTH, seed=3)
     poses = nearest_neighbour_order(random_poses(nominal, 36, np.random.default_rng(7)))
     rec = record(plant, nominal, RecordingScenario(poses=poses, settle=2.0, hold=1.0, camera_rate=0))
-    result = identify(nominal, Dataset(static=static_poses(rec)), ("payload", "spring"))
+    result = identify(nominal, Dataset(static=_hold_averages(rec)), ("payload", "spring"))
     v = result.values
     rows = [
         ["payload.mass [kg]", "0", f"{TRUTH.payload_mass}", f"{float(v['payload.mass']):.4f}"],
@@ -284,3 +284,8 @@ def main():
 
 if __name__ == "__main__":
     main()
+
+
+def _hold_averages(rec):
+    """Static poses averaged over the settled holds of a recording."""
+    return static_poses_from_intervals(rec.joint_time, rec.q, rec.effort, rec.holds)

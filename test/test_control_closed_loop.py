@@ -25,7 +25,7 @@ from diffsim_ros.model import load_robot_config
 from diffsim_ros.sim.mujoco_plant import MujocoPlant, PlantTruth
 from diffsim_ros.sim.scenarios import RecordingScenario, nearest_neighbour_order, random_poses, record
 from oracles import BAXTER_LEFT
-from test_estimation_identification import _static as static_poses  # hold averages of a recording
+from diffsim_ros.estimation.data import static_poses_from_intervals
 
 PLANT_DT = 1e-3  # [s] MuJoCo step = control period of gravity compensation and impedance
 HOLD_SECONDS = 3.0
@@ -49,7 +49,7 @@ def calibrated():
     plant = MujocoPlant(nominal, config.urdf, TRUTH, seed=3)
     poses = nearest_neighbour_order(random_poses(nominal, 16, np.random.default_rng(7)))
     rec = record(plant, nominal, RecordingScenario(poses=poses, settle=2.0, hold=0.5, camera_rate=0))
-    result = identify(nominal, Dataset(static=static_poses(rec)), ("payload", "spring"))
+    result = identify(nominal, Dataset(static=_hold_averages(rec)), ("payload", "spring"))
     assert result.success
     return nominal, config, result.model
 
@@ -136,3 +136,8 @@ def test_mpc_tracks_on_mujoco_after_calibration(calibrated):
         errors[name] = np.abs(q - np.array([reference(x)[0] for x in t])).max()
     assert errors["calibrated"] < MPC_TRACKING
     assert errors["nominal"] > 3 * errors["calibrated"]
+
+
+def _hold_averages(rec):
+    """Static poses averaged over the settled holds of a recording."""
+    return static_poses_from_intervals(rec.joint_time, rec.q, rec.effort, rec.holds)

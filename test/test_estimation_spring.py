@@ -33,6 +33,15 @@ def test_both_schemes_agree_without_payload():
         assert abs(values["left_s1.spring.stiffness"] - TRUE_K) < STIFFNESS_REL * TRUE_K
 
 
+def test_spring_identified_through_pbd():
+    from diffsim_ros.sim import PBDSimulator
+
+    model, poses = _poses(0.0)
+    result = identify(model, Dataset(static=poses.subset(slice(0, 8))), ("spring",), simulator=PBDSimulator(model, dt=0.01))
+    assert "static torques (simulator)" in result.metrics_after
+    assert abs(result.values["left_s1.spring.stiffness"] - TRUE_K) < STIFFNESS_REL * TRUE_K
+
+
 def test_unknown_payload_biases_curve_fitting_but_not_joint_identification():
     model, poses = _poses(1.0)
     curve, _ = fit_spring_curve(model, poses, "left_s1")

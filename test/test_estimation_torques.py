@@ -47,6 +47,15 @@ def test_measured_states_meet_the_s1_target(data, initialization):
     assert rmse[1] < S1_RMSE_TARGET
 
 
+def test_torques_through_pbd(data):
+    from diffsim_ros.sim import PBDSimulator
+
+    sim, tr = data
+    pbd = PBDSimulator(sim.model, dt=0.01)
+    est = estimate_torques(pbd, tr.q[:SEQUENTIAL_STEPS * 2], tr.qd[:SEQUENTIAL_STEPS * 2], TorqueEstimationSettings(scheme="velocity"))
+    assert _rmse(est, tr)[1] < S1_RMSE_TARGET
+
+
 def test_mpc_variant_with_smoothness(data):
     sim, tr = data
     settings = TorqueEstimationSettings(scheme="both", initialization="previous", horizon=3, smoothness_std=2.0, iterations=1)

@@ -31,8 +31,13 @@ def add_parser(subparsers):
         help=f"comma-separated parameter groups from {','.join(GROUPS)} (default: what the data supports)",
     )
     parser.add_argument("--force", action="store_true", help="replace an existing output directory")
-    parser.add_argument("--trajectory-loss", choices=("inverse_dynamics", "rollout"), default="inverse_dynamics")
+    parser.add_argument("--model", choices=("rigid", "pbd"), default="rigid",
+                        help="differentiable model the residuals go through: exact rigid-body dynamics or the PBD simulator")
+    parser.add_argument("--trajectory-loss", choices=("inverse_dynamics", "rollout"), default=None,
+                        help="loss on trajectories (default: inverse_dynamics for rigid, rollout for pbd)")
     parser.add_argument("--max-iterations", type=int, default=50, help="residual evaluations per optimizer pass")
+    parser.add_argument("--window-stride", type=int, default=10,
+                        help="samples between rollout windows (rollout loss; larger is faster)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1 avoids OpenMP stalls on busy machines)")
     parser.set_defaults(handler=calibrate_command)
 
@@ -67,11 +72,12 @@ def calibrate_command(args):
         bars.append(bar)
         return lambda cost: (bar.update(1), bar.set_postfix(cost=f"{cost:.4g}"))
 
+    loss = args.trajectory_loss or ("rollout" if args.model == "pbd" else "inverse_dynamics")
     try:
         atomic_directory(args.out, force=args.force)  # refuse early, before any work
         config = load_robot_config(args.config)
-        run = calibrate_bag(args.bag, config, groups, trajectory_loss=args.trajectory_loss,
-                            progress=progress, max_iterations=args.max_iterations)
+        run = calibrate_bag(args.bag, config, groups, trajectory_loss=loss, model_kind=args.model,
+                            progress=progress, max_iterations=args.max_iterations, window_stride=args.window_stride)
         paths = write_outputs(run, args.out, config.urdf, force=args.force)
     except (BagError, DataError, RobotModelError, CalibrationError, FileExistsError, ValueError) as err:
         print(f"diffsim-ros calibrate: error: {err}", file=sys.stderr)

@@ -7,7 +7,7 @@ of shape (n,) [rad, rad/s, rad/s²]; these two cover set-points and point-to-poi
 import numpy as np
 
 from diffsim_ros.control.errors import ControlError
-from diffsim_ros.sim.scenarios import _quintic as quintic_factors
+from diffsim_ros.sim.scenarios import quintic_profile as quintic_factors
 
 __all__ = ["SetPoint", "MinimumJerkMove"]
 

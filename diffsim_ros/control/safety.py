@@ -36,12 +36,7 @@ import numpy as np
 from diffsim_ros.control.errors import ControlError
 from diffsim_ros.control.vectors import per_joint, to_numpy
 
-try:
-    from numba import njit
-except ImportError:  # pragma: no cover - numba is a declared dependency
-
-    def njit(*args, **kwargs):
-        return args[0] if args and callable(args[0]) else (lambda fn: fn)
+from diffsim_ros._compiled import njit
 
 __all__ = ["OUTPUT_TYPES", "OutputType", "SafetyConfig", "SafetyLayer", "SafetyStatus"]
 

@@ -46,15 +46,9 @@ from diffsim_ros.control.errors import TorqueMapError
 from diffsim_ros.control.gravity import holding_torques
 from diffsim_ros.control.jacobians import rowwise_jacobian
 from diffsim_ros.control.vectors import to_numpy
-from diffsim_ros.dynamics.fast import _placements  # compiled forward kinematics, shared
 from diffsim_ros.sim.scenarios import random_poses
 
-try:
-    from numba import njit
-except ImportError:  # pragma: no cover - numba is a declared dependency
-
-    def njit(*args, **kwargs):
-        return args[0] if args and callable(args[0]) else (lambda fn: fn)
+from diffsim_ros._compiled import njit
 
 
 __all__ = [
@@ -146,46 +140,6 @@ def describe_simulator(simulator):
     return f"{type(simulator).__name__}({', '.join(f'{k}={v}' for k, v in sorted(settings.items()))})"
 
 
-@njit(cache=True)
-def _inertia_diagonal(parents, origin_rot, origin_xyz, axis, is_revolute, mass, first_moment, inertia_o, q):
-    """M_jj = sum over the bodies k that joint j moves of their inertia about joint j's axis.
-
-    For revolute j with world axis z through p_j and body k (origin p_k, rotation R_k, mass m,
-    first moment h and inertia I_o about its origin, body axes):
-    ``z'R I_o R'z + m |z x (p_k - p_j)|^2 + 2 (z x (p_k - p_j)) . (z x R h)``.
-    """
-    n = q.shape[0]
-    _, _, rot, pos = _placements(parents, origin_rot, origin_xyz, axis, is_revolute, q)
-    out = np.zeros(n)
-    z = np.empty(3)
-    local = np.empty(3)
-    h = np.empty(3)
-    for j in range(n):
-        for r in range(3):
-            z[r] = rot[j, r, 0] * axis[j, 0] + rot[j, r, 1] * axis[j, 1] + rot[j, r, 2] * axis[j, 2]
-        for k in range(j, n):
-            a = k
-            while a > j:
-                a = parents[a]
-            if a != j:
-                continue  # body k is not moved by joint j
-            if not is_revolute[j]:
-                out[j] += mass[k]
-                continue
-            for r in range(3):
-                local[r] = rot[k, 0, r] * z[0] + rot[k, 1, r] * z[1] + rot[k, 2, r] * z[2]
-                h[r] = rot[k, r, 0] * first_moment[k, 0] + rot[k, r, 1] * first_moment[k, 1] + rot[k, r, 2] * first_moment[k, 2]
-            d0, d1, d2 = pos[k, 0] - pos[j, 0], pos[k, 1] - pos[j, 1], pos[k, 2] - pos[j, 2]
-            l0, l1, l2 = z[1] * d2 - z[2] * d1, z[2] * d0 - z[0] * d2, z[0] * d1 - z[1] * d0
-            m0, m1, m2 = z[1] * h[2] - z[2] * h[1], z[2] * h[0] - z[0] * h[2], z[0] * h[1] - z[1] * h[0]
-            rotational = 0.0
-            for r in range(3):
-                for c in range(3):
-                    rotational += local[r] * inertia_o[k, r, c] * local[c]
-            out[j] += rotational + mass[k] * (l0 * l0 + l1 * l1 + l2 * l2) + 2.0 * (l0 * m0 + l1 * m1 + l2 * m2)
-    return out
-
-
 def joint_inertias(fast, q):
     """Diagonal of the joint-space inertia M(q) [kg·m² or kg], shape (n,), compiled.
 
@@ -193,10 +147,7 @@ def joint_inertias(fast, q):
         fast: FastDynamics snapshot of the model.
         q: Joint positions [rad or m], shape (n,).
     """
-    return _inertia_diagonal(
-        fast.parents, fast.origin_rot, fast.origin_xyz, fast.axis, fast.is_revolute,
-        fast.mass, fast.first_moment, fast.inertia_o, np.asarray(q, dtype=np.float64),
-    )
+    return fast.mass_matrix_diagonal(q)
 
 
 # ---------------------------------------------------------------------- direct optimization

@@ -32,6 +32,9 @@ __all__ = [
 ]
 
 ROLLOUT_SCHEMES = ("angle", "velocity", "both")
+DT_TOLERANCE = 1e-3
+"""Relative sample-period mismatch accepted between a trajectory and the simulator (clock
+rounding of recorded stamps); the simulator's dt is used."""
 
 
 def _tensor(value, like):
@@ -153,7 +156,7 @@ class RolloutResidual(_Block):
         parts = {k: [] for k in ("q0", "qd0", "tau", "q", "qd")}
         q_std, qd_std = [], []
         for traj in trajectories:
-            if abs(traj.dt - simulator.dt) > 1e-9 * simulator.dt:
+            if abs(traj.dt - simulator.dt) > DT_TOLERANCE * simulator.dt:
                 raise ValueError(f"trajectory dt {traj.dt} s differs from the simulator dt {simulator.dt} s")
             windows = traj.windows(horizon, stride)
             for key in parts:

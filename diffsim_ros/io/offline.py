@@ -20,7 +20,7 @@ from diffsim_ros.io.dataset import DatasetOptions, dataset_from_bag
 from diffsim_ros.io.report import calibration_report
 from diffsim_ros.io.urdf_export import export_calibrated_urdf
 
-__all__ = ["STATIC_GROUPS", "DYNAMIC_GROUPS", "CalibrationRun", "default_groups", "calibrate_dataset", "calibrate_bag", "write_outputs"]
+__all__ = ["MODELS", "STATIC_GROUPS", "DYNAMIC_GROUPS", "CalibrationRun", "default_groups", "calibrate_dataset", "calibrate_bag", "write_outputs"]
 
 STATIC_GROUPS = ("payload", "spring", "inertia", "link_lengths", "camera")
 DYNAMIC_GROUPS = ("damping", "friction")
@@ -62,8 +62,23 @@ def _metrics(result):
     return out
 
 
-def calibrate_dataset(model, dataset, groups, *, trajectory_loss="inverse_dynamics", simulator=None,
-                      robot_name=None, progress=None, max_iterations=50):
+MODELS = ("rigid", "pbd")
+
+
+def _simulator(kind, model, dataset):
+    """None (exact rigid-body dynamics) or a PBD simulator at the data's sample period."""
+    if kind not in MODELS:
+        raise ValueError(f"unknown model '{kind}'; choose from {MODELS}")
+    if kind == "rigid":
+        return None
+    from diffsim_ros.sim import PBDSimulator
+
+    dt = dataset.trajectories[0].dt if dataset.trajectories else 0.01
+    return PBDSimulator(model, dt=dt)
+
+
+def calibrate_dataset(model, dataset, groups, *, trajectory_loss="inverse_dynamics", model_kind="rigid",
+                      robot_name=None, progress=None, max_iterations=50, window_stride=None):
     """Run the identification stages on a dataset.
 
     Args:
@@ -71,15 +86,20 @@ def calibrate_dataset(model, dataset, groups, *, trajectory_loss="inverse_dynami
         dataset: Identification data.
         groups: Requested groups.
         trajectory_loss: Loss for the dynamic stage (``"inverse_dynamics"`` or ``"rollout"``).
-        simulator: Simulator for rollout/static losses (None: exact rigid-body dynamics).
+        model_kind: Differentiable model of the residuals: ``"rigid"`` (exact rigid-body
+            dynamics) or ``"pbd"`` (the PBD simulator at the data's sample period).
         robot_name: Name stored in the calibration file.
         progress: Factory ``progress(stage_name) -> callable(cost)`` or None.
         max_iterations: Residual evaluations per optimizer pass.
+        window_stride: Samples between rollout windows (rollout loss only).
 
     Returns:
         CalibrationRun.
     """
     groups = tuple(dict.fromkeys(groups))
+    if model_kind == "pbd" and trajectory_loss == "inverse_dynamics":
+        raise ValueError("the PBD model needs trajectory_loss='rollout' (inverse dynamics is rigid-body only)")
+    simulator = _simulator(model_kind, model, dataset)
     stages, current, camera_pose, camera_guess = [], model, None, None
     static = tuple(g for g in groups if g in STATIC_GROUPS)
     dynamic = tuple(g for g in groups if g in DYNAMIC_GROUPS)
@@ -93,7 +113,8 @@ def calibrate_dataset(model, dataset, groups, *, trajectory_loss="inverse_dynami
     if dynamic:
         data = Dataset(trajectories=dataset.trajectories)
         result = identify(current, data, dynamic, trajectory_loss=trajectory_loss, simulator=simulator,
-                          max_iterations=max_iterations, progress=progress("dynamic") if progress else None)
+                          max_iterations=max_iterations, window_stride=window_stride,
+                          progress=progress("dynamic") if progress else None)
         stages.append(("dynamic", result))
         current = result.model
     values, stddev, unidentifiable, metrics = {}, {}, {}, {}

@@ -13,7 +13,7 @@ import torch
 from diffsim_ros.dynamics.crba import mass_matrix
 from diffsim_ros.dynamics.fast import FastDynamics
 
-__all__ = ["Recording", "RecordingScenario", "TorqueTrajectory", "random_poses", "nearest_neighbour_order", "record", "torque_trajectory"]
+__all__ = ["Recording", "RecordingScenario", "TorqueTrajectory", "quintic_profile", "random_poses", "nearest_neighbour_order", "record", "torque_trajectory"]
 
 
 @dataclass
@@ -152,7 +152,7 @@ def _pd_gains(nominal_model, target, scenario):
     return kp, np.maximum(2.0 * np.sqrt(kp * inertia), scenario.damping_floor)
 
 
-def _quintic(x, duration):
+def quintic_profile(x, duration):
     """Position, velocity and acceleration factors of a rest-to-rest quintic at phase x."""
     x = min(max(x, 0.0), 1.0)
     pos = x**3 * (10.0 - 15.0 * x + 6.0 * x * x)
@@ -203,7 +203,7 @@ def record(plant, nominal_model, scenario):
         hold_start = start + scenario.settle
         move = 0.6 * scenario.settle
         for _ in range(steps):
-            pos, vel, acc = _quintic((plant.time - start) / move, move)
+            pos, vel, acc = quintic_profile((plant.time - start) / move, move)
             ref = previous + pos * (target - previous)
             ref_vel, ref_acc = vel * (target - previous), acc * (target - previous)
             q, qd = plant.true_state()
