@@ -201,3 +201,32 @@ def test_effort_controller_watchdog_holds(model, q_mid):
     assert status.reason == "stale_state" and not status.late  # no rate requirement for ros2_control
     out, status = layer.stop(2.0)
     np.testing.assert_array_equal(out, hold)
+
+
+def test_engagement_ramps_from_the_holding_torque_not_zero():
+    """Baxter: starting torque mode while its gravity compensation is suppressed must not drop the arm."""
+    model = load_robot_config(BAXTER_LEFT).build_model()
+    safety = SafetyLayer(model, SafetyConfig(output="baxter"))
+    q, qd = np.full(7, 0.2), np.zeros(7)
+    hold = np.linspace(-10.0, 10.0, 7)  # within every effort limit
+    assert safety.needs_engagement(0.0)
+    first, status = safety.filter(0.0, hold + 1.0, q, qd, engage_torque=hold)
+    assert status.engaged
+    np.testing.assert_allclose(first, hold)  # continuous with what the motors applied
+    second, status = safety.filter(0.01, hold + 1.0, q, qd)
+    assert not status.engaged and not safety.needs_engagement(0.01)
+    np.testing.assert_allclose(second, hold + 1.0)
+    # A non-finite engagement torque is not trusted: ramp from what the hardware applies.
+    fresh = SafetyLayer(model, SafetyConfig(output="baxter"))
+    command, _ = fresh.filter(0.0, hold, q, qd, engage_torque=np.full(7, np.nan))
+    np.testing.assert_allclose(command, 0.0)
+    assert fresh.faults == 1
+
+
+def test_timer_jitter_is_not_late():
+    model = load_robot_config(BAXTER_LEFT).build_model()
+    safety = SafetyLayer(model, SafetyConfig(output="baxter"))
+    q = np.zeros(7)
+    safety.filter(0.0, q, q, q)
+    assert not safety.filter(0.0102, q, q, q)[1].late  # 0.2 ms of jitter at 100 Hz
+    assert safety.filter(0.0302, q, q, q)[1].late  # a missed cycle

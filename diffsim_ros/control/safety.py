@@ -110,7 +110,8 @@ class SafetyStatus(NamedTuple):
         near_limit: Joints inside the joint-limit zone.
         overspeed: Joints faster than their URDF velocity limit (reported only).
         late: The gap since the previous cycle exceeded the hardware's minimum rate.
-        engaged: Torque mode starts this cycle (the output ramps in from zero).
+        engaged: Torque mode starts this cycle (the output ramps in from ``engage_torque``,
+            or from what the hardware applies when none is given).
         faults: Cumulative count of rejected (non-finite or malformed) inputs.
     """
 
@@ -195,7 +196,11 @@ class SafetyLayer:
         return self._published.copy()
 
     # ------------------------------------------------------------------ the cycle
-    def filter(self, t, tau, q, qd, state_time=None):
+    def needs_engagement(self, t):
+        """Whether the next command at ``t`` [s] starts torque mode (then pass ``engage_torque``)."""
+        return self._published is None or self._left_torque_mode(t)
+
+    def filter(self, t, tau, q, qd, state_time=None, engage_torque=None):
         """Make one command safe.
 
         Args:
@@ -204,6 +209,11 @@ class SafetyLayer:
             q: Measured joint positions [rad], shape (n,), or None before the first state.
             qd: Measured joint velocities [rad/s], shape (n,), or None.
             state_time: Stamp [s] of the joint state (default ``t``: fresh).
+            engage_torque: Torque [N·m], shape (n,), the motors were already applying when
+                torque mode starts (e.g. the model's holding torque: the robot's own position
+                controller was holding the arm). The output ramps in from it instead of from
+                zero, so the arm does not sag while the robot's gravity compensation is
+                suppressed. Ignored unless :meth:`needs_engagement`; clipped to the limits.
 
         Returns:
             ``(command, status)``: command is a finite float64 array (n,) within the
@@ -215,9 +225,9 @@ class SafetyLayer:
         if reason is not None:
             return self._stop(t, reason, late)
         tau, q, qd = inputs
-        engaged = self._published is None or self._left_torque_mode(t)
+        engaged = self.needs_engagement(t)
         dt = 0.0 if engaged else max(t - self._published_time, 0.0)  # < 0: the clock jumped back
-        base = self._published if not engaged else self.applied_torque(t)
+        base = self._published if not engaged else self._engagement_base(t, engage_torque)
         c = self.config
         out, flags, ok = _make_safe(
             tau, q, qd, base, self.rate_limit, dt, self.lower, self.upper, self.effort_limit,
@@ -237,9 +247,18 @@ class SafetyLayer:
         return self._stop(t, reason, late)
 
     # ------------------------------------------------------------------ steps
+    def _engagement_base(self, t, engage_torque):
+        if engage_torque is not None:
+            engage = self._vector(engage_torque)
+            if engage is not None:
+                return np.clip(engage, -self.effort_limit, self.effort_limit)
+            self.faults += 1  # a non-finite estimate: fall back to what the hardware applies
+        return self.applied_torque(t)
+
     def _late(self, t):
         rate = self.output.min_rate
-        return rate is not None and self._last_cycle is not None and t - self._last_cycle > 1.0 / rate
+        slack = (1.0 + LATE_TOLERANCE) / rate if rate is not None else None
+        return rate is not None and self._last_cycle is not None and t - self._last_cycle > slack
 
     def _left_torque_mode(self, t):
         timeout = self.output.robot_timeout
@@ -289,6 +308,10 @@ class SafetyLayer:
             for bit in (CLIPPED, RATE_LIMITED, NEAR_LIMIT, OVERSPEED)
         )
 
+
+LATE_TOLERANCE = 0.25
+"""A cycle counts as late when its gap exceeds the hardware period by more than this fraction
+(timer jitter of a few hundred microseconds at 100 Hz is normal, not a fault)."""
 
 CLIPPED, RATE_LIMITED, NEAR_LIMIT, OVERSPEED = 1, 2, 4, 8
 """Bits of the per-joint flags of :func:`_make_safe`."""

@@ -32,8 +32,10 @@ from diffsim_ros.control import (
     SafetyConfig,
     SafetyLayer,
     TorqueMap,
+    holding_torques,
 )
 from diffsim_ros.control.simulators import mpc_simulator
+from diffsim_ros.dynamics.fast import FastDynamics
 from diffsim_ros.io.ros_messages import MessageConversionError, NS_PER_S, joint_state_msg
 from diffsim_ros.io.ros_types import FLOAT64_MULTI_ARRAY, JOINT_STATE
 from diffsim_ros.model import RobotModelError
@@ -261,7 +263,10 @@ class ControllerNode:
             state_time = self.control_time(self.joints.watchdog.last_ns)
             if self.joints.is_fresh(now_ns):
                 tau = self._compute(t, q, qd)
-        command, status = self.safety.filter(t, tau, q, qd, state_time)
+        engage = None
+        if q is not None and tau is not None and self.safety.needs_engagement(t):
+            engage = holding_torques(FastDynamics.from_model(self.model), q)  # what held the arm until now
+        command, status = self.safety.filter(t, tau, q, qd, state_time, engage_torque=engage)
         self._log_status(status)
         if command is not None:
             self.output.publish(command)
