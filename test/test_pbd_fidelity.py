@@ -17,7 +17,9 @@ from diffsim_ros.dynamics import (
 )
 from diffsim_ros.dynamics.spatial import skew
 from diffsim_ros.model import RobotModel
+from diffsim_ros.dynamics.spatial import quat_to_matrix
 from diffsim_ros.sim import PBDControl, PBDConvergenceWarning, PBDSimulator
+from diffsim_ros.sim.pbd import FreeBase, PBDError, build_system
 from diffsim_ros.sim.base import RigidBodySimulator
 from test_pbd_references import baxter, chain_urdf, mujoco_rollout, random_state
 
@@ -31,6 +33,10 @@ SOLVER_AGREEMENT_TOL = 1e-8  # converged Gauss-Seidel/Jacobi vs direct [rad]
 BATCH_TOL = 1e-12  # batched vs one-by-one rollouts
 LIMIT_TOL = 2e-3  # penetration of a joint limit under a large torque [rad]
 WRENCH_TOL = 1e-6  # tip force as wrench vs as Jacobian-transpose torques [rad]
+MOMENTUM_TOL = 1e-10  # linear momentum of a free-floating chain under internal torques [kg·m/s]
+ANGULAR_MOMENTUM_TOL = 1e-5  # its angular momentum over 0.5 s (second-order drift) [kg·m²/s]
+FREE_FALL_TOL = 1e-10  # COM of a free-floating chain under gravity vs free fall [m]
+FLOAT32_TOL = 2e-3  # float32 model vs float64 over 0.2 s [rad]
 DRIVE_TOL = 1e-3  # implicit joint drive (4 substeps) vs the continuous PD loop by RK4 [rad]
 DRIVE_BALANCE_TOL = 1e-2  # a settled stiff drive balances gravity: |K (target - q) - g(q)| [N·m]
 
@@ -151,6 +157,18 @@ def test_batched_rollout_equals_single_rollouts():
             assert float((qd[k] - qdk).abs().max()) < BATCH_TOL
 
 
+def test_dtype_follows_the_model():
+    model = baxter()
+    q0, qd0 = random_state(model, 0)
+    tau = torch.zeros(20, model.nq, dtype=model.dtype)
+    single = model.to(dtype=torch.float32)
+    with torch.no_grad():
+        reference, _ = PBDSimulator(model).rollout(q0, qd0, tau)
+        q, qd = PBDSimulator(single, residual_tolerance=1e-2).rollout(q0.float(), qd0.float(), tau.float())
+    assert q.dtype == qd.dtype == torch.float32
+    assert float((q.double() - reference).abs().max()) < FLOAT32_TOL
+
+
 def test_joint_limit_holds_under_a_large_torque():
     model = baxter()
     elbow = model.joint_index("left_e1")  # lower limit -0.05 rad
@@ -239,3 +257,38 @@ def test_stiff_damped_drive_on_a_light_link_is_stable():
     assert bool(torch.isfinite(q).all())
     balance = gains[0] * (target - q[-1]) - gravity_torques(model, q[-1])
     assert float(balance.abs().max()) < DRIVE_BALANCE_TOL
+
+
+def _momenta(system, state):
+    """Total linear [kg·m/s] and angular momentum about the world origin [kg·m²/s] of the particles."""
+    mass = system.bodies.dynamic / system.bodies.inv_mass.clamp_min(1e-300)
+    rot = quat_to_matrix(state.quat)
+    spin = (rot @ system.bodies.inertia @ rot.transpose(-1, -2) @ state.omega[..., None])[..., 0]
+    linear = mass[:, None] * state.vel
+    return linear.sum(-2), (torch.cross(state.pos, linear, dim=-1) + spin).sum(-2)
+
+
+def test_free_base_conserves_momentum_and_falls_freely():
+    model = RobotModel.from_urdf(chain_urdf([0.5, 0.3], [1.0, 0.4], axes=[(0, 1, 0), (0, 0, 1)]))
+    base = FreeBase(mass=2.0, com=(0.05, 0.0, 0.0), inertia=(0.02, 0.0, 0.0, 0.03, 0.0, 0.04))
+    q = torch.tensor([0.4, -0.3], dtype=model.dtype)
+    qd = torch.tensor([1.0, 2.0], dtype=model.dtype)
+    twist = (torch.tensor([0.1, 0.0, 0.2], dtype=model.dtype), torch.tensor([0.0, 0.3, 0.1], dtype=model.dtype))
+    tau = torch.tensor([0.5, -0.2], dtype=model.dtype)
+    weightless = model.replace(gravity=torch.zeros(3, dtype=model.dtype))
+    for gravity_model, steps in ((weightless, 50), (model, 30)):
+        sim = PBDSimulator(gravity_model, base=base, limits=False)
+        system = build_system(gravity_model, base)
+        state = start = sim.initial_state(q, qd, base_twist=twist)
+        for _ in range(steps):
+            state = sim.step(state, tau)
+        (p0, l0), (p1, l1) = _momenta(system, start), _momenta(system, state)
+        masses = 1.0 / system.bodies.inv_mass  # all particles move
+        fall = p0 / masses.sum() * steps * DT + 0.5 * gravity_model.gravity * (steps * DT) ** 2
+        com_shift = (masses[:, None] * (state.pos - start.pos)).sum(0) / masses.sum()
+        assert float((com_shift - fall).abs().max()) < FREE_FALL_TOL
+        if gravity_model is weightless:
+            assert float((p1 - p0).abs().max()) < MOMENTUM_TOL
+            assert float((l1 - l0).abs().max()) < ANGULAR_MOMENTUM_TOL
+    with pytest.raises(PBDError, match="free-base"):
+        sim.joint_step(q, qd, tau)

@@ -8,7 +8,7 @@ substep), :mod:`.mapping` (joint space <-> particles), :mod:`.simulator` (PBDSim
 and :mod:`.statics` (holding torques through any simulator).
 """
 
-from diffsim_ros.sim.pbd.bodies import PBDBodies, PBDJoints, PBDSystem, build_system
+from diffsim_ros.sim.pbd.bodies import FreeBase, PBDBodies, PBDJoints, PBDSystem, build_system
 from diffsim_ros.sim.pbd.constraints import constraint_residuals
 from diffsim_ros.sim.pbd.errors import PBDConvergenceWarning, PBDError
 from diffsim_ros.sim.pbd.mapping import joint_positions, joint_velocities, joints_from_state, state_from_joints
@@ -18,6 +18,7 @@ from diffsim_ros.sim.pbd.state import PBDControl, PBDState
 from diffsim_ros.sim.pbd.statics import static_torques
 
 __all__ = [
+    "FreeBase",
     "PBDBodies",
     "PBDControl",
     "PBDConvergenceWarning",

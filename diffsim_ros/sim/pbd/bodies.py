@@ -2,9 +2,9 @@
 
 Each merged link of the model is one particle: a rigid body whose position is its centre of
 mass and whose orientation is its body frame (= joint frame of the model). Particle 0 is the
-base, fixed in the world with zero inverse mass; particle ``i + 1`` is model body ``i``.
-Every actuated joint ``j`` couples its parent particle ``parents[j] + 1`` with its child
-particle ``j + 1``.
+base: fixed in the world with zero inverse mass, or free with the inertia of a
+:class:`FreeBase`; particle ``i + 1`` is model body ``i``. Every actuated joint ``j`` couples
+its parent particle ``parents[j] + 1`` with its child particle ``j + 1``.
 """
 
 from dataclasses import dataclass
@@ -17,7 +17,22 @@ from diffsim_ros.dynamics.spatial import matvec
 from diffsim_ros.model.robot_model import PRISMATIC, REVOLUTE
 from diffsim_ros.sim.pbd.errors import PBDError
 
-__all__ = ["PBDBodies", "PBDJoints", "PBDSystem", "build_system"]
+__all__ = ["FreeBase", "PBDBodies", "PBDJoints", "PBDSystem", "build_system"]
+
+
+@dataclass(frozen=True)
+class FreeBase:
+    """Inertia of a free-floating base link (RobotModel bases are otherwise fixed).
+
+    Values may be tensors (then differentiable) or floats.
+    """
+
+    mass: object
+    """Base mass [kg]."""
+    com: object = (0.0, 0.0, 0.0)
+    """Base COM in the base link frame [m], (3,)."""
+    inertia: object = (1e-2, 0.0, 0.0, 1e-2, 0.0, 1e-2)
+    """Base inertia about its COM, base axes [kg·m²], ``[ixx, ixy, ixz, iyy, iyz, izz]``."""
 
 
 @dataclass(frozen=True)
@@ -25,15 +40,15 @@ class PBDBodies:
     """Inertial data of the N = n + 1 particles (index 0 = fixed base)."""
 
     inv_mass: torch.Tensor
-    """Inverse masses [1/kg], shape (N,); 0 for the fixed base."""
+    """Inverse masses [1/kg], shape (N,); 0 for a fixed base."""
     com: torch.Tensor
     """Centres of mass in the body frames [m], shape (N, 3) (payload included)."""
     inertia: torch.Tensor
-    """Inertia about the COM in body axes [kg·m²], shape (N, 3, 3); 0 for the base."""
+    """Inertia about the COM in body axes [kg·m²], shape (N, 3, 3); 0 for a fixed base."""
     inv_inertia: torch.Tensor
-    """Inverse inertia [1/(kg·m²)], shape (N, 3, 3); 0 for the base."""
+    """Inverse inertia [1/(kg·m²)], shape (N, 3, 3); 0 for a fixed base."""
     dynamic: torch.Tensor
-    """1 for moving particles, 0 for the fixed base, shape (N,)."""
+    """1 for moving particles, 0 for a fixed base, shape (N,)."""
 
 
 @dataclass(frozen=True)
@@ -92,43 +107,61 @@ class PBDSystem:
     bodies: PBDBodies
     joints: PBDJoints
     gravity: torch.Tensor
-    """Gravity in the world (= base) frame [m/s²], shape (3,)."""
+    """Gravity in the world frame [m/s²], shape (3,)."""
+    fixed_base: bool = True
+    """Whether particle 0 is fixed in the world."""
 
     @property
     def num_particles(self):
         return self.bodies.inv_mass.shape[0]
 
 
-def _com_inertials(model):
-    """Mass, COM and inertia about the COM of every body, payload included."""
-    mass, first_moment, inertia_origin = body_inertials(model)
+def _checked_inertials(names, mass, com, inertia):
+    """Raise unless every mass is positive and every inertia positive definite."""
     bad = (mass <= 0).nonzero().flatten().tolist()
     if bad:
-        names = [model.body_names[i] for i in bad]
-        raise PBDError(f"PBD needs a positive mass on every body; massless: {names} (merge them or give them a mass)")
-    com = first_moment / mass[:, None]
-    eye = torch.eye(3, dtype=model.dtype, device=model.device)
-    parallel = mass[:, None, None] * ((com * com).sum(-1)[:, None, None] * eye - com[:, :, None] * com[:, None, :])
-    inertia = inertia_origin - parallel
+        raise PBDError(f"PBD needs a positive mass on every body; massless: {[names[i] for i in bad]} (merge them or give them a mass)")
     smallest = torch.linalg.eigvalsh(inertia.detach())[:, 0]
     bad = (smallest <= 0).nonzero().flatten().tolist()
     if bad:
-        names = [model.body_names[i] for i in bad]
-        raise PBDError(f"PBD needs a positive-definite inertia on every body; singular or indefinite: {names}")
+        raise PBDError(f"PBD needs a positive-definite inertia on every body; singular or indefinite: {[names[i] for i in bad]}")
     return mass, com, inertia
 
 
-def _bodies(model):
+def _com_inertials(model):
+    """Mass, COM and inertia about the COM of every body, payload included."""
+    mass, first_moment, inertia_origin = body_inertials(model)
+    com = first_moment / mass.clamp_min(torch.finfo(mass.dtype).tiny)[:, None]
+    eye = torch.eye(3, dtype=model.dtype, device=model.device)
+    parallel = mass[:, None, None] * ((com * com).sum(-1)[:, None, None] * eye - com[:, :, None] * com[:, None, :])
+    return _checked_inertials(model.body_names, mass, com, inertia_origin - parallel)
+
+
+def _base_inertials(model, base):
+    """Mass (1,), COM (1, 3) and inertia (1, 3, 3) of the base particle (zeros when fixed)."""
+    def tensor(value, shape):
+        return torch.as_tensor(value, dtype=model.dtype, device=model.device).reshape(shape)
+
+    if base is None:
+        zero = torch.zeros(1, dtype=model.dtype, device=model.device)
+        return zero, zero.new_zeros(1, 3), zero.new_zeros(1, 3, 3)
+    from diffsim_ros.model.inertia import inertia_from_vector
+
+    mass, com = tensor(base.mass, (1,)), tensor(base.com, (1, 3))
+    return _checked_inertials(["free base"], mass, com, inertia_from_vector(tensor(base.inertia, (1, 6))))
+
+
+def _bodies(model, base):
     mass, com, inertia = _com_inertials(model)
-    zeros3 = torch.zeros(1, 3, dtype=model.dtype, device=model.device)
-    zeros33 = torch.zeros(1, 3, 3, dtype=model.dtype, device=model.device)
-    one = torch.ones(1, dtype=model.dtype, device=model.device)
+    base_mass, base_com, base_inertia = _base_inertials(model, base)
+    free = base is not None
+    inv_base = torch.linalg.inv(base_inertia) if free else base_inertia
     return PBDBodies(
-        inv_mass=torch.cat([0.0 * one, 1.0 / mass]),
-        com=torch.cat([zeros3, com]),
-        inertia=torch.cat([zeros33, inertia]),
-        inv_inertia=torch.cat([zeros33, torch.linalg.inv(inertia)]),
-        dynamic=torch.cat([0.0 * one, torch.ones_like(mass)]),
+        inv_mass=torch.cat([1.0 / base_mass if free else base_mass, 1.0 / mass]),
+        com=torch.cat([base_com, com]),
+        inertia=torch.cat([base_inertia, inertia]),
+        inv_inertia=torch.cat([inv_base, torch.linalg.inv(inertia)]),
+        dynamic=torch.cat([torch.ones_like(base_mass) if free else base_mass, torch.ones_like(mass)]),
     )
 
 
@@ -140,19 +173,19 @@ def _reference(axis):
     return across / np.linalg.norm(across, axis=-1, keepdims=True)
 
 
-def _couplings(parent, child):
+def _couplings(parent, child, fixed_base):
     """Ordered joint pairs that share a moving particle (see ``PBDJoints.couplings``)."""
     sides = [(child[j], parent[j]) for j in range(len(child))]
     pairs = []
     for j, sides_j in enumerate(sides):
         for k, sides_k in enumerate(sides):
             for side_j, particle in enumerate(sides_j):
-                if j != k and particle > 0 and particle in sides_k:
+                if j != k and (particle > 0 or not fixed_base) and particle in sides_k:
                     pairs.append((j, side_j, k, sides_k.index(particle)))
     return tuple(pairs)
 
 
-def _joints(model, com):
+def _joints(model, com, fixed_base):
     for name, kind in zip(model.joint_names, model.joint_types):
         if kind not in (REVOLUTE, PRISMATIC):
             raise PBDError(f"joint '{name}' has unsupported type '{kind}'; PBD supports revolute and prismatic joints")
@@ -184,16 +217,17 @@ def _joints(model, com):
         damping=model.params.damping,
         friction=model.params.friction,
         constraint_count=count,
-        couplings=_couplings(parent, child),
+        couplings=_couplings(parent, child, fixed_base),
         limited=bool(torch.isfinite(model.lower).any() or torch.isfinite(model.upper).any()),
     )
 
 
-def build_system(model):
+def build_system(model, base=None):
     """Particles and joints of ``model`` (differentiable in every model parameter).
 
     Args:
-        model: RobotModel (fixed base; revolute and prismatic joints).
+        model: RobotModel (revolute and prismatic joints).
+        base: None for a base fixed in the world, or a :class:`FreeBase`.
 
     Returns:
         PBDSystem.
@@ -202,5 +236,6 @@ def build_system(model):
         PBDError: A body without positive mass or positive-definite inertia, or an
             unsupported joint type.
     """
-    bodies = _bodies(model)
-    return PBDSystem(bodies=bodies, joints=_joints(model, bodies.com), gravity=model.gravity)
+    bodies = _bodies(model, base)
+    fixed = base is None
+    return PBDSystem(bodies=bodies, joints=_joints(model, bodies.com, fixed), gravity=model.gravity, fixed_base=fixed)

@@ -17,12 +17,7 @@ from diffsim_ros.sim.pbd.state import PBDState
 __all__ = ["state_from_joints", "joint_positions", "joint_velocities", "joints_from_state"]
 
 
-def _with_base(rows, base_row):
-    """Prepend the fixed base particle's row to per-body rows (..., n, k) -> (..., N, k)."""
-    return torch.cat([base_row.expand(*rows.shape[:-2], 1, rows.shape[-1]), rows], dim=-2)
-
-
-def state_from_joints(model, q, qd, system=None):
+def state_from_joints(model, q, qd, system=None, base_pose=None, base_twist=None):
     """Particle state of the robot at joint positions ``q`` moving with velocities ``qd``.
 
     Args:
@@ -30,32 +25,46 @@ def state_from_joints(model, q, qd, system=None):
         q: Joint positions [rad or m], shape (..., n).
         qd: Joint velocities [rad/s or m/s], shape (..., n).
         system: PBDSystem of ``model`` (built when None).
+        base_pose: Optional ``(position [m] (..., 3), quaternion (..., 4))`` of the base link
+            frame in the world (free bases); identity when None.
+        base_twist: Optional ``(linear velocity of the base link origin [m/s] (..., 3),
+            angular velocity [rad/s] (..., 3))`` in the world; zero when None.
 
     Returns:
-        PBDState with batch shape ``broadcast(q, qd)[:-1]``; differentiable in ``q``, ``qd``
-        and the model parameters.
+        PBDState with batch shape ``broadcast(q, qd)[:-1]``; differentiable in ``q``, ``qd``,
+        the base pose and twist, and the model parameters.
     """
     q = joint_tensor(model, "q", q)
     qd = joint_tensor(model, "qd", qd)
     q, qd = torch.broadcast_tensors(q, qd)
     system = build_system(model) if system is None else system
     rot, origin = body_placements(model, q)
-    com = origin + matvec(rot, system.bodies.com[1:])
     s_ang, s_lin = motion_subspace(model)
     z_ang = matvec(rot, s_ang) * qd[..., None]  # world angular velocity contributed by each joint
     z_lin = matvec(rot, s_lin) * qd[..., None]
-    support = model.support  # [body k, joint j]
-    omega = torch.einsum("kj,...jd->...kd", support, z_ang)
-    # v_k = sum_j (w_j x (c_k - o_j) + v_j) = omega_k x c_k - sum_j w_j x o_j + sum_j v_j
-    moment = torch.cross(z_ang, origin, dim=-1) - z_lin
-    vel = torch.cross(omega, com, dim=-1) - torch.einsum("kj,...jd->...kd", support, moment)
     zero3 = torch.zeros(3, dtype=model.dtype, device=model.device)
     identity = torch.tensor([1.0, 0.0, 0.0, 0.0], dtype=model.dtype, device=model.device)
+    base_pos, base_quat = (zero3, identity) if base_pose is None else base_pose
+    base_vel, base_omega = (zero3, zero3) if base_twist is None else base_twist
+    base_rot = quat_to_matrix(base_quat)[..., None, :, :]
+    rot, origin = base_rot @ rot, base_pos[..., None, :] + matvec(base_rot, origin)
+    z_ang, z_lin = matvec(base_rot, z_ang), matvec(base_rot, z_lin)
+    com = origin + matvec(rot, system.bodies.com[1:])
+    support = model.support  # [body k, joint j]
+    omega = base_omega[..., None, :] + torch.einsum("kj,...jd->...kd", support, z_ang)
+    # v_k = v_b + w_b x (c_k - p_b) + sum_j (w_j x (c_k - o_j) + v_j)
+    moment = torch.cross(z_ang, origin, dim=-1) - z_lin
+    joint_part = torch.cross(omega - base_omega[..., None, :], com, dim=-1) - torch.einsum("kj,...jd->...kd", support, moment)
+    vel = base_vel[..., None, :] + torch.cross(base_omega[..., None, :].expand_as(com), com - base_pos[..., None, :], dim=-1) + joint_part
+    base_com = base_pos + matvec(base_rot[..., 0, :, :], system.bodies.com[0])
+    base_row = (base_com, base_quat, base_vel + torch.cross(base_omega, base_com - base_pos, dim=-1), base_omega)
+    batch = torch.broadcast_shapes(com.shape[:-2], *(t.shape[:-1] for t in base_row))
+    rows = (com, matrix_to_quat(rot), vel, omega)
     return PBDState(
-        pos=_with_base(com, zero3),
-        quat=_with_base(matrix_to_quat(rot), identity),
-        vel=_with_base(vel, zero3),
-        omega=_with_base(omega, zero3),
+        *(
+            torch.cat([b.expand(*batch, b.shape[-1])[..., None, :], r.expand(*batch, *r.shape[-2:])], dim=-2)
+            for b, r in zip(base_row, rows)
+        )
     )
 
 

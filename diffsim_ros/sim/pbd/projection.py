@@ -70,7 +70,7 @@ def project_gauss_seidel(system, blocks, pos, phi, iterations):
             step = -matvec(inverse[j], row_rhs(blocks, errors, displacement, lam[j], j))
             lam[j] = lam[j] + step
             for k, response in ((c, resp_c[j]), (p, resp_p[j])):
-                if k == 0:  # the fixed base never moves
+                if k == 0 and system.fixed_base:  # a fixed base never moves
                     continue
                 delta = matvec(response, step)
                 xs[k], phis[k] = xs[k] + delta[..., :3], phis[k] + delta[..., 3:]

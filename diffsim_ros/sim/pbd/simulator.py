@@ -44,6 +44,8 @@ class PBDSimulator(JointSpaceSimulator):
             :meth:`joint_step`; None disables the check.
         on_residual: ``"warn"`` (:class:`PBDConvergenceWarning`), ``"raise"`` (:class:`PBDError`)
             or ``"ignore"`` when the residual exceeds the tolerance.
+        base: None for a base fixed in the world, or a :class:`FreeBase` for a floating one
+            (particle-state API only: joint states do not describe the base).
     """
 
     def __init__(
@@ -58,6 +60,7 @@ class PBDSimulator(JointSpaceSimulator):
         relaxation=1.0,
         residual_tolerance=1e-3,
         on_residual="warn",
+        base=None,
     ):
         super().__init__(model, dt)
         if on_residual not in RESIDUAL_ACTIONS:
@@ -72,7 +75,8 @@ class PBDSimulator(JointSpaceSimulator):
         )
         self.residual_tolerance = residual_tolerance
         self.on_residual = on_residual
-        build_system(model)  # fail early on unsupported models
+        self.base = base
+        self._system()  # fail early on unsupported models
 
     @classmethod
     def paper(cls, model, **overrides):
@@ -85,18 +89,25 @@ class PBDSimulator(JointSpaceSimulator):
         return cls(model, **kwargs)
 
     # ------------------------------------------------------------------ particle space
-    def initial_state(self, q, qd):
-        """Particle state at joint positions ``q`` and velocities ``qd``, each (..., n)."""
-        return state_from_joints(self.model, q, qd)
+    def _system(self):
+        return build_system(self.model, self.base)
+
+    def initial_state(self, q, qd, base_pose=None, base_twist=None):
+        """Particle state at joint positions ``q`` and velocities ``qd``, each (..., n).
+
+        ``base_pose`` / ``base_twist`` place and move a free base (see
+        :func:`~diffsim_ros.sim.pbd.mapping.state_from_joints`).
+        """
+        return state_from_joints(self.model, q, qd, self._system(), base_pose, base_twist)
 
     def joint_state(self, state, q_ref=None):
         """``(q, qd)`` of a particle state, each (..., n); ``q_ref`` picks the angle branch."""
-        return joints_from_state(self.model, state, q_ref)
+        return joints_from_state(self.model, state, q_ref, self._system())
 
     def residuals(self, state):
         """Constraint violations ``(positional [m], angular [rad])``, each (..., n)."""
         with torch.no_grad():
-            return constraint_residuals(build_system(self.model), state.pos, state.quat)
+            return constraint_residuals(self._system(), state.pos, state.quat)
 
     def step(self, state, control):
         """Advance a particle state by ``dt`` (the state is not modified).
@@ -116,7 +127,7 @@ class PBDSimulator(JointSpaceSimulator):
             control = PBDControl(tau=control)
         check_state(self.model, state)
         control = check_control(self.model, control)
-        system = build_system(self.model)
+        system = self._system()
         new = self._integrate(system, _broadcast(state, control), control)
         _check_finite(new.pos, "particle positions")
         return new
@@ -166,10 +177,12 @@ class PBDSimulator(JointSpaceSimulator):
         nearest q.
         """
         model = self.model
+        if self.base is not None:
+            raise PBDError("a free-base PBDSimulator has no joint-space step (joint states miss the base); use step()")
         q = joint_tensor(model, "q", q)
         qd = joint_tensor(model, "qd", qd)
         control = check_control(model, tau if isinstance(tau, PBDControl) else PBDControl(tau=tau))
-        system = build_system(model)
+        system = self._system()
         state = state_from_joints(model, q, qd, system)
         state = self._integrate(system, _broadcast(state, control), control)
         q_new, qd_new = joints_from_state(model, state, q, system)
