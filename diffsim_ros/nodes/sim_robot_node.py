@@ -34,7 +34,7 @@ from diffsim_ros.io.ros_messages import (
     seconds_to_ns,
 )
 from diffsim_ros.io.ros_types import EMPTY, FLOAT64_MULTI_ARRAY, JOINT_COMMAND, JOINT_STATE, POSE_STAMPED
-from diffsim_ros.nodes.hardware import BaxterLimbEmulator, EffortControllerEmulator
+from diffsim_ros.sim.hardware import BaxterLimbEmulator, EffortControllerEmulator
 from diffsim_ros.nodes.outputs import BAXTER, OUTPUTS, baxter_topics, controller_joint_order, effort_controller_topic
 from diffsim_ros.nodes.robot import DEFAULT_ROBOT_CONFIG, load_robot, robot_topic, set_threads
 from diffsim_ros.runtime import COMMAND_QOS, SENSOR_QOS, declare_config, param

@@ -8,12 +8,10 @@ commanded torques. The controller that moves the plant only knows the *nominal* 
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 
-from diffsim_ros.dynamics.crba import mass_matrix
 from diffsim_ros.dynamics.fast import FastDynamics
 
-__all__ = ["Recording", "RecordingScenario", "TorqueTrajectory", "quintic_profile", "random_poses", "nearest_neighbour_order", "record", "torque_trajectory"]
+__all__ = ["Recording", "RecordingScenario", "TorqueTrajectory", "hold_gains", "quintic_profile", "random_poses", "nearest_neighbour_order", "record", "torque_trajectory"]
 
 
 @dataclass
@@ -144,12 +142,26 @@ class _Recorder:
         )
 
 
+def hold_gains(model, q, bandwidth=20.0, stiffness_floor=30.0, damping_floor=1.0):
+    """Critically damped PD gains for the nominal joint inertia at ``q``: (kp, kd), (n,) each.
+
+    Args:
+        model: Nominal RobotModel.
+        q: Held configuration [rad], shape (n,).
+        bandwidth: Closed-loop natural frequency [rad/s].
+        stiffness_floor: Minimum kp [N·m/rad]: light distal joints must still hold their share
+            of an unknown payload.
+        damping_floor: Minimum kd [N·m·s/rad]: an unknown payload adds inertia the nominal
+            gains do not know about.
+    """
+    fast = FastDynamics.from_model(model)
+    inertia = fast.mass_matrix_diagonal(np.asarray(q, dtype=np.float64))
+    kp = np.maximum(inertia * bandwidth**2, stiffness_floor)
+    return kp, np.maximum(2.0 * np.sqrt(kp * inertia), damping_floor)
+
+
 def _pd_gains(nominal_model, target, scenario):
-    """Critically damped joint gains for the nominal inertia at ``target``: (kp, kd), (n,) each."""
-    q = torch.as_tensor(target, dtype=nominal_model.dtype, device=nominal_model.device)
-    inertia = mass_matrix(nominal_model, q).diagonal().detach().cpu().numpy()
-    kp = np.maximum(inertia * scenario.bandwidth**2, scenario.stiffness_floor)
-    return kp, np.maximum(2.0 * np.sqrt(kp * inertia), scenario.damping_floor)
+    return hold_gains(nominal_model, target, scenario.bandwidth, scenario.stiffness_floor, scenario.damping_floor)
 
 
 def quintic_profile(x, duration):

@@ -1,4 +1,4 @@
-"""What the simulated robot's command interfaces do with torque commands (sim_robot_node).
+"""What a robot's command interfaces do with torque commands (used by sim_robot_node).
 
 The sim robot must fail like the real hardware so that the controller's watchdog is tested
 against realistic behaviour:
@@ -18,19 +18,14 @@ damped for the nominal joint inertia at the held pose.
 """
 
 import numpy as np
-import torch
 
-from diffsim_ros.control.gravity import holding_torques
-from diffsim_ros.dynamics.crba import mass_matrix
 from diffsim_ros.dynamics.fast import FastDynamics
+from diffsim_ros.sim.scenarios import hold_gains
 
 __all__ = ["BaxterLimbEmulator", "EffortControllerEmulator", "PositionHold", "POSITION", "TORQUE"]
 
 POSITION = "position"
 TORQUE = "torque"
-# Smallest position-mode gains [N·m/rad], [N·m·s/rad]: light wrist joints must still hold.
-_MIN_STIFFNESS = 30.0
-_MIN_DAMPING = 1.0
 
 
 class PositionHold:
@@ -51,14 +46,15 @@ class PositionHold:
     def hold(self, q):
         """Hold configuration ``q`` [rad], shape (n,), from now on."""
         self.target = np.asarray(q, dtype=np.float64).copy()
-        with torch.no_grad():
-            inertia = mass_matrix(self.model, torch.as_tensor(self.target, dtype=self.model.dtype)).diagonal().numpy()
-        self.kp = np.maximum(inertia * self.bandwidth**2, _MIN_STIFFNESS)
-        self.kd = np.maximum(2.0 * np.sqrt(self.kp * inertia), _MIN_DAMPING)
+        self.kp, self.kd = hold_gains(self.model, self.target, self.bandwidth)
 
     def torques(self, q, qd):
         """Motor torques [N·m], shape (n,), at state ``(q [rad], qd [rad/s])``."""
-        return self.kp * (self.target - q) - self.kd * qd + holding_torques(self.fast, q)
+        return self.kp * (self.target - q) - self.kd * qd + self.holding_torques(q)
+
+    def holding_torques(self, q):
+        """The nominal holding torque g(q) - tau_spring(q) [N·m]."""
+        return self.fast.gravity_torques(q) - self.fast.spring_torques(q)
 
 
 class BaxterLimbEmulator:
@@ -110,7 +106,7 @@ class BaxterLimbEmulator:
             return self.position.torques(q, qd)
         if self.gravity_suppressed(t):
             return self._command.copy()
-        return self._command + holding_torques(self.position.fast, q)
+        return self._command + self.position.holding_torques(q)
 
 
 class EffortControllerEmulator:
