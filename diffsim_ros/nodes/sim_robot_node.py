@@ -3,7 +3,7 @@
 Stands in for a real arm: publishes joint states (model joints plus extra joints, in sorted
 name order like Baxter's ``/robot/joint_states``) and noisy camera poses of the tracked link,
 and applies incoming torque commands through an emulation of the real command interface
-(:mod:`diffsim_ros.nodes.hardware`): Baxter ``JointCommand`` in TORQUE_MODE with the robot's
+(:mod:`diffsim_ros.sim.hardware`): Baxter ``JointCommand`` in TORQUE_MODE with the robot's
 own gravity compensation and its fall-back to position mode when commands stop, or a
 ros2_control ``JointGroupEffortController`` that drops commands of the wrong length.
 
