@@ -4,14 +4,15 @@ A planar double pendulum tracks a circle of radius 0.3 m under a stiffness contr
 (K = 60, D = 6); its two link lengths are optimized through the differentiable PBD
 simulation, starting from (3.0, 0.1) m, to minimize tracking error plus lambda = 25 times
 the mechanical work. The paper does not give every detail, so this setup fixes them (and
-says so in RESULTS.md): a joint-space stiffness controller ``tau = K (q_d - q) - D qd``
-towards the inverse kinematics of the circle point (clamped to the reachable annulus),
-run as the PBD joint drive (implicit inside the projection, as PBD drives are: a torque
-held over a 10 ms period makes these gains unstable on a 0.1 m link),
-uniform rods of 1 kg and radius 2 cm moving in the horizontal plane, the circle centred
-2.7 m from the base (so that a (2.7, 0.3) m arm covers it exactly), one revolution in 2 s,
-dt = 0.01 s, the arm starting at rest stretched along x. A Cartesian variant
-(``tau = J^T (K (x_d - x) - D xd)``) is available as ``controller="cartesian"``.
+says so in RESULTS.md): a Cartesian stiffness controller at the tip,
+``tau = J^T (K (x_d - x) - D xd)``, computed once per 10 ms control period; uniform rods of
+1 kg and radius 2 cm moving in the horizontal plane; the circle centred 2.7 m from the base
+(so that a (2.7, 0.3) m arm covers it exactly), one revolution in 2 s; the arm starting at
+rest stretched along x; loss = sum over the 200 steps of the squared tip error [m²] + 25 x
+the controller's work [J]. A joint-space variant (``controller="joint"``: ``K (q_d - q) -
+D qd`` towards the inverse kinematics of the circle point, run as the implicit PBD joint
+drive because a torque held for 10 ms makes these gains unstable on a 0.1 m link) is
+available too.
 """
 
 import math
@@ -41,7 +42,7 @@ class DesignTask:
     steps: int = 200
     dt: float = 0.01
     substeps: int = 10
-    controller: str = "joint"  # "joint" (IK targets) or "cartesian"
+    controller: str = "cartesian"  # or "joint" (IK targets through the PBD joint drive)
 
 
 def _urdf(mass):

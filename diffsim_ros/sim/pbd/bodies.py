@@ -99,6 +99,11 @@ class PBDJoints:
     def all_revolute(self):
         return all(self.revolute)
 
+    @property
+    def serial(self):
+        """Whether the joints form one serial chain (joint j + 1 hangs on joint j's child)."""
+        return all(self.parent[j + 1] == self.child[j] for j in range(self.count - 1))
+
 
 @dataclass(frozen=True)
 class PBDSystem:

@@ -32,11 +32,13 @@ from dataclasses import dataclass
 
 import torch
 
-from diffsim_ros.dynamics.spatial import quat_to_matrix, skew, so3_exp
+from diffsim_ros.dynamics.spatial import quat_to_matrix, so3_exp
 from diffsim_ros.sim.pbd.frames import child_mats, child_rows, joint_frames, parent_mats, parent_rows
 
 __all__ = [
+    "JointSide",
     "JointBlocks",
+    "coupling_block",
     "joint_blocks",
     "free_direction",
     "orientations",
@@ -52,21 +54,74 @@ __all__ = [
 
 
 @dataclass(frozen=True)
+class JointSide:
+    """One particle of every joint, as seen by the joint rows (n joints, or a selection).
+
+    The rows' Jacobian w.r.t. this particle's generalized displacement ``(dx, dtheta)`` is
+    ``sign [[I, -[r]x], [0, I]]`` and its response to a joint impulse ``(p, m)`` is
+    ``sign (w p, A (r x p + m))``. Every block of the joint system is formed from these
+    3-vectors and 3x3 matrices with cross products (batched 6x6 matrix products are slow).
+    """
+
+    sign: float
+    """+1 for the child, -1 for the parent."""
+    inv_mass: torch.Tensor
+    """Inverse mass w [1/kg], (n,)."""
+    inv_inertia: torch.Tensor
+    """World inverse inertia A [1/(kg·m²)], (..., n, 3, 3)."""
+    lever: torch.Tensor
+    """Lever r from the particle's COM to the joint anchor [m], (..., n, 3)."""
+    cross_inertia: torch.Tensor
+    """``C = [r]x A``, (..., n, 3, 3) (``A [r]x = -C^T``)."""
+
+    def response(self, impulse):
+        """Generalized displacement ``(dx, dtheta)`` for joint impulses (..., n, 6) -> (..., n, 6)."""
+        force, moment = impulse[..., :3], impulse[..., 3:]
+        turn = torch.cross(self.lever, force, dim=-1) + moment
+        linear = self.inv_mass[..., None] * force
+        return self.sign * torch.cat([linear, (self.inv_inertia @ turn[..., None])[..., 0]], dim=-1)
+
+    def row_velocity(self, vel, omega):
+        """Row velocities ``sign (v + w x r, w)`` of particle velocities (..., n, 3) -> (..., n, 6)."""
+        return self.sign * torch.cat([vel + torch.cross(omega, self.lever, dim=-1), omega], dim=-1)
+
+    def select(self, index):
+        """The same side restricted to the joints ``index`` (a list)."""
+        return JointSide(
+            self.sign,
+            self.inv_mass[index],
+            self.inv_inertia[..., index, :, :],
+            self.lever[..., index, :],
+            self.cross_inertia[..., index, :, :],
+        )
+
+
+def _side(sign, inv_mass, inv_inertia, lever):
+    cross = torch.cross(lever[..., :, None].expand_as(inv_inertia), inv_inertia, dim=-2)  # column-wise r x A
+    return JointSide(sign, inv_mass, inv_inertia, lever, cross)
+
+
+def coupling_block(a, b):
+    """``J_a M^-1 J_b^T`` of two sides on the same particle, (..., k, 6, 6).
+
+    ``sign_a sign_b [[w I + [r_a]x C_b^T, -C_a], [-C_b^T, A]]`` with ``C = [r]x A``.
+    """
+    c_b_t = b.cross_inertia.transpose(-1, -2)
+    eye = torch.eye(3, dtype=c_b_t.dtype, device=c_b_t.device)
+    top_left = a.inv_mass[..., None, None] * eye + torch.cross(a.lever[..., :, None].expand_as(c_b_t), c_b_t, dim=-2)
+    top = torch.cat([top_left, -a.cross_inertia], dim=-1)
+    bottom = torch.cat([-c_b_t, a.inv_inertia], dim=-1)
+    return (a.sign * b.sign) * torch.cat([top, bottom], dim=-2)
+
+
+@dataclass(frozen=True)
 class JointBlocks:
     """Per-substep constants of the joint rows (batch shape (...), n joints, N particles)."""
 
-    jac_c: torch.Tensor
-    """Jacobian ``J_c`` of each joint's rows w.r.t. its child's (dx, dtheta), (..., n, 6, 6).
-
-    The same matrices map particle velocities (v, omega) to joint-row velocities."""
-    jac_p: torch.Tensor
-    """Jacobian ``J_p`` w.r.t. its parent's (dx, dtheta), (..., n, 6, 6)."""
-    resp_c: torch.Tensor
-    """Child displacement per unit joint impulse, ``M_c^-1 J_c^T``, (..., n, 6, 6)."""
-    resp_p: torch.Tensor
-    """Parent displacement per unit joint impulse, ``M_p^-1 J_p^T``, (..., n, 6, 6)."""
-    scale: torch.Tensor
-    """Row scaling ``S = I + (sigma - 1) d d^T``, (..., n, 6, 6)."""
+    child: JointSide
+    """The child particle of every joint."""
+    parent: JointSide
+    """The parent particle of every joint."""
     free: torch.Tensor
     """Free direction d of each joint (unit), (..., n, 6)."""
     row_scale: torch.Tensor
@@ -83,23 +138,22 @@ class JointBlocks:
     slide0: torch.Tensor | None
     """Prismatic joint positions at the substep start [m], (..., n) (None without prismatic joints)."""
 
+    def scale_rows(self, block, index=None):
+        """``S block`` with the row scaling ``S = I + (sigma - 1) d d^T`` (a rank-one update)."""
+        free, scale = self.free, self.row_scale
+        if index is not None:
+            free, scale = free[..., index, :], scale[..., index]
+        along = (free[..., :, None] * block).sum(-2)  # d^T block
+        return block + ((scale - 1.0)[..., None] * free)[..., :, None] * along[..., None, :]
+
     def local_block(self):
         """The joint's own block ``S (J_c M_c^-1 J_c^T + J_p M_p^-1 J_p^T) + A``, (..., n, 6, 6)."""
-        coupling = self.jac_c @ self.resp_c + self.jac_p @ self.resp_p
-        return self.scale @ coupling + compliance_matrix(self.free, self.alpha, self.row_compliance)
+        coupling = coupling_block(self.child, self.child) + coupling_block(self.parent, self.parent)
+        return self.scale_rows(coupling) + compliance_matrix(self.free, self.alpha, self.row_compliance)
 
-
-def _jacobians(lever_p, lever_c):
-    """Jacobians of the joint rows w.r.t. child and parent (dx, dtheta), each (..., n, 6, 6)."""
-    eye = torch.eye(3, dtype=lever_c.dtype, device=lever_c.device).expand(*lever_c.shape[:-1], 3, 3)
-    zero = torch.zeros_like(eye)
-
-    def jac(lever, sign):
-        top = torch.cat([eye, -skew(lever)], dim=-1)
-        bottom = torch.cat([zero, eye], dim=-1)
-        return sign * torch.cat([top, bottom], dim=-2)
-
-    return jac(lever_c, 1.0), jac(lever_p, -1.0)
+    def responses(self, impulse):
+        """Child and parent displacements ``(dx, dtheta)`` for joint impulses, each (..., n, 6)."""
+        return self.child.response(impulse), self.parent.response(impulse)
 
 
 def free_direction(joints, axis):
@@ -109,14 +163,6 @@ def free_direction(joints, axis):
         return torch.cat([zero, axis], dim=-1)
     revolute = joints.revolute_mask[:, None]
     return torch.cat([torch.where(revolute, zero, axis), torch.where(revolute, axis, zero)], dim=-1)
-
-
-def _inverse_mass6(bodies, inv_inertia_w):
-    """``diag(1/m I3, I_w^-1)`` per particle, shape (..., N, 6, 6)."""
-    eye = torch.eye(3, dtype=inv_inertia_w.dtype, device=inv_inertia_w.device)
-    lin = (bodies.inv_mass[:, None, None] * eye).expand(*inv_inertia_w.shape)
-    zero = torch.zeros_like(inv_inertia_w)
-    return torch.cat([torch.cat([lin, zero], dim=-1), torch.cat([zero, inv_inertia_w], dim=-1)], dim=-2)
 
 
 def compliance_matrix(free, alpha, row_compliance):
@@ -146,10 +192,12 @@ def joint_blocks(system, frames0, rot0, inv_inertia_w, damping, compliance, h, l
     Returns:
         JointBlocks.
     """
-    joints = system.joints
+    joints, bodies = system.joints, system.bodies
     # The parent's lever reaches the child's anchor: the same point as its own anchor for a
     # revolute joint, the point of the axis the slider is at for a prismatic one.
-    jac_c, jac_p = _jacobians(frames0.pos_c + frames0.lever_c - frames0.pos_p, frames0.lever_c)
+    child = _side(1.0, bodies.inv_mass[1:], child_mats(inv_inertia_w), frames0.lever_c)
+    lever_p = frames0.pos_c + frames0.lever_c - frames0.pos_p
+    parent = _side(-1.0, bodies.inv_mass[joints.parent_index], parent_mats(joints, inv_inertia_w), lever_p)
     free = free_direction(joints, frames0.axis_c)
     row_scale = h * damping
     offset = torch.zeros_like(row_scale)
@@ -163,18 +211,12 @@ def joint_blocks(system, frames0, rot0, inv_inertia_w, damping, compliance, h, l
         offset = torch.where(active, limit[1], offset)
         row_scale = torch.where(active, torch.ones_like(row_scale), row_scale)
         row_compliance = torch.where(active, torch.zeros_like(row_compliance), row_compliance)
-    eye6 = torch.eye(6, dtype=row_scale.dtype, device=row_scale.device)
-    scale = eye6 + (row_scale - 1.0)[..., None, None] * (free[..., :, None] * free[..., None, :])
-    inv_mass6 = _inverse_mass6(system.bodies, inv_inertia_w)
     slide0 = None
     if not joints.all_revolute:
         slide0 = (frames0.axis_p * frames0.anchor_error()).sum(-1)
     return JointBlocks(
-        jac_c=jac_c,
-        jac_p=jac_p,
-        resp_c=child_mats(inv_mass6) @ jac_c.transpose(-1, -2),
-        resp_p=parent_mats(joints, inv_mass6) @ jac_p.transpose(-1, -2),
-        scale=scale,
+        child=child,
+        parent=parent,
         free=free,
         row_scale=row_scale,
         row_compliance=row_compliance,
@@ -288,10 +330,9 @@ def row_rhs(blocks, errors, displacement, lam, index=None):
 
 def row_velocities(system, blocks, vel, omega):
     """Joint-row velocities ``J_c (v_c, w_c) + J_p (v_p, w_p)`` of all joints, (..., n, 6)."""
-    twist = torch.cat([vel, omega], dim=-1)
-    return (blocks.jac_c @ child_rows(twist)[..., None])[..., 0] + (
-        blocks.jac_p @ parent_rows(system.joints, twist)[..., None]
-    )[..., 0]
+    joints = system.joints
+    child = blocks.child.row_velocity(child_rows(vel), child_rows(omega))
+    return child + blocks.parent.row_velocity(parent_rows(joints, vel), parent_rows(joints, omega))
 
 
 def apply_displacements(system, pos, phi, delta_c, delta_p):

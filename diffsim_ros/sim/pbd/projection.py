@@ -13,6 +13,7 @@ import torch
 from diffsim_ros.dynamics.spatial import matvec
 from diffsim_ros.sim.pbd.constraints import (
     apply_displacements,
+    coupling_block,
     joint_errors,
     orientations,
     row_errors,
@@ -51,7 +52,6 @@ def project_gauss_seidel(system, blocks, pos, phi, iterations):
     """
     joints = system.joints
     inverse = torch.linalg.inv(blocks.local_block()).unbind(-3)
-    resp_c, resp_p = blocks.resp_c.unbind(-3), blocks.resp_p.unbind(-3)
     xs, phis, rot0 = list(pos.unbind(-2)), list(phi.unbind(-2)), blocks.rot0.unbind(-3)
     rots = [orientations(r, p) for r, p in zip(rot0, phis)]
     lam = [torch.zeros_like(blocks.free[..., 0, :])] * joints.count
@@ -69,10 +69,12 @@ def project_gauss_seidel(system, blocks, pos, phi, iterations):
             )
             step = -matvec(inverse[j], row_rhs(blocks, errors, displacement, lam[j], j))
             lam[j] = lam[j] + step
-            for k, response in ((c, resp_c[j]), (p, resp_p[j])):
+            impulse = step[..., None, :]
+            moves = blocks.child.select([j]).response(impulse), blocks.parent.select([j]).response(impulse)
+            for k, delta in zip((c, p), moves):
                 if k == 0 and system.fixed_base:  # a fixed base never moves
                     continue
-                delta = matvec(response, step)
+                delta = delta[..., 0, :]
                 xs[k], phis[k] = xs[k] + delta[..., :3], phis[k] + delta[..., 3:]
                 rots[k] = orientations(rot0[k], phis[k])
     return torch.stack(xs, dim=-2), torch.stack(phis, dim=-2)
@@ -108,17 +110,59 @@ def project_jacobi(system, blocks, pos, phi, iterations, relaxation=1.0):
         errors, displacement = joint_errors(system, blocks, pos, phi)
         step = -share * matvec(inverse, row_rhs(blocks, errors, displacement, lam))
         lam = lam + step
-        pos, phi = apply_displacements(system, pos, phi, matvec(blocks.resp_c, step), matvec(blocks.resp_p, step))
+        pos, phi = apply_displacements(system, pos, phi, *blocks.responses(step))
     return pos, phi
 
 
+def _couplings(blocks, pairs):
+    """Off-diagonal blocks ``S_j J_j M^-1 J_k^T`` of ``(j, side_j, k, side_k)`` pairs, side 0 = child.
+
+    Pairs with the same sides are computed together, as one batched block computation.
+    """
+    sides = (blocks.child, blocks.parent)
+    out = [None] * len(pairs)
+    for side_j in (0, 1):
+        for side_k in (0, 1):
+            group = [i for i, pair in enumerate(pairs) if pair[1] == side_j and pair[3] == side_k]
+            if not group:
+                continue
+            rows = [pairs[i][0] for i in group]
+            block = coupling_block(sides[side_j].select(rows), sides[side_k].select([pairs[i][2] for i in group]))
+            block = blocks.scale_rows(block, rows)
+            for position, i in enumerate(group):
+                out[i] = block[..., position, :, :]
+    return torch.stack(out, dim=-3)
+
+
+def _factor_chain(system, blocks):
+    """Block-tridiagonal (Thomas) factors of a serial chain's joint system.
+
+    ``G_0 = A_00``, ``G_j = A_jj - A_j,j-1 G_j-1^-1 A_j-1,j``; only 6x6 blocks, linear in n
+    (the dense LU of the whole 6n x 6n system is cubic and memory bound when batched).
+    """
+    n = system.joints.count
+    diagonal = blocks.local_block().unbind(-3)
+    if n == 1:
+        return ("chain", [torch.linalg.inv(diagonal[0])], [], [])
+    upper = _couplings(blocks, [(j, 0, j + 1, 1) for j in range(n - 1)]).unbind(-3)  # A_j,j+1
+    lower = _couplings(blocks, [(j + 1, 1, j, 0) for j in range(n - 1)]).unbind(-3)  # A_j+1,j
+    inverses, multipliers = [torch.linalg.inv(diagonal[0])], []
+    for j in range(1, n):
+        multiplier = lower[j - 1] @ inverses[-1]  # A_j,j-1 G_j-1^-1
+        multipliers.append(multiplier)
+        inverses.append(torch.linalg.inv(diagonal[j] - multiplier @ upper[j - 1]))
+    return ("chain", inverses, multipliers, upper)
+
+
 def _factor_direct(system, blocks):
-    """LU factors of the 6n x 6n system of all joint rows.
+    """Factors of the 6n x 6n system of all joint rows (block-tridiagonal or dense LU).
 
     Block (j, j) is the joint's own block; block (j, k) couples two joints through the
     particle they share, ``S_j J_j M^-1 J_k^T``. Only those blocks are formed.
     """
     joints = system.joints
+    if joints.serial and system.fixed_base:
+        return _factor_chain(system, blocks)
     n = joints.count
     diagonal = blocks.local_block()
     shape = diagonal.shape[:-3]
@@ -126,21 +170,33 @@ def _factor_direct(system, blocks):
     index = torch.arange(n, device=diagonal.device) * (n + 1)
     blocks_flat = blocks_flat.index_add(-3, index, diagonal)
     if joints.couplings:
-        rows, row_side, cols, col_side = (list(t) for t in zip(*joints.couplings))
-        jac = torch.stack([blocks.scale @ blocks.jac_c, blocks.scale @ blocks.jac_p], dim=-3)  # (..., n, 2, 6, 6)
-        resp = torch.stack([blocks.resp_c, blocks.resp_p], dim=-3)
-        coupling = jac[..., rows, row_side, :, :] @ resp[..., cols, col_side, :, :]
-        position = torch.tensor(rows, device=diagonal.device) * n + torch.tensor(cols, device=diagonal.device)
-        blocks_flat = blocks_flat.index_add(-3, position, coupling)
+        position = torch.tensor([j * n + k for j, _, k, _ in joints.couplings], device=diagonal.device)
+        blocks_flat = blocks_flat.index_add(-3, position, _couplings(blocks, joints.couplings))
     matrix = blocks_flat.unflatten(-3, (n, n)).transpose(-3, -2).reshape(*shape, 6 * n, 6 * n)
-    return torch.linalg.lu_factor(matrix)
+    return ("dense",) + tuple(torch.linalg.lu_factor(matrix))
+
+
+def _solve_chain(factors, rhs):
+    """Forward elimination and back substitution with :func:`_factor_chain` factors."""
+    _, inverses, multipliers, upper = factors
+    rows = rhs.unbind(-2)
+    forward = [rows[0]]
+    for j in range(1, len(rows)):
+        forward.append(rows[j] - matvec(multipliers[j - 1], forward[-1]))
+    solution = [matvec(inverses[-1], forward[-1])]
+    for j in range(len(rows) - 2, -1, -1):
+        solution.append(matvec(inverses[j], forward[j] - matvec(upper[j], solution[-1])))
+    return torch.stack(solution[::-1], dim=-2)
 
 
 def _solve_factored(system, blocks, factors, rhs):
     """Impulses (..., n, 6) and per-joint child/parent displacements for row rhs (..., n, 6)."""
-    lu, pivots = factors
-    step = -torch.linalg.lu_solve(lu, pivots, rhs.flatten(-2)[..., None])[..., 0].unflatten(-1, rhs.shape[-2:])
-    return step, matvec(blocks.resp_c, step), matvec(blocks.resp_p, step)
+    if factors[0] == "chain":
+        step = -_solve_chain(factors, rhs)
+    else:
+        _, lu, pivots = factors
+        step = -torch.linalg.lu_solve(lu, pivots, rhs.flatten(-2)[..., None])[..., 0].unflatten(-1, rhs.shape[-2:])
+    return (step, *blocks.responses(step))
 
 
 def solve_direct(system, blocks, rhs):
@@ -162,7 +218,8 @@ def project_direct(system, blocks, pos, phi, iterations):
     """Direct solver: the exact linearized projection of all joints at once.
 
     Builds the 6n x 6n system of all joint rows from the per-joint blocks and factorizes it
-    once per substep, so every row is satisfied to first order at once (no Gauss-Seidel or
+    once per substep (block-tridiagonal elimination for a serial chain, dense LU for a
+    branched tree), so every row is satisfied to first order at once (no Gauss-Seidel or
     Jacobi convergence error); ``iterations`` quasi-Newton iterations (same factors, errors
     re-evaluated) handle the nonlinearity.
 
