@@ -3,6 +3,8 @@
 Reduced versions of the fidelity study (benchmarks/bench_pbd.py writes the full tables).
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -20,6 +22,9 @@ from diffsim_ros.model import RobotModel
 from diffsim_ros.dynamics.spatial import quat_to_matrix
 from diffsim_ros.sim import PBDControl, PBDConvergenceWarning, PBDSimulator
 from diffsim_ros.sim.pbd import FreeBase, PBDError, build_system
+from diffsim_ros.sim.pbd.constraints import joint_blocks
+from diffsim_ros.sim.pbd.projection import solve_direct
+from diffsim_ros.sim.pbd.solver import SolverSettings, _accelerate, _pose
 from diffsim_ros.sim.base import RigidBodySimulator
 from test_pbd_references import baxter, chain_urdf, mujoco_rollout, random_state
 
@@ -36,6 +41,7 @@ WRENCH_TOL = 1e-6  # tip force as wrench vs as Jacobian-transpose torques [rad]
 MOMENTUM_TOL = 1e-10  # linear momentum of a free-floating chain under internal torques [kg·m/s]
 ANGULAR_MOMENTUM_TOL = 1e-5  # its angular momentum over 0.5 s (second-order drift) [kg·m²/s]
 FREE_FALL_TOL = 1e-10  # COM of a free-floating chain under gravity vs free fall [m]
+CHAIN_SOLVE_RTOL = 1e-9  # chain elimination vs dense LU of the same system (relative)
 FLOAT32_TOL = 2e-3  # float32 model vs float64 over 0.2 s [rad]
 DRIVE_TOL = 1e-3  # implicit joint drive (4 substeps) vs the continuous PD loop by RK4 [rad]
 DRIVE_BALANCE_TOL = 1e-2  # a settled stiff drive balances gravity: |K (target - q) - g(q)| [N·m]
@@ -292,3 +298,50 @@ def test_free_base_conserves_momentum_and_falls_freely():
             assert float((l1 - l0).abs().max()) < ANGULAR_MOMENTUM_TOL
     with pytest.raises(PBDError, match="free-base"):
         sim.joint_step(q, qd, tau)
+
+
+def _tree_urdf():
+    """A body carrying two branches (siblings couple through their common parent)."""
+    inertial = '<inertial><origin xyz="0.15 0 0"/><mass value="{m}"/><inertia ixx="0.002" ixy="0" ixz="0" iyy="0.01" iyz="0" izz="0.01"/></inertial>'
+    links = ['<link name="base"/>'] + [f'<link name="{n}">{inertial.format(m=m)}</link>' for n, m in (("a", 1.0), ("b", 0.5), ("c", 0.3))]
+    joints = [
+        ("ja", "base", "a", "0 0 0", "0 1 0"),
+        ("jb", "a", "b", "0.3 0 0", "0 1 0"),
+        ("jc", "a", "c", "0.3 0 0", "0 0 1"),
+    ]
+    joints = [
+        f'<joint name="{n}" type="revolute"><parent link="{p}"/><child link="{c}"/><origin xyz="{o}"/>'
+        f'<axis xyz="{a}"/><limit lower="-10" upper="10" effort="10" velocity="10"/></joint>'
+        for n, p, c, o, a in joints
+    ]
+    return '<robot name="tree">' + "".join(links) + "".join(joints) + "</robot>"
+
+
+def test_branched_tree_matches_rk4():
+    """The dense direct solve (trees) with sibling couplings against exact integration."""
+    model = RobotModel.from_urdf(_tree_urdf())
+    q0 = torch.tensor([0.4, -0.3, 0.5], dtype=model.dtype)
+    qd0 = torch.tensor([0.5, 1.0, -1.0], dtype=model.dtype)
+    tau = torch.zeros(15, 3, dtype=model.dtype)
+    ref, _ = _rk4_reference(model, q0, qd0, tau, substeps=40)
+    with torch.no_grad():
+        q, _ = PBDSimulator(model, dt=DT, substeps=10, limits=False).rollout(q0, qd0, tau)
+    assert float((q - ref).abs().max()) < CHAIN_TOL
+
+
+def test_chain_elimination_equals_the_dense_solve():
+    """Block-tridiagonal elimination (serial chains) = dense LU of the same joint system."""
+    model = baxter()
+    sim = PBDSimulator(model)
+    q, qd = random_state(model, 4)
+    state = sim.initial_state(q, qd)
+    system = build_system(model)
+    control = PBDControl(tau=torch.zeros(model.nq, dtype=model.dtype))
+    pose = _pose(model, system, state, control, SolverSettings())
+    _, _, inv_inertia, damping, _ = _accelerate(model, system, state, pose, control, 1e-3, "start", state.omega)
+    blocks = joint_blocks(system, pose.frames, pose.rot, inv_inertia, damping, 0.0, 1e-3)
+    rhs = torch.as_tensor(np.random.default_rng(0).normal(size=(model.nq, 6)), dtype=model.dtype)
+    chain = solve_direct(system, blocks, rhs)
+    dense = solve_direct(dataclasses.replace(system, fixed_base=False), blocks, rhs)  # base mass is 0: same system
+    for a, b in zip(chain, dense):
+        assert float((a - b).abs().max()) < CHAIN_SOLVE_RTOL * float(b.abs().max())

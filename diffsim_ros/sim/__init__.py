@@ -2,6 +2,7 @@
 
 from diffsim_ros.sim.base import JointSpaceSimulator, RigidBodySimulator
 from diffsim_ros.sim.pbd import (
+    FreeBase,
     PBDControl,
     PBDConvergenceWarning,
     PBDError,
@@ -14,6 +15,7 @@ from diffsim_ros.sim.pbd import (
 __all__ = [
     "JointSpaceSimulator",
     "RigidBodySimulator",
+    "FreeBase",
     "PBDControl",
     "PBDConvergenceWarning",
     "PBDError",
