@@ -45,6 +45,9 @@ NEWTON_ITERATIONS = 30
 NEWTON_STEP_TOL = 1e-15
 LINE_SEARCH_STEPS = 8
 REGULARIZATION = 1e-6
+# Warm-started sliding contacts slower than this fraction of the problem's velocity scale are
+# tried as sticking first.
+SLIP_TOL = 1e-4
 REPAIR_ROUNDS = 8
 # Relative accuracy at which Algorithm 1 stops (the Newton polish then finishes the job).
 STAGGERED_TOL = 1e-9
@@ -115,13 +118,18 @@ def _kkt_matrix(layout, A, mu, active, modes, x, nu):
 
 
 def _newton(layout, A, b, mu, active, modes, x, nu):
-    """Solve F(x, nu) = 0 for fixed modes: damped Newton with backtracking on |F|²."""
+    """Solve F(x, nu) = 0 for fixed modes: damped Newton with backtracking on |F|².
+
+    An element whose line search finds no decrease at all is abandoned (wrong modes make
+    Newton wander; the caller then repairs the modes) instead of burning the iteration budget.
+    """
     z = torch.cat([x, nu], -1)
     m = layout.m
     tiny = torch.finfo(A.dtype).tiny
     # Below this |F|² the residual is round-off: any step is accepted (no futile backtracking).
     noise = (16.0 * torch.finfo(A.dtype).eps * (b.abs().amax(-1) + 1e-3 * tiny)) ** 2 * z.shape[-1]
     f = _residual(layout, A, b, mu, active, modes, z[:, :m], z[:, m:])
+    stalled = torch.zeros(z.shape[0], dtype=torch.bool, device=z.device)
     for _ in range(NEWTON_ITERATIONS):
         kkt = _kkt_matrix(layout, A, mu, active, modes, z[:, :m], z[:, m:])
         step = -refined_solve(kkt, f, iterations=1)
@@ -131,16 +139,17 @@ def _newton(layout, A, b, mu, active, modes, x, nu):
             trial = z + alpha[:, None] * step
             f_trial = _residual(layout, A, b, mu, active, modes, trial[:, :m], trial[:, m:])
             worse = (f_trial * f_trial).sum(-1) > torch.maximum(norm0 * (1.0 - 1e-4 * alpha), noise)
-            if not bool(worse.any()):
+            if not bool((worse & ~stalled).any()):
                 break
             alpha = torch.where(worse, 0.5 * alpha, alpha)
-        finite = torch.isfinite(f_trial).all(-1) & torch.isfinite(trial).all(-1)
-        moved = (trial - z).abs().amax(-1) * finite
-        z = torch.where(finite[:, None], trial, z)
-        f = torch.where(finite[:, None], f_trial, f)
+        stalled = stalled | worse
+        accept = torch.isfinite(f_trial).all(-1) & torch.isfinite(trial).all(-1) & ~stalled
+        moved = (trial - z).abs().amax(-1) * accept
+        z = torch.where(accept[:, None], trial, z)
+        f = torch.where(accept[:, None], f_trial, f)
         # Done when the residual is round-off or the iterate stopped moving (stagnation):
         # iterating to round-off keeps the result a deterministic function of the data.
-        done = ((f * f).sum(-1) <= noise) | (moved <= NEWTON_STEP_TOL * z.abs().amax(-1).clamp_min(tiny))
+        done = ((f * f).sum(-1) <= noise) | (moved <= NEWTON_STEP_TOL * z.abs().amax(-1).clamp_min(tiny)) | stalled
         if bool(done.all()):
             break
     return z[:, :m], z[:, m:]
@@ -406,6 +415,13 @@ def solve_cone(delassus, bias, mu, active, warm=None, method="auto", regularizat
             nu_w = warm.multiplier.detach().expand(*batch, k).reshape(nb, k)
             modes_w = warm.modes.expand(*batch, k).reshape(nb, k).to(device=b.device, dtype=torch.int8)
             modes_w = torch.where(act, modes_w, torch.zeros_like(modes_w))
+            # A contact that barely slid (|w_t| = 2 nu |x_t|) is most likely sticking now.
+            slip = 2.0 * nu_w * torch.linalg.vector_norm(_parts(layout, x_w)[1], dim=-1)
+            creeping = (modes_w == SLIDING) & (slip <= SLIP_TOL * b0.abs().amax(-1, keepdim=True))
+            modes_w = torch.where(creeping, torch.full_like(modes_w, STICKING), modes_w)
+            # Start from this step's linear solve for the warm modes (slip directions from the
+            # previous impulses), not from the previous impulses: b has changed since.
+            x_w, nu_w = _fixed_direction_guess(layout, A0, b0, mu0, act, modes_w, _slip_directions(layout, A0, b0, x_w))
         else:
             modes_w, x_w, nu_w = _heuristic(layout, A0, b0, mu0, act)
         x, nu, modes = x_w, nu_w, modes_w
@@ -426,6 +442,13 @@ def solve_cone(delassus, bias, mu, active, warm=None, method="auto", regularizat
             xs, nus, ms, oks = _algorithm1(layout, A0[idx], b0[idx], mu0[idx], act[idx], start)
             x, nu, modes, ok = x.clone(), nu.clone(), modes.clone(), ok.clone()
             x[idx], nu[idx], modes[idx], ok[idx] = xs, nus, ms, oks
+        # Contacts that touch with zero normal impulse are ties: treat them as separated, so the
+        # KKT system keeps no empty cone rows (a sliding contact with x_n = 0 has none).
+        _, tol_x = contact_tolerances(A0, b0, x)
+        tied = (modes != SEPARATED) & (x[:, layout.normal_idx] <= tol_x)
+        modes = torch.where(tied, torch.zeros_like(modes), modes)
+        x = torch.where(tied[:, layout.contact], torch.zeros_like(x), x)
+        nu = torch.where(tied, torch.zeros_like(nu), nu)
     impulse = _ConeImpulse.apply(A, b, mu_f, x, nu, modes, act)
     return ConeSolution(
         impulse=impulse.reshape(*batch, k, 3),

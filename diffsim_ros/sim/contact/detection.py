@@ -19,7 +19,7 @@ import torch
 
 from diffsim_ros.dynamics.spatial import matvec
 from diffsim_ros.sim.contact.errors import ContactError
-from diffsim_ros.sim.contact.frames import safe_normalize, transform_points
+from diffsim_ros.sim.contact.frames import safe_norm, safe_normalize, transform_points
 from diffsim_ros.sim.contact.shapes import Box, Capsule, Plane, Sphere
 
 __all__ = ["Contacts", "SLOTS", "collide", "slot_count", "concat_contacts"]
@@ -211,7 +211,7 @@ def capsule_capsule(cap_a, rot_a, pos_a, cap_b, rot_b, pos_b, margin):
     t1 = _closest_on_segment(p2, d2, core_a[..., 1, :])
     core_b = torch.stack([p2 + t0[..., None] * d2, p2 + t1[..., None] * d2], -2)
     point, normal, gap, degenerate = _spheres(core_a, cap_a.radius, core_b, cap_b.radius, _z_axis(core_a))
-    length = torch.linalg.vector_norm(d1, dim=-1)
+    length = safe_norm(d1)
     distinct = parallel & ((high - low) * length > 1e-9 * (1.0 + length))
     second = torch.stack([torch.ones_like(distinct), distinct], -1)
     contacts = _make(point, normal, gap, margin, degenerate)
@@ -234,7 +234,7 @@ def _box_point(box, rot, pos, point):
     surface = torch.where(inside[..., None], projected, clamped)
     outward_local, _ = safe_normalize(local - clamped, face_normal)
     outward_local = torch.where(inside[..., None], face_normal, outward_local)
-    distance = torch.where(inside, -torch.gather(depth, -1, face)[..., 0], torch.linalg.vector_norm(local - clamped, dim=-1))
+    distance = torch.where(inside, -torch.gather(depth, -1, face)[..., 0], safe_norm(local - clamped))
     world = transform_points(rot, pos, surface)
     return world, matvec(rot[..., None, :, :], outward_local), distance
 
@@ -371,7 +371,7 @@ def _face_clip(ref_rot, ref_pos, ref_h, axis, sign, inc_rot, inc_pos, inc_h, mar
 
 def _compact(points, gaps, valid, normal, slots, scale):
     """Drop duplicate candidates and keep the first ``slots`` valid ones (stable order)."""
-    dist = torch.linalg.vector_norm(points[..., :, None, :] - points[..., None, :, :], dim=-1)
+    dist = torch.linalg.vector_norm(points[..., :, None, :] - points[..., None, :, :], dim=-1).detach()
     count = points.shape[-2]
     earlier = torch.ones(count, count, dtype=torch.bool, device=points.device).tril(-1)
     close = (dist <= 1e-7 * scale[..., None, None]) & earlier & valid[..., None, :]
@@ -391,7 +391,7 @@ def box_box(box_a, rot_a, pos_a, box_b, rot_b, pos_b, margin):
     edge_axes = torch.cross(cols_a[..., :, None, :].expand(*cols_a.shape[:-2], 3, 3, 3),
                             cols_b[..., None, :, :].expand(*cols_b.shape[:-2], 3, 3, 3), dim=-1).reshape(*cols_a.shape[:-2], 9, 3)
     axes = torch.cat([cols_a, cols_b, edge_axes], -2)  # (..., 15, 3)
-    length = torch.linalg.vector_norm(axes, dim=-1)
+    length = safe_norm(axes)
     usable = length > 1e-6
     axes = axes / torch.where(usable, length, torch.ones_like(length))[..., None]
     proj_a = (matvec(cols_a[..., None, :, :], axes).abs() * h_a).sum(-1)

@@ -4,10 +4,19 @@ import torch
 
 from diffsim_ros.dynamics.spatial import matvec, quat_multiply, quat_normalize
 
-__all__ = ["contact_frames", "safe_normalize", "quat_exp", "integrate_orientation", "transform_points"]
+__all__ = ["contact_frames", "safe_norm", "safe_normalize", "quat_exp", "integrate_orientation", "transform_points"]
 
 # Below this norm a direction is treated as undefined (degenerate geometry).
 DEGENERATE_NORM = 1e-12
+
+
+def safe_norm(vec, keepdim=False):
+    """Euclidean norm over the last dimension with a finite gradient at zero, shape (...).
+
+    ``torch.linalg.vector_norm`` has a NaN gradient at the zero vector, which poisons masked
+    branches (NaN * 0 = NaN); below DEGENERATE_NORM this returns DEGENERATE_NORM, gradient 0.
+    """
+    return torch.sqrt((vec * vec).sum(-1, keepdim=keepdim).clamp_min(DEGENERATE_NORM**2))
 
 
 def safe_normalize(vec, fallback):
@@ -21,9 +30,9 @@ def safe_normalize(vec, fallback):
         ``(unit, degenerate)``: unit vectors (..., 3) and a bool mask (...) of fallback entries.
         Gradients stay finite (the norm is clamped before dividing).
     """
-    norm = torch.linalg.vector_norm(vec, dim=-1, keepdim=True)
-    degenerate = norm[..., 0] < DEGENERATE_NORM
-    unit = vec / norm.clamp_min(DEGENERATE_NORM)
+    norm = safe_norm(vec, keepdim=True)
+    degenerate = norm[..., 0] <= DEGENERATE_NORM
+    unit = vec / norm
     return torch.where(degenerate[..., None], fallback.expand_as(vec), unit), degenerate
 
 

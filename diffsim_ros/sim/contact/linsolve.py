@@ -30,10 +30,16 @@ def scaled_pinv(mat):
     many orders of magnitude; without equilibration the sqrt(eps) cutoff of :func:`pinv`
     would discard meaningful directions. Shape (..., m, m).
     """
-    tiny = torch.finfo(mat.dtype).tiny
-    row = torch.linalg.vector_norm(mat, dim=-1).clamp_min(tiny).reciprocal()
+    eps = torch.finfo(mat.dtype).eps
+
+    def inverse_norms(norms):
+        # Empty rows/columns keep scale 1: 1/0 would turn their zeros into inf * 0 = NaN.
+        usable = norms > eps * norms.amax(-1, keepdim=True).clamp_min(torch.finfo(mat.dtype).tiny)
+        return torch.where(usable, norms, torch.ones_like(norms)).reciprocal()
+
+    row = inverse_norms(torch.linalg.vector_norm(mat, dim=-1))
     scaled = mat * row[..., :, None]
-    col = torch.linalg.vector_norm(scaled, dim=-2).clamp_min(tiny).reciprocal()
+    col = inverse_norms(torch.linalg.vector_norm(scaled, dim=-2))
     return col[..., :, None] * pinv(scaled * col[..., None, :]) * row[..., None, :]
 
 

@@ -32,7 +32,7 @@ def _join(values):
 
 
 def mujoco_xml(world, timestep=0.001, solref=(0.02, 1.0), solimp=(0.99, 0.999, 0.001), impratio=10.0,
-               cone="elliptic", object_solref=None):
+               cone="elliptic", object_solref=None, object_friction=None):
     """MJCF text of a ContactWorld's objects and static shapes (at the world's parameter values).
 
     Args:
@@ -43,6 +43,8 @@ def mujoco_xml(world, timestep=0.001, solref=(0.02, 1.0), solimp=(0.99, 0.999, 0
         cone: ``"elliptic"`` or ``"pyramidal"``.
         object_solref: solref of object-object contacts (e.g. ``(0.005, 0.1)`` for a bouncy
             collision), or None for ``solref``.
+        object_friction: Friction of object-object contacts (0 makes them frictionless);
+            default the larger of the two objects' (MuJoCo's rule, as the world's).
     """
     if world.robot is not None:
         raise ContactError("the MuJoCo reference supports objects and static shapes only")
@@ -65,12 +67,17 @@ def mujoco_xml(world, timestep=0.001, solref=(0.02, 1.0), solimp=(0.99, 0.999, 0
         lines.append(_geom(obj.shape, f'name="{obj.name}" friction="{float(params["friction"][j])!r} 0 0"'))
         lines.append("</body>")
     lines.append("</worldbody>")
-    if object_solref is not None and len(world.objects) > 1:
+    if (object_solref is not None or object_friction is not None) and len(world.objects) > 1:
         lines.append("<contact>")
         for i, a in enumerate(world.objects):
             for b in world.objects[i + 1 :]:
                 mu = float(max(params["friction"][i], params["friction"][world.object_names.index(b.name)]))
-                lines.append(f'<pair geom1="{a.name}" geom2="{b.name}" solref="{_join(object_solref)}" friction="{mu} {mu} 0 0 0"/>')
+                mu = mu if object_friction is None else float(object_friction)
+                condim = 3 if mu > 0 else 1
+                ref = solref if object_solref is None else object_solref
+                lines.append(
+                    f'<pair geom1="{a.name}" geom2="{b.name}" solref="{_join(ref)}" condim="{condim}" friction="{max(mu, 1e-9)} {max(mu, 1e-9)} 0 0 0"/>'
+                )
         lines.append("</contact>")
     lines.append("</mujoco>")
     return "\n".join(lines)

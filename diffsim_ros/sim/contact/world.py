@@ -30,11 +30,11 @@ import torch
 
 from diffsim_ros.dynamics.kinematics import forward_kinematics, frame_jacobian
 from diffsim_ros.dynamics.spatial import matvec, quat_normalize, quat_to_matrix, skew
-from diffsim_ros.sim.contact.cone import solve_cone
+from diffsim_ros.sim.contact.cone import ConeSolution, solve_cone
 from diffsim_ros.sim.contact.detection import collide, concat_contacts, slot_count
 from diffsim_ros.sim.contact.errors import ContactError
 from diffsim_ros.sim.contact.frames import contact_frames, integrate_orientation
-from diffsim_ros.sim.contact.lcp import solve_lcp
+from diffsim_ros.sim.contact.lcp import LCPSolution, solve_lcp
 from diffsim_ros.sim.contact.linsolve import pinv
 from diffsim_ros.sim.contact.shapes import Box, Capsule, Plane, Sphere, bounding_radius, unit_inertia
 
@@ -548,6 +548,42 @@ class ContactWorld:
                 speeds.append(point.amax())
             return float(torch.stack(speeds).amax()) + self.dt * float(torch.linalg.vector_norm(self.gravity))
 
+    def settle(self, state, names=None, max_shift=0.01):
+        """Translate objects along the gravity direction onto the static shapes they nearly touch.
+
+        Camera poses of an object lying on a table are noisy by millimetres: taken as they are,
+        the object starts inside the table (and is pushed out) or above it (and drops). This
+        moves each object (unbatched states) by the gap of its deepest contact with static
+        geometry, when that gap is below ``max_shift`` [m] in magnitude.
+
+        Args:
+            state: WorldState.
+            names: Objects to settle (default all).
+            max_shift: Largest correction [m].
+
+        Returns:
+            WorldState with corrected positions.
+        """
+        contacts = self.detect(state, margin=max_shift)
+        up = -self.gravity / torch.linalg.vector_norm(self.gravity).clamp_min(torch.finfo(self.dtype).tiny)
+        position = state.position.clone()
+        for j, obj in enumerate(self.objects):
+            if names is not None and obj.name not in names:
+                continue
+            gaps = [
+                contacts.gap[..., pair.start : pair.start + pair.count].masked_fill(
+                    ~contacts.active[..., pair.start : pair.start + pair.count], math.inf
+                )
+                for pair in self.pairs
+                if "static" in (pair.a.kind, pair.b.kind) and ("object", j) in ((pair.a.kind, pair.a.index), (pair.b.kind, pair.b.index))
+            ]
+            if not gaps:
+                continue
+            deepest = torch.cat(gaps, -1).amin(-1)
+            shift = torch.where(deepest.abs() < max_shift, -deepest, torch.zeros_like(deepest))
+            position[..., j, :] = position[..., j, :] + shift[..., None] * up
+        return replace(state, position=position)
+
     def check_state(self, state, tolerance=1e-3):
         """Raise if shapes interpenetrate by more than ``tolerance`` [m] (a bad start state).
 
@@ -753,14 +789,7 @@ class ContactWorld:
         stabilize = torch.where(gap > 0, gap, self.baumgarte * gap) / h
         normal_bias = torch.where(bouncing, restitution * approach, stabilize)
         bias = free_contact + torch.stack([normal_bias, torch.zeros_like(gap), torch.zeros_like(gap)], -1).reshape(*batch, 3 * k)
-        if self.solver == "lcp":
-            solution = solve_lcp(
-                delassus, bias, mu, active,
-                warm_codes=None if warm is None else warm.solution.codes,
-                complementarity_aware=self.complementarity_aware,
-            )
-        else:
-            solution = solve_cone(delassus, bias, mu, active, warm=None if warm is None else warm.solution, method=self.cone_method)
+        solution = self._solve(delassus, bias, mu, active, warm)
         impulse = solution.impulse.reshape(*batch, 3 * k)
         v_next = v_free + matvec(minv_jt, impulse)
         correction = torch.zeros_like(v_next)
@@ -772,6 +801,49 @@ class ContactWorld:
         self._check_finite(next_state)
         info = StepInfo(contacts, solution.impulse, solution, bouncing, penetration)
         return next_state, info
+
+    def _solve(self, delassus, bias, mu, active, warm):
+        """Contact impulses for the slots active anywhere in the batch (the others get zero).
+
+        Compacting to the active slots keeps the solves small (a box on a plane has 8 corner
+        slots of which 4 touch); results are scattered back to every slot, so warm starts and
+        diagnostics stay indexed by slot.
+        """
+        k = active.shape[-1]
+        keep = active.reshape(-1, k).any(0).nonzero().flatten()
+        rows = (3 * keep[:, None] + torch.arange(3, device=keep.device)).flatten()
+        batch = bias.shape[:-1]
+        if self.solver == "lcp":
+            empty = LCPSolution(torch.zeros(*batch, k, 3, dtype=self.dtype, device=self.device),
+                                torch.zeros(*batch, k, 3, dtype=torch.int8, device=self.device),
+                                *(torch.ones(batch, dtype=torch.bool, device=self.device),) * 2,
+                                torch.zeros(batch, dtype=torch.bool, device=self.device))
+        else:
+            empty = ConeSolution(torch.zeros(*batch, k, 3, dtype=self.dtype, device=self.device),
+                                 torch.zeros(*batch, k, dtype=self.dtype, device=self.device),
+                                 torch.zeros(*batch, k, dtype=torch.int8, device=self.device),
+                                 *(torch.ones(batch, dtype=torch.bool, device=self.device),) * 2,
+                                 torch.zeros(batch, dtype=torch.bool, device=self.device))
+        if keep.numel() == 0:
+            return empty
+        sub_a = delassus[..., rows, :][..., :, rows]
+        sub_b, sub_mu, sub_active = bias[..., rows], mu[..., keep], active[..., keep]
+        prior = None if warm is None else warm.solution
+        if self.solver == "lcp":
+            codes = None if prior is None else prior.codes[..., keep, :]
+            sub = solve_lcp(sub_a, sub_b, sub_mu, sub_active, warm_codes=codes, complementarity_aware=self.complementarity_aware)
+            codes = empty.codes.index_copy(-2, keep, sub.codes.expand(*batch, keep.numel(), 3))
+            return LCPSolution(empty.impulse.index_copy(-2, keep, sub.impulse), codes, sub.warm_hit, sub.converged, sub.fallback)
+        if prior is not None:
+            prior = ConeSolution(prior.impulse[..., keep, :], prior.multiplier[..., keep], prior.modes[..., keep],
+                                 prior.warm_hit, prior.converged, prior.fallback)
+        sub = solve_cone(sub_a, sub_b, sub_mu, sub_active, warm=prior, method=self.cone_method)
+        return ConeSolution(
+            empty.impulse.index_copy(-2, keep, sub.impulse),
+            empty.multiplier.index_copy(-1, keep, sub.multiplier.expand(*batch, keep.numel())),
+            empty.modes.index_copy(-1, keep, sub.modes.expand(*batch, keep.numel())),
+            sub.warm_hit, sub.converged, sub.fallback,
+        )
 
     def _bounce_correction(self, jac, minv_jt, delassus, v_next, gap, approach, bouncing):
         """Position correction so that bounces within the step follow the continuous-time path.
