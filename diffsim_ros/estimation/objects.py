@@ -1,0 +1,570 @@
+"""Object parameter estimation from camera pose estimates (Le Lidec et al.'s identification).
+
+Given a :class:`~diffsim_ros.sim.contact.ContactWorld` and timestamped poses of its objects
+(``geometry_msgs/msg/PoseStamped``), fit ``<object>.friction``, ``<object>.mass`` and
+``<object>.restitution`` by nonlinear least squares on the pose errors of a simulated
+rollout. Each object's initial pose and twist are estimated alongside as nuisance
+parameters (a camera never gives velocities, and a single noisy first pose would bias the
+whole trajectory). Mass only changes the motion through collisions with objects of known
+mass (or known robot pushes), so include such an event in the data to identify it.
+
+The Jacobian of the residuals comes from torch by forward sensitivity propagation through
+the rollout, each step's Jacobians taken by one reverse pass vmapped over the state
+components. Standard deviations are ``sqrt(diag(s² (JᵀJ)⁻¹))`` with
+``s²`` the residual variance at the solution.
+"""
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from scipy.optimize import least_squares
+
+from diffsim_ros.dynamics.spatial import quat_conjugate, quat_log, quat_multiply, quat_normalize
+from diffsim_ros.estimation.data import DataError
+from diffsim_ros.sim.contact.errors import ContactError
+from diffsim_ros.sim.contact.frames import integrate_orientation
+from diffsim_ros.sim.contact.shapes import bounding_radius
+from diffsim_ros.sim.contact.world import WorldState
+
+__all__ = [
+    "PoseSeries",
+    "ObjectEstimate",
+    "estimate_object_parameters",
+    "estimate_in_stages",
+    "object_pose_residuals",
+    "parameter_uncertainty",
+]
+
+# Bounds of the physical parameters (friction > 0 keeps its gradient alive).
+LOWER = {"mass": 1e-6, "friction": 1e-6, "restitution": 0.0}
+UPPER = {"mass": math.inf, "friction": math.inf, "restitution": 1.0}
+# Samples used for the initial-velocity guess (finite differences of a line fit).
+VELOCITY_GUESS_SAMPLES = 5
+# Poses averaged for the pose of an object declared at rest, and how far a first pose may be
+# moved onto the surface it lies on [m] (camera noise puts it slightly inside or above).
+REST_SAMPLES = 5
+SETTLE_DISTANCE = 0.005
+NUISANCE_SUFFIXES = ("position", "rotation", "linear_velocity", "angular_velocity")
+# Typical magnitudes of the unknowns (scipy's x_scale). Fixed scales rather than 'jac': contact
+# makes some nuisance columns exactly zero (a resting object's vertical velocity, a sticking
+# lateral velocity), and Jacobian-based scaling would turn those into unbounded steps.
+PARAMETER_SCALE = {"mass": None, "friction": 0.1, "restitution": 0.1}
+NUISANCE_SCALE = {"position": 0.01, "rotation": 0.01, "linear_velocity": 0.1, "angular_velocity": 1.0}
+# Weak Gaussian prior on the nuisances around their data-driven guess: standard deviations,
+# and the residual [m] that one standard deviation costs. It only matters along directions
+# the data cannot see (a resting object's vertical velocity is absorbed by the contact),
+# which would otherwise drift and stall the solver.
+NUISANCE_PRIOR_STD = {"position": 0.05, "rotation": 0.1, "linear_velocity": 1.0, "angular_velocity": 10.0}
+PRIOR_RESIDUAL = 1e-3
+# Identifiability: singular values of the column-normalized parameter Jacobian below this
+# fraction of the largest span directions the data cannot see; a parameter with more than
+# NULL_PARTICIPATION of its unit vector in those directions (or a relative standard deviation
+# above UNIDENTIFIABLE_RELATIVE_STD) is flagged unidentifiable and gets std = inf.
+SINGULAR_RCOND = 1e-6
+NULL_PARTICIPATION = 0.1
+UNIDENTIFIABLE_RELATIVE_STD = 0.5
+# Smallest column norm of the Jacobian [m per unit] that counts as "the data depends on it".
+ZERO_COLUMN = 1e-12
+MIN_POSES = 3
+
+
+@dataclass(frozen=True)
+class PoseSeries:
+    """Timestamped poses of one object, in the world (= robot base) frame.
+
+    Attributes:
+        times: Stamps [s], shape (T,), strictly increasing.
+        position: Positions [m], shape (T, 3).
+        orientation: Unit quaternions (w, x, y, z), shape (T, 4).
+    """
+
+    times: np.ndarray
+    position: np.ndarray
+    orientation: np.ndarray
+
+    def __post_init__(self):
+        times = np.asarray(self.times, dtype=np.float64).reshape(-1)
+        position = np.asarray(self.position, dtype=np.float64)
+        orientation = np.asarray(self.orientation, dtype=np.float64)
+        if position.shape != (times.size, 3) or orientation.shape != (times.size, 4):
+            raise DataError(
+                f"pose series needs times (T,), position (T, 3), orientation (T, 4); got "
+                f"{times.shape}, {position.shape}, {orientation.shape}"
+            )
+        if times.size < MIN_POSES:
+            raise DataError(f"a pose series needs at least {MIN_POSES} poses, got {times.size}")
+        if not (np.isfinite(times).all() and np.isfinite(position).all() and np.isfinite(orientation).all()):
+            raise DataError("pose series contains NaN or inf (drop those samples before estimation)")
+        if np.any(np.diff(times) <= 0):
+            raise DataError("pose stamps must be strictly increasing")
+        norm = np.linalg.norm(orientation, axis=1, keepdims=True)
+        if np.any(norm < 1e-9):
+            raise DataError("pose series contains a zero quaternion")
+        object.__setattr__(self, "times", times)
+        object.__setattr__(self, "position", position)
+        object.__setattr__(self, "orientation", orientation / norm)
+
+    @classmethod
+    def from_pose_stamped(cls, messages):
+        """From geometry_msgs/msg/PoseStamped messages (or objects with the same fields).
+
+        ROS quaternions are (x, y, z, w); they are reordered to (w, x, y, z) here.
+        """
+        messages = list(messages)
+        times = [m.header.stamp.sec + 1e-9 * m.header.stamp.nanosec for m in messages]
+        position = [[m.pose.position.x, m.pose.position.y, m.pose.position.z] for m in messages]
+        orientation = [[m.pose.orientation.w, m.pose.orientation.x, m.pose.orientation.y, m.pose.orientation.z] for m in messages]
+        return cls(np.array(times), np.array(position), np.array(orientation))
+
+    def __len__(self):
+        return self.times.size
+
+    def between(self, start=-math.inf, end=math.inf):
+        """The poses stamped in ``[start, end]`` [s] (e.g. before a collision, for staged fits)."""
+        keep = (self.times >= start) & (self.times <= end)
+        return PoseSeries(self.times[keep], self.position[keep], self.orientation[keep])
+
+
+@dataclass(frozen=True)
+class ObjectEstimate:
+    """Result of :func:`estimate_object_parameters`.
+
+    Attributes:
+        values: Estimated parameters, name -> value (an unidentifiable one stays near its
+            initial guess: do not use it).
+        std: Standard deviations, name -> value (inf where not identifiable).
+        identifiable: Name -> bool: whether the data determine the parameter (see
+            :func:`parameter_uncertainty`); e.g. mass without a collision is not.
+        initial_state: Estimated initial WorldState (the nuisance parameters).
+        rms: Root-mean-square position-equivalent residual [m].
+        cost: Final least-squares cost ``½ Σ r²`` [m²].
+        success: scipy's success flag.
+        message: scipy's message.
+        evaluations: Residual evaluations.
+    """
+
+    values: dict
+    std: dict
+    identifiable: dict
+    initial_state: WorldState
+    rms: float
+    cost: float
+    success: bool
+    message: str
+    evaluations: int
+
+
+class _Problem:
+    """Packs parameters and per-object initial-state nuisances into one vector."""
+
+    def __init__(self, world, observations, parameters, at_rest):
+        if world.robot is not None:
+            raise ContactError("object estimation needs a world without a robot (robot pushes are not observed here)")
+        self.world = world
+        if isinstance(parameters, str):
+            raise ContactError(f"parameters must be a sequence of names, got the string {parameters!r}")
+        self.names = list(parameters)
+        if not self.names:
+            raise ContactError(f"no parameters to estimate; choose from {world.parameter_names()}")
+        repeated = sorted({n for n in self.names if self.names.count(n) > 1})
+        if repeated:
+            raise ContactError(f"parameters named more than once: {repeated}")
+        for name in self.names:
+            world._locate(name)  # raises for unknown names
+        missing = [o for o in world.object_names if o not in observations]
+        if missing:
+            raise ContactError(f"every object needs pose observations; missing {missing}")
+        unknown = [o for o in observations if o not in world.object_names]
+        if unknown:
+            raise ContactError(f"observations for unknown objects {unknown}; objects: {list(world.object_names)}")
+        self.at_rest = set(at_rest)
+        unknown_rest = self.at_rest - set(world.object_names)
+        if unknown_rest:
+            raise ContactError(f"at_rest names unknown objects {sorted(unknown_rest)}")
+        self.observations = [_as_series(o, observations[o]) for o in world.object_names]
+        self.t0 = min(series.times[0] for series in self.observations)
+        t_end = max(series.times[-1] for series in self.observations)
+        self.steps = int(math.ceil((t_end - self.t0) / world.dt - 1e-9))
+        self.nuisance = [f"{name}.initial_{s}" for name in world.object_names if name not in self.at_rest for s in NUISANCE_SUFFIXES]
+        self.size = len(self.names) + 3 * len(self.nuisance)
+        residuals = 6 * sum(len(series) for series in self.observations)
+        if residuals < 2 * self.size:
+            raise DataError(
+                f"too few poses: {residuals // 6} poses give {residuals} residuals for {self.size} unknowns "
+                f"({len(self.names)} parameters + initial pose and twist of each moving object); "
+                f"need at least {math.ceil(2 * self.size / 6)} poses"
+            )
+        self.start = self._start_poses()
+
+    def _start_poses(self):
+        """Initial poses: resting objects from the mean of their first poses, moving ones from
+        their first pose; all settled onto the static geometry they nearly touch."""
+        world = self.world
+        positions, orientations = [], []
+        for name, series in zip(world.object_names, self.observations):
+            count = min(REST_SAMPLES, len(series)) if name in self.at_rest else 1
+            positions.append(series.position[:count].mean(0))
+            quats = series.orientation[:count] * np.sign(series.orientation[:count] @ series.orientation[0])[:, None]
+            orientations.append(quats.mean(0) / np.linalg.norm(quats.mean(0)))
+        state = world.initial_state(position=np.array(positions), orientation=np.array(orientations))
+        return world.settle(state, max_shift=SETTLE_DISTANCE)
+
+    def unpack(self, x):
+        """Physical parameter dict and the initial WorldState from a vector x (..., size)."""
+        values = {name: x[..., i] for i, name in enumerate(self.names)}
+        offset = len(self.names)
+        fields = {}
+        for key in self.nuisance:
+            fields[key] = x[..., offset : offset + 3]
+            offset += 3
+        return values, fields
+
+    def initial_state(self, fields, like):
+        """WorldState from the nuisance fields; ``like`` (..., size) fixes the batch shape."""
+        world = self.world
+        batch = like.shape[:-1]
+        positions, orientations, linear, angular = [], [], [], []
+        for j, name in enumerate(world.object_names):
+            start_q = self.start.orientation[j].expand(*batch, 4)
+            zero = torch.zeros(*batch, 3, dtype=world.dtype, device=world.device)
+            if name in self.at_rest:
+                positions.append(self.start.position[j].expand(*batch, 3))
+                orientations.append(start_q)
+                linear.append(zero)
+                angular.append(zero)
+                continue
+            positions.append(fields[f"{name}.initial_position"])
+            orientations.append(integrate_orientation(start_q, fields[f"{name}.initial_rotation"]))
+            linear.append(fields[f"{name}.initial_linear_velocity"])
+            angular.append(fields[f"{name}.initial_angular_velocity"])
+        return WorldState(
+            torch.stack(positions, -2), torch.stack(orientations, -2), torch.stack(linear, -2), torch.stack(angular, -2)
+        )
+
+    def initial_guess(self, initial):
+        """Vector x0 from the given parameter values and the first observations."""
+        values = [float(initial.get(name, self.world.get_parameter(name).detach().reshape(-1)[0])) for name in self.names]
+        for j, (name, series) in enumerate(zip(self.world.object_names, self.observations)):
+            if name in self.at_rest:
+                continue
+            values += self.start.position[j].tolist()
+            values += [0.0, 0.0, 0.0]
+            values += list(_velocity_guess(series))
+            values += [0.0, 0.0, 0.0]
+        return np.array(values)
+
+    def scales(self, x0):
+        """x_scale for least_squares: typical magnitudes (mass: its initial guess)."""
+        out = []
+        for i, name in enumerate(self.names):
+            kind = name.rpartition(".")[2]
+            out.append(PARAMETER_SCALE[kind] or max(abs(x0[i]), 1e-3))
+        for key in self.nuisance:
+            out += [NUISANCE_SCALE[key.rpartition(".initial_")[2]]] * 3
+        return np.array(out)
+
+    def prior(self, x, guess):
+        """Prior residuals [m] of the nuisances, shape (3 * len(nuisance),), and their Jacobian."""
+        weights = []
+        for key in self.nuisance:
+            weights += [PRIOR_RESIDUAL / NUISANCE_PRIOR_STD[key.rpartition(".initial_")[2]]] * 3
+        weights = np.array(weights)
+        offset = len(self.names)
+        residual = weights * (x[offset:] - guess[offset:])
+        jac = np.zeros((weights.size, x.size))
+        jac[:, offset:] = np.diag(weights)
+        return residual, jac
+
+    def bounds(self):
+        lower, upper = [], []
+        for name in self.names:
+            kind = name.rpartition(".")[2]
+            lower.append(LOWER[kind])
+            upper.append(UPPER[kind])
+        lower += [-np.inf] * (self.size - len(self.names))
+        upper += [np.inf] * (self.size - len(self.names))
+        return np.array(lower), np.array(upper)
+
+
+def _as_series(name, value):
+    """A PoseSeries from a PoseSeries or a mapping of its fields (``times``, ``position``, ``orientation``)."""
+    if isinstance(value, PoseSeries):
+        return value
+    if isinstance(value, Mapping) and {"times", "position", "orientation"} <= set(value):
+        try:
+            return PoseSeries(value["times"], value["position"], value["orientation"])
+        except DataError as error:
+            raise DataError(f"observations of '{name}': {error}") from error
+    raise DataError(f"observations of '{name}' must be a PoseSeries or a mapping with times, position, orientation; got {type(value).__name__}")
+
+
+def _velocity_guess(series):
+    """Linear velocity [m/s] from a line fit to the first few positions."""
+    count = min(VELOCITY_GUESS_SAMPLES, len(series))
+    t = series.times[:count] - series.times[0]
+    return np.polyfit(t, series.position[:count], 1)[0]
+
+
+def _interpolate(traj_pos, traj_quat, t0, dt, times):
+    """Simulated poses at observation times: linear in position, normalized lerp in orientation.
+
+    traj_pos (..., S, 3) and traj_quat (..., S, 4) hold the states at t0 + k dt, k = 0..S-1.
+    """
+    s = (torch.as_tensor(times, dtype=traj_pos.dtype, device=traj_pos.device) - t0) / dt
+    index = s.floor().clamp(0, traj_pos.shape[-2] - 2).long()
+    alpha = (s - index.to(s.dtype))[:, None]
+    p = (1 - alpha) * traj_pos[..., index, :] + alpha * traj_pos[..., index + 1, :]
+    q0, q1 = traj_quat[..., index, :], traj_quat[..., index + 1, :]
+    q1 = torch.where(((q0 * q1).sum(-1, keepdim=True) < 0), -q1, q1)
+    return p, quat_normalize((1 - alpha) * q0 + alpha * q1)
+
+
+def object_pose_residuals(world, state0, observations, steps, t0):
+    """Pose residuals of a rollout against observations.
+
+    Args:
+        world: ContactWorld (parameters may be batched).
+        state0: Initial WorldState at time ``t0``.
+        observations: PoseSeries per object, in ``world.object_names`` order.
+        steps: Number of simulated steps.
+        t0: Time of ``state0`` [s].
+
+    Returns:
+        Residuals [m], shape (..., R): per object and observation, the position error (3)
+        then the orientation error as a rotation vector times the object's bounding radius (3).
+    """
+    states, _ = world.rollout(state0, steps, check_start=False)
+    pos = torch.cat([state0.position[..., None, :, :], states.position], -3)
+    quat = torch.cat([state0.orientation[..., None, :, :], states.orientation], -3)
+    parts = []
+    for j, (obj, series) in enumerate(zip(world.objects, observations)):
+        p, q = _interpolate(pos[..., j, :], quat[..., j, :], t0, world.dt, series.times)
+        obs_p = torch.as_tensor(series.position, dtype=p.dtype, device=p.device)
+        obs_q = torch.as_tensor(series.orientation, dtype=p.dtype, device=p.device)
+        rot_err = quat_log(quat_multiply(quat_conjugate(obs_q), q)) * bounding_radius(obj.shape)
+        parts.append(torch.cat([p - obs_p, rot_err], -1).flatten(-2))
+    return torch.cat(parts, -1)
+
+
+def _flatten_state(state):
+    """Per-object ``[position, orientation, linear velocity, angular velocity]`` stacked, (..., 13 J)."""
+    parts = torch.cat([state.position, state.orientation, state.linear_velocity, state.angular_velocity], -1)
+    return parts.flatten(-2)
+
+
+def _unflatten_state(flat, count):
+    parts = flat.reshape(*flat.shape[:-1], count, 13)
+    return WorldState(parts[..., :3], parts[..., 3:7], parts[..., 7:10], parts[..., 10:])
+
+
+def _batched_jacobian(output, inputs):
+    """d output / d inputs for a 1-D output, one vmapped reverse pass; tuple of (R, *input.shape)."""
+    eye = torch.eye(output.numel(), dtype=output.dtype, device=output.device)
+    grads = torch.autograd.grad(output, inputs, eye, is_grads_batched=True, allow_unused=True)
+    return tuple(torch.zeros(output.numel(), *i.shape, dtype=output.dtype, device=output.device) if g is None else g
+                 for g, i in zip(grads, inputs))
+
+
+def _rollout_sensitivity(problem, x_t):
+    """States (S+1, D) and their sensitivities d state / d x (S+1, D, P) along a rollout.
+
+    Forward sensitivity propagation ``S_{t+1} = (ds'/ds) S_t + ds'/dx`` with the one-step
+    Jacobians from a reverse pass vmapped over the D state components: the work scales with
+    the state size, not with the number of residuals.
+    """
+    count = len(problem.world.objects)
+    x_leaf = x_t.detach().clone().requires_grad_(True)
+    values, fields = problem.unpack(x_leaf)
+    flat = _flatten_state(problem.initial_state(fields, x_leaf))
+    (sens,) = _batched_jacobian(flat, (x_leaf,))
+    flats, sensitivities = [flat.detach()], [sens]
+    info = None
+    for _ in range(problem.steps):
+        leaf = flat.detach().requires_grad_(True)
+        values, _ = problem.unpack(x_leaf)
+        world = problem.world.with_parameters(values)
+        state, info = world.step(_unflatten_state(leaf, count), warm=info)
+        flat = _flatten_state(state)
+        d_state, d_x = _batched_jacobian(flat, (leaf, x_leaf))
+        sens = d_state @ sens + d_x
+        flats.append(flat.detach())
+        sensitivities.append(sens)
+    return torch.stack(flats), torch.stack(sensitivities)
+
+
+def _residuals_of_trajectory(problem, flats):
+    """Pose residuals from stacked states (S+1, D)."""
+    world = problem.world
+    count = len(world.objects)
+    traj = flats.reshape(flats.shape[0], count, 13)
+    parts = []
+    for j, (obj, series) in enumerate(zip(world.objects, problem.observations)):
+        p, q = _interpolate(traj[:, j, :3], traj[:, j, 3:7], problem.t0, world.dt, series.times)
+        obs_p = torch.as_tensor(series.position, dtype=p.dtype, device=p.device)
+        obs_q = torch.as_tensor(series.orientation, dtype=p.dtype, device=p.device)
+        rot_err = quat_log(quat_multiply(quat_conjugate(obs_q), q)) * bounding_radius(obj.shape)
+        parts.append(torch.cat([p - obs_p, rot_err], -1).flatten())
+    return torch.cat(parts)
+
+
+def _evaluate(problem, x, with_jacobian):
+    """Residuals (R,) and optionally the Jacobian (R, P) (forward sensitivities, see above)."""
+    world = problem.world
+    x_t = torch.as_tensor(x, dtype=world.dtype, device=world.device)
+    if not with_jacobian:
+        with torch.no_grad():
+            values, fields = problem.unpack(x_t)
+            state0 = problem.initial_state(fields, x_t)
+            residual = object_pose_residuals(world.with_parameters(values), state0, problem.observations, problem.steps, problem.t0)
+        return residual.cpu().numpy(), None
+    flats, sens = _rollout_sensitivity(problem, x_t)
+    leaf = flats.clone().requires_grad_(True)
+    residual = _residuals_of_trajectory(problem, leaf)
+    (d_traj,) = _batched_jacobian(residual, (leaf,))
+    jac = torch.einsum("rsd,sdp->rp", d_traj, sens)
+    if not bool(torch.isfinite(jac).all()):
+        bad = [n for n, ok in zip(problem.names, torch.isfinite(jac).all(0).tolist()) if not ok]
+        raise ContactError(f"non-finite pose Jacobian at parameters {dict(zip(problem.names, x[: len(problem.names)].tolist()))} (columns {bad or 'of the initial state'})")
+    return residual.detach().cpu().numpy(), jac.detach().cpu().numpy()
+
+
+def parameter_uncertainty(jac, residual):
+    """Standard deviations of least-squares unknowns and which ones the data determine.
+
+    The covariance is ``s² (JᵀJ)⁻¹`` with ``s²`` the residual variance, computed on the
+    column-normalized Jacobian by SVD: singular values below SINGULAR_RCOND of the largest
+    span unobservable directions, dropped from the inverse. An unknown whose column is zero,
+    or whose unit vector lies more than NULL_PARTICIPATION in those directions, is not
+    determined by the data (a plain pseudo-inverse would report std 0 for it).
+
+    Args:
+        jac: Jacobian of the residuals, shape (R, P).
+        residual: Residuals at the solution, shape (R,).
+
+    Returns:
+        ``(std, seen)``: standard deviations (P,) (inf where not seen) and a bool mask (P,).
+    """
+    rows, size = jac.shape
+    variance = float(residual @ residual) / max(1, rows - size)
+    norms = np.linalg.norm(jac, axis=0)
+    seen = norms > ZERO_COLUMN
+    scaled = jac[:, seen] / norms[seen]
+    _, singular, vt = np.linalg.svd(scaled, full_matrices=False)
+    keep = singular > SINGULAR_RCOND * singular[0] if singular.size else np.zeros(0, bool)
+    null = vt[~keep]
+    participation = np.linalg.norm(null, axis=0) if null.size else np.zeros(scaled.shape[1])
+    cov_diag = ((vt[keep] / singular[keep, None]) ** 2).sum(0)
+    std = np.full(size, math.inf)
+    std[seen] = np.sqrt(variance * cov_diag) / norms[seen]
+    seen_index = np.flatnonzero(seen)
+    blind = seen_index[participation > NULL_PARTICIPATION]
+    seen[blind] = False
+    std[blind] = math.inf
+    return std, seen
+
+
+def estimate_object_parameters(world, observations, parameters, initial=None, at_rest=(), max_evaluations=60, verbose=0):
+    """Fit object parameters to camera pose observations.
+
+    Args:
+        world: ContactWorld containing the observed objects (its current parameter values
+            are the fixed values and the default initial guesses).
+        observations: Mapping object name -> :class:`PoseSeries` (every object of the world).
+        parameters: Names to estimate, e.g. ``["cube.friction"]`` or
+            ``["cube.mass", "cube.friction", "cube.restitution"]``.
+        initial: Optional mapping name -> initial guess.
+        at_rest: Objects at rest at the start (e.g. a target waiting to be hit): their pose is
+            the mean of their first poses and is not estimated.
+        max_evaluations: Budget of residual evaluations.
+        verbose: scipy verbosity.
+
+    Returns:
+        ObjectEstimate.
+
+    Raises:
+        ContactError: Unknown or repeated parameter names, unknown object names, objects
+            without observations, a world with a robot, a non-finite Jacobian.
+        DataError: Malformed observations (NaN, unordered stamps, fewer than MIN_POSES poses
+            per object, or too few poses in total for the unknowns).
+    """
+    problem = _Problem(world, observations, parameters, at_rest)
+    initial = dict(initial or {})
+    lower, upper = problem.bounds()
+    for name, value in initial.items():
+        if name not in problem.names:
+            raise ContactError(f"initial guess for '{name}', which is not estimated; estimated: {problem.names}")
+        i = problem.names.index(name)
+        if not (math.isfinite(float(value)) and lower[i] <= float(value) <= upper[i]):
+            raise ContactError(f"initial guess {name} = {value} outside [{lower[i]}, {upper[i]}]")
+    x0 = problem.initial_guess(initial)
+    x0 = np.clip(x0, lower + 1e-12, upper - 1e-12)
+    guess = x0.copy()
+
+    def residuals(x):
+        return np.concatenate([_evaluate(problem, x, with_jacobian=False)[0], problem.prior(x, guess)[0]])
+
+    def jacobian(x):
+        return np.concatenate([_evaluate(problem, x, with_jacobian=True)[1], problem.prior(x, guess)[1]])
+
+    result = least_squares(
+        residuals, x0, jac=jacobian, bounds=(lower, upper), method="trf",
+        x_scale=problem.scales(x0), max_nfev=max_evaluations, verbose=verbose,
+    )
+    residual, jac = result.fun, result.jac
+    values = {name: float(result.x[i]) for i, name in enumerate(problem.names)}
+    std_all, seen = parameter_uncertainty(jac, residual)
+    std, identifiable = {}, {}
+    for i, name in enumerate(problem.names):
+        relative = std_all[i] / max(abs(result.x[i]), np.finfo(float).tiny)
+        identifiable[name] = bool(seen[i] and relative <= UNIDENTIFIABLE_RELATIVE_STD)
+        std[name] = float(std_all[i]) if seen[i] else math.inf
+    with torch.no_grad():
+        _, fields = problem.unpack(torch.as_tensor(result.x, dtype=world.dtype, device=world.device))
+        state0 = problem.initial_state(fields, torch.zeros(1, dtype=world.dtype, device=world.device))
+    return ObjectEstimate(
+        values=values,
+        std=std,
+        identifiable=identifiable,
+        initial_state=state0,
+        rms=float(np.sqrt(np.mean(residual**2))),
+        cost=float(0.5 * residual @ residual),
+        success=bool(result.success),
+        message=str(result.message),
+        evaluations=int(result.nfev),
+    )
+
+
+def estimate_in_stages(world, observations, stages, at_rest=(), max_evaluations=60):
+    """Several fits in sequence, each starting from the previous ones' estimates.
+
+    Contact problems are non-convex in the parameters (a collision moves in time with them),
+    so a joint fit needs a good start. The usual recipe for a collision with a known object:
+    friction from the sliding before the collision, then mass and restitution with that
+    friction, then everything together::
+
+        stages = [(["cube.friction"], t_collision), (["cube.mass", "cube.restitution"], None),
+                  (["cube.mass", "cube.friction", "cube.restitution"], None)]
+
+    Args:
+        world: ContactWorld (initial guesses from its parameter values).
+        observations: Mapping object name -> PoseSeries.
+        stages: Sequence of ``(parameter names, end time [s] or None)``; a stage fits the poses
+            stamped up to its end time.
+        at_rest: Objects at rest at the start.
+        max_evaluations: Budget of each stage.
+
+    Returns:
+        List of ObjectEstimate, one per stage (the last is the final estimate).
+    """
+    results, values = [], {}
+    for names, end in stages:
+        window = observations if end is None else {k: v.between(end=end) for k, v in observations.items()}
+        estimate = estimate_object_parameters(
+            world.with_parameters(values), window, names, at_rest=at_rest, max_evaluations=max_evaluations
+        )
+        values.update(estimate.values)
+        results.append(estimate)
+    return results

@@ -1,0 +1,268 @@
+"""Object parameter estimation from camera poses (Le Lidec et al.'s identification cases).
+
+The data come from MuJoCo (an independent simulator: soft elliptic-cone contact, its own
+solver, a 1 ms or 0.5 ms step) sampled at 100 Hz with 1 mm / 1 mrad Gaussian pose noise,
+seeded; our model steps at 10 ms. Cases:
+
+* a cube sliding on a plane: the friction coefficient from initial guesses spanning
+  [0.05, 1.0];
+* sliding-direction isotropy: the Coulomb cone's estimate does not depend on the direction,
+  the 4-sided pyramid baseline (the LCP's boxed friction, facets fixed in the world) drifts
+  toward mu/sqrt(2) on the diagonal. The cube is yawed with its sliding direction so that it
+  always slides face first: MuJoCo's soft contact otherwise yaws a cube sliding obliquely
+  (by 3 degrees at 30 degrees), a geometric effect that is not the friction model's;
+* mass, friction and restitution together from a collision with a known cube;
+* without a collision, mass is flagged unidentifiable;
+* bad input.
+"""
+
+import functools
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from diffsim_ros.estimation.data import DataError
+from diffsim_ros.estimation.objects import PoseSeries, estimate_in_stages, estimate_object_parameters
+from diffsim_ros.sim.contact import Box, ContactError, ContactWorld, RigidObject
+from diffsim_ros.sim.contact.mujoco_reference import simulate_mujoco
+
+DT = 0.01  # our step [s]
+MUJOCO_STEP = 0.001  # MuJoCo's step for the sliding data [s]
+CAMERA_PERIOD = 0.01  # [s]
+POSITION_NOISE = 1e-3  # [m]
+ORIENTATION_NOISE = 1e-3  # [rad]
+SKIP = 0.03  # MuJoCo contact transient before recording [s]
+SEED = 0
+HALF = 0.05  # cube half size [m]
+SLIDE_MU = 0.3
+SLIDE_MASS = 0.5  # [kg]
+SLIDE_SPEED = 1.5  # [m/s]
+SLIDE_DURATION = 0.4  # [s]
+
+MU_REL_TOL = 0.02  # Le Lidec's target: mu within 2 %
+ISOTROPY_SPREAD_REL = 0.01  # cone estimates across directions agree within 1 %
+# The pyramid's estimate on the diagonal vs mu/sqrt(2) (its exact value for a slide along
+# the diagonal of the facets): 3 %, the 2 % target plus the discretization of our step.
+PYRAMID_DIAGONAL_REL_TOL = 0.03
+# The pyramid at 30 degrees must be visibly biased (more than the 2 % target).
+PYRAMID_BIAS_MIN = 0.1
+
+# Collision scene: a cube slides into a known target cube at rest. MuJoCo's collision is a
+# stiff spring-damper (0.5 ms step, 5 ms time constant, 0.3 damping ratio) that lasts a few
+# milliseconds and rocks the cubes; it has no restitution coefficient, so the true
+# restitution is measured from MuJoCo's own velocities (relative normal velocity just after /
+# just before, line fits outside the contact interval). Our model's impulsive Newton
+# collision does not reproduce the soft one exactly, and the fit trades the three parameters
+# against each other to absorb the difference: from the true values the joint fit moves to
+# mass +9 %, friction +7 %, restitution -4 % (residual rms 0.79 mm, at the noise level). The
+# tolerances below bound that model bias; they are not noise (the reported standard
+# deviations are ~1 %).
+COLLISION_MASS = 0.8  # [kg]
+COLLISION_MU = 0.25
+TARGET_MASS = 0.5  # [kg]
+TARGET_MU = 0.3
+COLLISION_SPEED = 2.0  # [m/s]
+COLLISION_DURATION = 0.4  # [s]
+COLLISION_MUJOCO_STEP = 0.0005  # [s]
+GROUND_SOLREF = (0.005, 1.0)
+COLLISION_SOLREF = (0.005, 0.3)
+COLLISION_MASS_REL_TOL = 0.12
+COLLISION_MU_REL_TOL = 0.10
+COLLISION_RESTITUTION_TOL = 0.05
+COLLISION_BUDGET = 30  # residual evaluations per stage
+COLLISION_PARAMETERS = ("cube.mass", "cube.friction", "cube.restitution")
+COLLISION_START = {"cube.mass": 0.5, "cube.friction": 0.5, "cube.restitution": 0.2}
+# Mass without a collision: flagged, or a relative standard deviation above this.
+UNIDENTIFIED_REL_STD = 0.5
+
+
+def slide_world(solver, theta=0.0):
+    """The sliding cube's world and start state, sliding at ``theta`` [rad] from x, yawed by theta."""
+    cube = RigidObject("cube", Box((HALF, HALF, HALF)), mass=SLIDE_MASS, friction=SLIDE_MU)
+    world = ContactWorld.create([cube], solver=solver, dt=DT)
+    state = world.initial_state(
+        position=[[0.0, 0.0, HALF]],
+        orientation=[[math.cos(theta / 2), 0.0, 0.0, math.sin(theta / 2)]],
+        linear_velocity=[[SLIDE_SPEED * math.cos(theta), SLIDE_SPEED * math.sin(theta), 0.0]],
+    )
+    return world, state
+
+
+@functools.lru_cache(maxsize=None)
+def slide_observations(theta_deg):
+    """MuJoCo's noisy camera poses of the sliding cube, {"cube": PoseSeries}."""
+    world, state = slide_world("cone", math.radians(theta_deg))
+    observations, _ = simulate_mujoco(
+        world, state, duration=SLIDE_DURATION, timestep=MUJOCO_STEP, sample_period=CAMERA_PERIOD, skip=SKIP,
+        position_noise=POSITION_NOISE, orientation_noise=ORIENTATION_NOISE, seed=SEED,
+    )
+    return {name: PoseSeries(**fields) for name, fields in observations.items()}
+
+
+@functools.lru_cache(maxsize=None)
+def slide_fit(solver, theta_deg, mu0):
+    """Friction fit of the sliding data with ``solver``'s model from the initial guess ``mu0``."""
+    world, _ = slide_world(solver)
+    return estimate_object_parameters(world, slide_observations(theta_deg), ["cube.friction"], initial={"cube.friction": mu0})
+
+
+@pytest.mark.parametrize("mu0", [0.05, 0.3, 1.0])
+def test_sliding_cube_friction_within_two_percent_from_any_start(mu0):
+    estimate = slide_fit("cone", 0, mu0)
+    mu = estimate.values["cube.friction"]
+    assert abs(mu / SLIDE_MU - 1) < MU_REL_TOL, (mu0, mu, estimate.message)
+    assert estimate.identifiable["cube.friction"]
+    assert estimate.std["cube.friction"] < MU_REL_TOL * SLIDE_MU
+
+
+@pytest.mark.parametrize("theta_deg", [0, 30, 45])
+def test_cone_estimate_does_not_depend_on_the_sliding_direction(theta_deg):
+    mu = slide_fit("cone", theta_deg, SLIDE_MU).values["cube.friction"]
+    reference = slide_fit("cone", 0, SLIDE_MU).values["cube.friction"]
+    assert abs(mu / SLIDE_MU - 1) < MU_REL_TOL, (theta_deg, mu)
+    assert abs(mu / reference - 1) < ISOTROPY_SPREAD_REL, (theta_deg, mu, reference)
+
+
+def test_pyramid_estimate_drifts_toward_mu_over_sqrt2_on_the_diagonal():
+    along_facet = slide_fit("lcp", 0, SLIDE_MU).values["cube.friction"]
+    oblique = slide_fit("lcp", 30, SLIDE_MU).values["cube.friction"]
+    diagonal = slide_fit("lcp", 45, SLIDE_MU).values["cube.friction"]
+    # Along a facet normal the pyramid is exact...
+    assert abs(along_facet / SLIDE_MU - 1) < MU_REL_TOL, along_facet
+    # ...and it is biased low elsewhere, down to mu/sqrt(2) on the diagonal.
+    assert oblique < (1 - PYRAMID_BIAS_MIN) * SLIDE_MU, oblique
+    assert abs(diagonal / (SLIDE_MU / math.sqrt(2)) - 1) < PYRAMID_DIAGONAL_REL_TOL, diagonal
+
+
+def test_mass_is_unidentifiable_without_a_collision():
+    world, _ = slide_world("cone")
+    estimate = estimate_object_parameters(
+        world.with_parameters({"cube.mass": 2.0}), slide_observations(0), ["cube.mass", "cube.friction"],
+        initial={"cube.friction": 0.5},
+    )
+    assert not estimate.identifiable["cube.mass"]
+    assert estimate.std["cube.mass"] > UNIDENTIFIED_REL_STD * estimate.values["cube.mass"]
+    # Friction stays identified alongside.
+    assert estimate.identifiable["cube.friction"]
+    assert abs(estimate.values["cube.friction"] / SLIDE_MU - 1) < MU_REL_TOL
+
+
+def collision_world():
+    """Cube sliding into a known target cube at rest: world (true parameters) and start state."""
+    cube = RigidObject("cube", Box((HALF, HALF, HALF)), mass=COLLISION_MASS, friction=COLLISION_MU)
+    target = RigidObject("target", Box((HALF, HALF, HALF)), mass=TARGET_MASS, friction=TARGET_MU)
+    # The cubes' faces meet head on: no friction between them, in MuJoCo as here.
+    world = ContactWorld.create([cube, target], solver="cone", dt=DT, pair_friction={("cube", "target"): 0.0})
+    state = world.initial_state(
+        position=[[0.0, 0.0, HALF], [0.4, 0.002, HALF]], linear_velocity=[[COLLISION_SPEED, 0.0, 0.0], [0.0, 0.0, 0.0]]
+    )
+    return world, state
+
+
+def measured_restitution(truth):
+    """MuJoCo's effective restitution: relative x velocity after / before the collision."""
+    times = truth["cube"]["times"]
+    v_cube, v_target = truth["cube"]["linear_velocity"][:, 0], truth["target"]["linear_velocity"][:, 0]
+    gap = truth["target"]["position"][:, 0] - truth["cube"]["position"][:, 0] - 2 * HALF
+    t_hit = times[np.argmax(gap < 0)]
+
+    def at_hit(velocity, start, end):
+        keep = (times > t_hit + start) & (times < t_hit + end)
+        return np.polyfit(times[keep] - t_hit, velocity[keep], 1)[1]
+
+    before = at_hit(v_cube, -0.03, -0.005) - at_hit(v_target, -0.03, -0.005)
+    after = at_hit(v_cube, 0.015, 0.045) - at_hit(v_target, 0.015, 0.045)
+    return -after / before
+
+
+def collision_fit():
+    """MuJoCo collision data and the staged fit: ``(final ObjectEstimate, measured restitution)``."""
+    world, state = collision_world()
+    observations, truth = simulate_mujoco(
+        world, state, duration=COLLISION_DURATION, timestep=COLLISION_MUJOCO_STEP, sample_period=CAMERA_PERIOD,
+        skip=SKIP, position_noise=POSITION_NOISE, orientation_noise=ORIENTATION_NOISE, seed=SEED,
+        solref=GROUND_SOLREF, object_solref=COLLISION_SOLREF, object_friction=0.0,
+    )
+    restitution = measured_restitution(truth)
+    observations = {name: PoseSeries(**fields) for name, fields in observations.items()}
+    target = observations["target"]
+    moved = np.linalg.norm(target.position - target.position[:3].mean(0), axis=1) > 5 * POSITION_NOISE
+    t_moved = target.times[np.argmax(moved)]
+    # Friction from the slide before the hit, then mass and restitution, then all three (a
+    # joint fit from a poor start stalls: the collision moves in time with the parameters).
+    stages = [
+        (["cube.friction"], t_moved - 2 * CAMERA_PERIOD),
+        (["cube.mass", "cube.restitution"], None),
+        (list(COLLISION_PARAMETERS), None),
+    ]
+    start = world.with_parameters(COLLISION_START)
+    estimate = estimate_in_stages(start, observations, stages, at_rest=("target",), max_evaluations=COLLISION_BUDGET)[-1]
+    return estimate, restitution
+
+
+def test_mass_friction_and_restitution_from_a_collision_with_a_known_cube():
+    estimate, restitution = collision_fit()
+    names, values = COLLISION_PARAMETERS, estimate.values
+    assert all(estimate.identifiable[name] for name in names), estimate.std
+    assert abs(values["cube.mass"] / COLLISION_MASS - 1) < COLLISION_MASS_REL_TOL, values
+    assert abs(values["cube.friction"] / COLLISION_MU - 1) < COLLISION_MU_REL_TOL, values
+    assert abs(values["cube.restitution"] - restitution) < COLLISION_RESTITUTION_TOL, (values, restitution)
+
+
+# ---------------------------------------------------------------- bad input
+def _series(count=10):
+    times = np.arange(count) * CAMERA_PERIOD
+    position = np.stack([0.1 * times, np.zeros(count), np.full(count, HALF)], 1)
+    orientation = np.tile([1.0, 0.0, 0.0, 0.0], (count, 1))
+    return times, position, orientation
+
+
+def test_pose_series_rejects_too_few_poses_nan_and_unordered_stamps():
+    times, position, orientation = _series()
+    with pytest.raises(DataError, match="at least 3 poses"):
+        PoseSeries(times[:2], position[:2], orientation[:2])
+    bad = position.copy()
+    bad[4, 1] = np.nan
+    with pytest.raises(DataError, match="NaN"):
+        PoseSeries(times, bad, orientation)
+    with pytest.raises(DataError, match="strictly increasing"):
+        PoseSeries(times[::-1], position, orientation)
+    with pytest.raises(DataError, match="position \\(T, 3\\)"):
+        PoseSeries(times, position[:, :2], orientation)
+    with pytest.raises(DataError, match="zero quaternion"):
+        PoseSeries(times, position, np.zeros_like(orientation))
+
+
+def test_estimation_rejects_unknown_names_and_too_few_poses():
+    world, _ = slide_world("cone")
+    observations = {"cube": PoseSeries(*_series())}
+    with pytest.raises(ContactError, match="unknown object parameter 'cube.stiffness'"):
+        estimate_object_parameters(world, observations, ["cube.stiffness"])
+    with pytest.raises(ContactError, match="unknown object parameter 'box.friction'"):
+        estimate_object_parameters(world, observations, ["box.friction"])
+    with pytest.raises(ContactError, match="unknown objects \\['box'\\]"):
+        estimate_object_parameters(world, {**observations, "box": observations["cube"]}, ["cube.friction"])
+    with pytest.raises(ContactError, match="missing \\['cube'\\]"):
+        estimate_object_parameters(world, {}, ["cube.friction"])
+    with pytest.raises(ContactError, match="more than once"):
+        estimate_object_parameters(world, observations, ["cube.friction", "cube.friction"])
+    with pytest.raises(ContactError, match="no parameters"):
+        estimate_object_parameters(world, observations, [])
+    with pytest.raises(ContactError, match="at_rest names unknown objects"):
+        estimate_object_parameters(world, observations, ["cube.friction"], at_rest=("box",))
+    with pytest.raises(DataError, match="too few poses"):
+        estimate_object_parameters(world, {"cube": PoseSeries(*[a[:4] for a in _series()])}, ["cube.friction"])
+    with pytest.raises(DataError, match="observations of 'cube'"):
+        estimate_object_parameters(world, {"cube": [1.0, 2.0]}, ["cube.friction"])
+
+
+def test_estimation_rejects_invalid_initial_guesses():
+    world, _ = slide_world("cone")
+    with pytest.raises(ContactError, match="must be > 0"):
+        estimate_object_parameters(world.with_parameters({"cube.mass": 0.0}), {"cube": PoseSeries(*_series())}, ["cube.friction"])
+    with pytest.raises(ContactError, match="outside"):
+        estimate_object_parameters(world, {"cube": PoseSeries(*_series())}, ["cube.friction"], initial={"cube.friction": -0.1})
+    with pytest.raises(ContactError, match="not estimated"):
+        estimate_object_parameters(world, {"cube": PoseSeries(*_series())}, ["cube.friction"], initial={"cube.mass": 1.0})
