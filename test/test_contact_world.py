@@ -23,6 +23,7 @@ ROUNDOFF = 1e-12
 FD_EPS = 1e-6
 FD_REL_TOL = 1e-5
 BOUNCE_APEX_REL_TOL = 0.03  # discrete-time apex vs e² h0
+STEP_JACOBIAN_ATOL = {"lcp": 1e-7, "cone": 1e-4}  # one-step Jacobian vs central FD; the cone's 1e-6 compliance
 
 
 def _cube_world(solver, mass=0.5, friction=0.3, restitution=0.0, **kwargs):
@@ -167,6 +168,47 @@ def test_rollout_gradients_match_finite_differences(solver):
 
     args = [torch.tensor(v, dtype=DTYPE, requires_grad=True) for v in (0.3, 0.5, 1.5, 2.0)]
     assert torch.autograd.gradcheck(final_pose, args, eps=FD_EPS, atol=1e-6, rtol=FD_REL_TOL)
+
+
+def _stack_and_slider(solver):
+    """A two-box stack and a third box sliding towards it, 5 steps in (all contacts established)."""
+    boxes = [
+        RigidObject(name, Box((0.05, 0.05, 0.05)), mass=mass, friction=mu, restitution=0.2)
+        for name, mass, mu in (("slider", 0.6, 0.3), ("bottom", 0.5, 0.4), ("top", 0.3, 0.4))
+    ]
+    # Full penetration correction: no kink between speculative and Baumgarte bias at touching contacts.
+    world = ContactWorld.create(boxes, solver=solver, dt=DT, baumgarte=1.0)
+    state = world.settle(world.initial_state(
+        position=[[0.0, 0.0, 0.05], [0.25, 0.0, 0.05], [0.25, 0.0, 0.15]], linear_velocity=[[1.5, 0.0, 0.0], [0, 0, 0], [0, 0, 0]]
+    ))
+    with torch.no_grad():
+        states, _ = world.rollout(state, 5)
+    return world, states.map(lambda t: t[..., -1, :, :])
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_stacked_boxes_step_jacobian_matches_finite_differences(solver):
+    # Stacked and sliding boxes have friction tied at a bound without slip (two corners at
+    # opposite bounds, internal stress); the LCP's Jacobian must not let them slide.
+    world, state = _stack_and_slider(solver)
+    names = world.parameter_names()
+    fields = ("position", "orientation", "linear_velocity", "angular_velocity")
+    sizes = [getattr(state, f).numel() for f in fields]
+
+    def step(inputs):
+        parts = inputs[: sum(sizes)].split(sizes)
+        current = WorldState(*(p.reshape(getattr(state, f).shape) for p, f in zip(parts, fields)))
+        values = dict(zip(names, inputs[sum(sizes) :]))
+        following, _ = world.with_parameters(values).step(current)
+        return torch.cat([getattr(following, f).flatten() for f in fields])
+
+    inputs = torch.cat([getattr(state, f).flatten() for f in fields] + [torch.stack([world.get_parameter(n) for n in names])])
+    probe = inputs.clone().requires_grad_(True)
+    out = step(probe)
+    (exact,) = torch.autograd.grad(out, probe, torch.eye(out.numel(), dtype=DTYPE), is_grads_batched=True)
+    with torch.no_grad():
+        columns = [_central_difference(lambda e, i=i: step(inputs + e * torch.eye(inputs.numel(), dtype=DTYPE)[i]), 0.0) for i in range(inputs.numel())]
+    torch.testing.assert_close(exact, torch.stack(columns, -1), atol=STEP_JACOBIAN_ATOL[solver], rtol=FD_REL_TOL)
 
 
 @pytest.mark.parametrize("solver", SOLVERS)

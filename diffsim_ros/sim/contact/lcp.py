@@ -200,6 +200,33 @@ def _try(layout, A, b, mu, active, codes):
     return x, inverse, _check(layout, A, b, mu, active, codes, x)
 
 
+def _untie_friction(layout, A, b, mu, active, codes, x, inverse):
+    """Reclassify friction at a bound without slip (``|x_t| = mu x_n``, ``w_t = 0``) as clamped.
+
+    Such a tie satisfies complementarity but not strictly: the linear model of a bounded
+    variable leaves its slip velocity free, so its Jacobian lets a sticking contact slide
+    (e.g. two corners of a sliding box at opposite t2 bounds, ±mu x_n of internal stress,
+    where any perturbation keeps them sticking). When the clamped classification also
+    solves the problem (its minimum-norm friction within the bounds), it is the strictly
+    complementary one and its Jacobian is the two-sided derivative; otherwise the tie is a
+    real kink and the first classification stays.
+    """
+    w = matvec(A, x) + b
+    tol_w, _ = contact_tolerances(A, b, x)
+    tied = ~layout.is_normal[None, :] & ((codes == UPPER) | (codes == LOWER)) & (w.abs() <= tol_w)
+    rows = tied.any(-1)
+    if not bool(rows.any()):
+        return x, inverse, codes
+    idx = rows.nonzero().flatten()
+    untied = torch.where(tied[idx], torch.full_like(codes[idx], CLAMPED), codes[idx])
+    x_u, inv_u, ok_u = _try(layout, A[idx], b[idx], mu[idx], active[idx], untied)
+    x, inverse, codes = x.clone(), inverse.clone(), codes.clone()
+    x[idx] = torch.where(ok_u[:, None], x_u, x[idx])
+    inverse[idx] = torch.where(ok_u[:, None, None], inv_u, inverse[idx])
+    codes[idx] = torch.where(ok_u[:, None], untied, codes[idx])
+    return x, inverse, codes
+
+
 def _solve_subset(layout, A, b, mu, active, codes):
     """Repair rounds, then Gauss-Seidel + polish, for the batch entries whose first guess failed."""
     x, inverse, ok = _try(layout, A, b, mu, active, codes)
@@ -265,6 +292,7 @@ def solve_lcp(delassus, bias, mu, active, warm_codes=None, complementarity_aware
             xs, invs, cs, oks, fbs = _solve_subset(layout, A0[idx], b0[idx], mu0[idx], act[idx], start)
             x, inverse, codes = x.clone(), inverse.clone(), codes.clone()
             x[idx], inverse[idx], codes[idx], converged[idx], fallback[idx] = xs, invs, cs, oks, fbs
+        x, inverse, codes = _untie_friction(layout, A0, b0, mu0, act, codes, x, inverse)
     impulse = _LCPImpulse.apply(A, b, mu_f, x, codes, inverse, act, bool(complementarity_aware))
     return LCPSolution(
         impulse=impulse.reshape(*batch, k, 3),
