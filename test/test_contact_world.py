@@ -147,6 +147,19 @@ def test_dropped_ball_rebounds_to_restitution_squared_height(solver):
 
 
 @pytest.mark.parametrize("solver", SOLVERS)
+def test_slow_landing_stack_comes_to_rest_without_hopping(solver):
+    # Touching at 3 cm/s, far below the bounce threshold: the free velocity adds h g ~ 0.1 m/s,
+    # and a bounce tested against it rebounded at the landing speed, hopping forever.
+    boxes = [RigidObject(name, Box((0.05, 0.05, 0.05)), mass=0.5, friction=0.4, restitution=0.5) for name in ("bottom", "top")]
+    world = ContactWorld.create(boxes, solver=solver, dt=DT)
+    state = world.initial_state(position=[[0.0, 0.0, 0.05], [0.0, 0.0, 0.15]], linear_velocity=[[0.0, 0.0, -0.03]] * 2)
+    states, infos = world.rollout(state, 20)
+    assert not any(bool(info.bouncing.any()) for info in infos)
+    assert float(states.linear_velocity[1:].abs().max()) < REST_VELOCITY_TOL
+    assert all(bool(info.solution.warm_hit.all()) for info in infos[2:])
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
 def test_rollout_gradients_match_finite_differences(solver):
     # A tilted-yaw box sliding diagonally with spin: friction, rotation and contact switches
     # of the corners' tangential directions, 15 steps, all smooth in the parameters.
