@@ -7,13 +7,13 @@ select the PBD simulator or the exact rigid-body integrator without changing cod
 import abc
 
 import torch
-from torch.utils.checkpoint import checkpoint
 
 from diffsim_ros.dynamics.aba import forward_dynamics
 from diffsim_ros.dynamics.checks import joint_tensor
 from diffsim_ros.dynamics.crba import mass_matrix
 from diffsim_ros.dynamics.passive import DEFAULT_FRICTION_VELOCITY_SCALE, passive_torques
 from diffsim_ros.dynamics.rnea import nonlinear_effects
+from diffsim_ros.sim.checkpointing import checkpoint_block
 
 __all__ = ["JointSpaceSimulator", "RigidBodySimulator"]
 
@@ -76,7 +76,7 @@ class JointSpaceSimulator(abc.ABC):
         for start in range(0, steps, block):
             chunk = tau_seq[..., start : start + block, :]
             if checkpoint_every and torch.is_grad_enabled():
-                bq, bqd = checkpoint(self._block, q, qd, chunk, use_reentrant=False)
+                bq, bqd = checkpoint_block(self, type(self)._block, q, qd, chunk)
             else:
                 bq, bqd = self._block(q, qd, chunk)
             qs.append(bq)

@@ -3,11 +3,11 @@
 import warnings
 
 import torch
-from torch.utils.checkpoint import checkpoint
 
 from diffsim_ros.dynamics.checks import joint_tensor
 from diffsim_ros.model.errors import RobotModelError
 from diffsim_ros.sim.base import JointSpaceSimulator
+from diffsim_ros.sim.checkpointing import checkpoint_block
 from diffsim_ros.sim.pbd.bodies import build_system
 from diffsim_ros.sim.pbd.constraints import constraint_residuals
 from diffsim_ros.sim.pbd.errors import PBDConvergenceWarning, PBDError
@@ -153,7 +153,7 @@ class PBDSimulator(JointSpaceSimulator):
             chunk = tau_seq[..., start : start + block, :]
             fields = (state.pos, state.quat, state.vel, state.omega)
             if checkpoint_every and torch.is_grad_enabled():
-                out = checkpoint(self._state_block, *fields, chunk, use_reentrant=False)
+                out = checkpoint_block(self, type(self)._state_block, *fields, chunk)
             else:
                 out = self._state_block(*fields, chunk)
             chunks.append(out)
