@@ -512,6 +512,7 @@ def speed():
         label = f"MuJoCo {integrator}, {count} mj_step per control step (RMSE 1 s {error:.1e} rad)"
         rows.append([label, f"{rate:,.0f}", f"{rate / base:.3f}x", "", ""])
     best_batched = max(float(r[3].replace(",", "")) for r in rows[:3])
+    default_batched = float(rows[0][3].replace(",", ""))
     return "\n".join(
         [
             _header("PBD speed against MuJoCo (Baxter left arm, single thread)", "python -m benchmarks.bench_pbd --parts speed"),
@@ -525,8 +526,17 @@ def speed():
             "",
             f"- Goal: batched throughput above MuJoCo's single-thread rate: best **{best_batched:,.0f}** rollout-steps/s "
             f"vs MuJoCo {base:,.0f} steps/s at one Euler step per control step "
-            f"({'met' if best_batched > base else 'NOT met'}). At equal accuracy the picture differs: the rows give "
-            "each peer's RMSE, the fidelity section PBD's.",
+            f"({'met' if best_batched > base else 'NOT met'}, {best_batched / base:.3f}x).",
+            f"- At comparable accuracy: the default PBD setting (RMSE 1 s ~1e-4 rad, pbd-fidelity) runs "
+            f"{default_batched:,.0f} rollout-steps/s batched; MuJoCo's Euler needs 100 steps per control step for "
+            f"{accuracy[('Euler', 100)]:.1e} rad ({peers[('Euler', 100)]:,.0f} steps/s), while MuJoCo's RK4 with 10 steps "
+            f"reaches {accuracy[('RK4', 10)]:.1e} rad at {peers[('RK4', 10)]:,.0f} steps/s "
+            f"({'faster' if peers[('RK4', 10)] > default_batched else 'slower'} than batched PBD).",
+            "- Where the time goes: a PBD control step is several thousand small torch operations (10 substeps x 2 "
+            "iterations of the joint projections); at batch 1 each costs its dispatch overhead (~5 us), at batch "
+            "1024 the batched 3x3/6x6 products (bmm) take ~30 % of the time (torch profiler). Compiled kernels "
+            "(torch.compile, or a hand-written kernel like dynamics/fast.py) would be the way to MuJoCo's rate; they "
+            "are not part of this package yet.",
         ]
     )
 
