@@ -62,6 +62,7 @@ __all__ = [
     "bag_info",
     "iter_bag",
     "read_bag",
+    "read_pose_topics",
     "read_robot_bag",
     "write_bag",
 ]
@@ -626,6 +627,51 @@ def _assemble(path, storage, info, streams, absent, nan_policy, order_policy, re
         commanded_torques=series.get("commanded_torques") if "commanded_torques" not in empty else None,
         absent=absent + empty,
     )
+
+
+def read_pose_topics(path, topics, *, nan_policy="drop", order_policy="raise", typestore=None):
+    """Read geometry_msgs/msg/PoseStamped topics (e.g. a camera's object pose estimates).
+
+    Args:
+        path: rosbag2 directory (sqlite3 or mcap) or a .db3/.mcap file.
+        topics: PoseStamped topic names, shape (k,); each must be in the bag with messages.
+        nan_policy: "drop" or "raise" (see :func:`read_bag`).
+        order_policy: "raise" or "sort" (see :func:`read_bag`).
+        typestore: Types for bags without embedded definitions.
+
+    Returns:
+        ``(t0_ns, {topic: PoseSeries})``: every ``times`` array counts from ``t0_ns``, the
+        earliest kept stamp over all topics.
+
+    Raises:
+        BagError: Missing bag or topic, wrong message type, NaN samples (``"raise"``),
+            non-monotonic stamps (``"raise"``), a topic with no valid sample, or poses in
+            several frames on one topic.
+    """
+    topics = list(topics)
+    if not topics or len(set(topics)) != len(topics):
+        raise ValueError(f"topics must be distinct PoseStamped topic names, got {topics}")
+    _check_arguments(nan_policy, order_policy, ())
+    path = Path(path)
+    with _open(path, typestore) as (reader, storage):
+        info = _info(reader, path, storage)
+        streams = {}
+        for topic in topics:
+            where = f"{path} [{topic}]"
+            if topic not in info.topics or info.topics[topic][1] == 0:
+                state = "has no messages" if topic in info.topics else "is not in the bag"
+                raise BagError(f"{path}: topic {topic} {state}; topics present: {info.describe_topics()}")
+            msgtype = normalize_type_name(info.topics[topic][0])
+            if msgtype != POSE_STAMPED:
+                raise BagError(f"{where}: message type {msgtype}; expected {POSE_STAMPED}")
+            streams[topic] = _Poses(topic, msgtype, where)
+        _collect(reader, streams, path)
+    selected = {topic: _select(stream, nan_policy, order_policy) for topic, stream in streams.items()}
+    for topic, (order, stats) in selected.items():
+        if len(order) == 0:
+            raise BagError(f"{streams[topic].where}: no valid sample among {stats.messages} messages")
+    t0_ns = min(int(np.array(streams[topic].stamps, dtype=np.int64)[order].min()) for topic, (order, _) in selected.items())
+    return t0_ns, {topic: _pose_series(streams[topic], *selected[topic], t0_ns) for topic in topics}
 
 
 def read_robot_bag(path, config, **kwargs):

@@ -1,0 +1,72 @@
+"""Object pose estimates from a bag, as observations for object parameter estimation.
+
+A camera (or motion-capture) pipeline publishes each tracked object's pose as
+geometry_msgs/msg/PoseStamped in its camera frame. :func:`object_poses_from_bag` reads those
+topics and expresses the poses in the robot base (= contact world) frame with the camera's
+pose, e.g. the ``camera.pose`` of a calibration (``Calibration.camera_pose``), ready for
+:func:`diffsim_ros.estimation.objects.estimate_object_parameters`.
+"""
+
+from collections.abc import Mapping
+
+import numpy as np
+from scipy.spatial.transform import Rotation
+
+from diffsim_ros.estimation.objects import PoseSeries
+from diffsim_ros.io.bags import BagError, read_pose_topics
+
+__all__ = ["object_poses_from_bag"]
+
+# Largest deviation of a camera pose's rotation block from orthonormality.
+ROTATION_TOLERANCE = 1e-6
+
+
+def _check_camera_pose(camera_pose):
+    pose = np.asarray(camera_pose, dtype=np.float64)
+    if pose.shape != (4, 4) or not np.isfinite(pose).all():
+        raise ValueError(f"camera_pose must be a finite (4, 4) homogeneous transform, got shape {pose.shape}")
+    rotation = pose[:3, :3]
+    if np.abs(rotation.T @ rotation - np.eye(3)).max() > ROTATION_TOLERANCE or np.linalg.det(rotation) <= 0:
+        raise ValueError("camera_pose: the rotation block is not a proper rotation matrix")
+    if not np.allclose(pose[3], (0.0, 0.0, 0.0, 1.0)):
+        raise ValueError(f"camera_pose: last row must be [0, 0, 0, 1], got {pose[3].tolist()}")
+    return pose
+
+
+def object_poses_from_bag(path, topics, camera_pose=None, **read_options):
+    """Object poses in the base frame from PoseStamped topics of a bag.
+
+    Args:
+        path: rosbag2 directory (sqlite3 or mcap) or a .db3/.mcap file.
+        topics: Mapping ``object name -> PoseStamped topic``.
+        camera_pose: Camera frame in the base frame, (4, 4) homogeneous transform; None when
+            the poses are already in the base frame.
+        **read_options: ``nan_policy``, ``order_policy``, ``typestore`` of
+            :func:`~diffsim_ros.io.bags.read_pose_topics`.
+
+    Returns:
+        ``{object name: estimation.objects.PoseSeries}``, times [s] from the earliest stamp.
+
+    Raises:
+        BagError: Unreadable bag, missing topic, wrong type, bad samples (see
+            ``read_pose_topics``).
+        ValueError: Bad ``topics`` mapping or camera pose.
+    """
+    if not isinstance(topics, Mapping) or not topics:
+        raise ValueError(f"topics must be a non-empty mapping object name -> topic, got {topics!r}")
+    pose = None if camera_pose is None else _check_camera_pose(camera_pose)
+    _, series = read_pose_topics(path, list(topics.values()), **read_options)
+    result = {}
+    for name, topic in topics.items():
+        poses = series[topic]
+        position, quaternion = poses.positions, poses.quaternions
+        norms = np.linalg.norm(quaternion, axis=-1)
+        if np.any(norms < 0.5):
+            bad = int(np.flatnonzero(norms < 0.5)[0])
+            raise BagError(f"{path} [{topic}]: sample {bad} has a degenerate quaternion (norm {norms[bad]:.3g})")
+        if pose is not None:
+            position = position @ pose[:3, :3].T + pose[:3, 3]
+            rotation = Rotation.from_matrix(pose[:3, :3]) * Rotation.from_quat(quaternion[:, [1, 2, 3, 0]])
+            quaternion = rotation.as_quat()[:, [3, 0, 1, 2]]
+        result[name] = PoseSeries(poses.times, position, quaternion)
+    return result
