@@ -10,6 +10,7 @@ import math
 import pytest
 import torch
 
+from diffsim_ros.dynamics.spatial import quat_to_matrix
 from diffsim_ros.sim.contact import Box, Capsule, ContactError, ContactWorld, Plane, RigidObject, Sphere, StaticShape, WorldState
 
 SOLVERS = ("lcp", "cone")
@@ -144,6 +145,38 @@ def test_dropped_ball_rebounds_to_restitution_squared_height(solver):
     first_impact = int((states.linear_velocity[:, 0, 2] > 0).nonzero()[0])  # rebounding
     apex = float(height[first_impact:].max())
     assert apex == pytest.approx(restitution**2 * drop, rel=BOUNCE_APEX_REL_TOL)
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize("offset", [0.0, 0.01])
+def test_box_box_collision_conserves_momentum_with_newton_restitution(solver, offset):
+    # Frictionless, no gravity, four face contacts: the per-contact Newton law must act as one
+    # collision of coefficient e (head on) and never create momentum (off-centre, it also spins).
+    restitution, speed = 0.45, 2.0
+    masses = (0.8, 0.5)
+    cubes = [RigidObject(n, Box((0.05, 0.05, 0.05)), mass=m, friction=0.0, restitution=restitution) for n, m in zip("ab", masses)]
+    world = ContactWorld.create(cubes, static=(), solver=solver, dt=DT, gravity=(0.0, 0.0, 0.0))
+    state = world.initial_state(position=[[0.0, 0.0, 0.0], [0.2, offset, 0.0]], linear_velocity=[[speed, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    states, infos = world.rollout(state, 12)
+    assert any(bool(info.bouncing.any()) for info in infos)
+    mass = torch.tensor(masses, dtype=DTYPE)
+
+    def momenta_and_energy(s):
+        rot = quat_to_matrix(s.orientation)
+        inertia = rot @ torch.diag_embed(mass[:, None] * world.unit_inertia) @ rot.transpose(-1, -2)
+        linear = mass[:, None] * s.linear_velocity
+        spin = (inertia @ s.angular_velocity[..., None])[..., 0]
+        energy = 0.5 * ((linear * s.linear_velocity).sum() + (spin * s.angular_velocity).sum())
+        return linear.sum(0), (torch.cross(s.position, linear, dim=-1) + spin).sum(0), energy
+
+    (p0, l0, e0), (p1, l1, e1) = momenta_and_energy(state), momenta_and_energy(states.map(lambda t: t[-1]))
+    torch.testing.assert_close(p1, p0, atol=ROUNDOFF, rtol=0)
+    torch.testing.assert_close(l1, l0, atol=ROUNDOFF, rtol=0)
+    assert float(e1) < float(e0)
+    v = states.linear_velocity[-1, :, 0]
+    if offset == 0.0:
+        assert float(-(v[0] - v[1]) / speed) == pytest.approx(restitution, rel=REGULARIZED_REL)
+        assert float(states.angular_velocity[-1].abs().max()) < ROUNDOFF
 
 
 @pytest.mark.parametrize("solver", SOLVERS)
