@@ -40,6 +40,10 @@ def test_equation_of_motion_identities(model):
     # Passive terms enter forward dynamics as applied torques.
     passive = dyn.passive_torques(model, q, qd)
     torch.testing.assert_close(dyn.forward_dynamics(model, q, qd, tau, passive=True), dyn.aba(model, q, qd, tau + passive), atol=IDENTITY_TOL, rtol=0)
+    # Armature: qdd = (M + diag(a))^-1 (tau - nle).
+    armature = _random((3, 7), 7).abs()
+    expected = torch.linalg.solve(mass + torch.diag_embed(armature), (tau - nle)[..., None])[..., 0]
+    torch.testing.assert_close(dyn.aba(model, q, qd, tau, armature=armature), expected, atol=IDENTITY_TOL, rtol=0)
 
 
 def test_gravity_is_the_gradient_of_potential_energy(model):

@@ -67,6 +67,15 @@ def test_mass_matrix_and_forward_dynamics(setup):
             expected = pin.aba(pm, pd, pq, pv, oracle.v(tau))
             np.testing.assert_allclose(dyn.aba(model, _t(q), _t(qd), _t(tau)), oracle.sel(expected), atol=PIN_TOL, rtol=0)
             np.testing.assert_allclose(dyn.forward_dynamics(model, _t(q), _t(qd), _t(tau)), oracle.sel(expected), atol=PIN_TOL, rtol=0)
+            # Rotor inertia: Pinocchio's ABA adds model.armature to the joint-space inertia.
+            armature = np.linspace(0.05, 0.4, pm.nv)
+            saved, pm.armature = pm.armature.copy(), armature
+            try:
+                expected = pin.aba(pm, pd, pq, pv, oracle.v(tau))
+            finally:
+                pm.armature = saved
+            ours = dyn.aba(model, _t(q), _t(qd), _t(tau), armature=_t(oracle.sel(armature)))
+            np.testing.assert_allclose(ours, oracle.sel(expected), atol=PIN_TOL, rtol=0)
 
 
 def test_kinematics_and_energy(setup):

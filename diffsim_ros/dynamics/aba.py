@@ -40,7 +40,7 @@ def _cross_force(v, f):
     return torch.cat([torch.cross(w, f[..., :3], dim=-1) + torch.cross(lin, f[..., 3:], dim=-1), torch.cross(w, f[..., 3:], dim=-1)], dim=-1)
 
 
-def _aba(model, q, qd, tau):
+def _aba(model, q, qd, tau, armature=None):
     rot, pos = joint_placements(model, q)
     xs = _motion_transforms(rot, pos)
     s_ang, s_lin = motion_subspace(model)
@@ -61,7 +61,8 @@ def _aba(model, q, qd, tau):
     u_vec, d_inv, u_scalar = [None] * n, [None] * n, [None] * n
     for i in reversed(range(n)):
         u_vec[i] = matvec(art_inertia[i], subspace[i].expand(*batch, 6))
-        d_inv[i] = 1.0 / (u_vec[i] * subspace[i]).sum(-1)
+        d_i = (u_vec[i] * subspace[i]).sum(-1)
+        d_inv[i] = 1.0 / (d_i if armature is None else d_i + armature[..., i])
         u_scalar[i] = tau[..., i] - (art_force[i] * subspace[i]).sum(-1)
         parent = model.parents[i]
         if parent >= 0:
@@ -80,7 +81,7 @@ def _aba(model, q, qd, tau):
     return torch.stack(qdd, dim=-1)
 
 
-def aba(model, q, qd, tau):
+def aba(model, q, qd, tau, armature=None):
     """Rigid-body forward dynamics ``qdd = M^-1 (tau - C qd - g)`` by the articulated-body algorithm.
 
     Args:
@@ -88,6 +89,9 @@ def aba(model, q, qd, tau):
         q: Joint positions [rad or m], shape (..., n).
         qd: Joint velocities [rad/s or m/s], shape (..., n).
         tau: Joint torques/forces [N·m or N], shape (..., n).
+        armature: Optional diagonal joint-space inertia added to M [kg·m² or kg], shape
+            (..., n): ``qdd = (M + diag(armature))^-1 (tau - C qd - g)`` (rotor inertia, or
+            ``h B`` of an implicit damping step).
 
     Returns:
         Joint accelerations, shape (..., n) (leading shapes broadcast).
@@ -95,8 +99,12 @@ def aba(model, q, qd, tau):
     q = joint_tensor(model, "q", q)
     qd = joint_tensor(model, "qd", qd)
     tau = joint_tensor(model, "tau", tau)
-    q, qd, tau = torch.broadcast_tensors(q, qd, tau)
-    return _aba(model, q, qd, tau)
+    if armature is None:
+        q, qd, tau = torch.broadcast_tensors(q, qd, tau)
+        return _aba(model, q, qd, tau)
+    armature = joint_tensor(model, "armature", armature)
+    q, qd, tau, armature = torch.broadcast_tensors(q, qd, tau, armature)
+    return _aba(model, q, qd, tau, armature)
 
 
 def forward_dynamics(model, q, qd, tau, passive=False, friction_velocity_scale=None):
