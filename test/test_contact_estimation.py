@@ -1,7 +1,7 @@
 """Object parameter estimation from camera poses (Le Lidec et al.'s identification cases).
 
 The data come from MuJoCo (an independent simulator: soft elliptic-cone contact, its own
-solver, a 1 ms or 0.5 ms step) sampled at 100 Hz with 1 mm / 1 mrad Gaussian pose noise,
+solver, a 1 ms or 0.1 ms step) sampled at 100 Hz with 1 mm / 1 mrad Gaussian pose noise,
 seeded; our model steps at 10 ms. Cases:
 
 * a cube sliding on a plane: the friction coefficient from initial guesses spanning
@@ -49,28 +49,35 @@ PYRAMID_DIAGONAL_REL_TOL = 0.03
 # The pyramid at 30 degrees must be visibly biased (more than the 2 % target).
 PYRAMID_BIAS_MIN = 0.1
 
-# Collision scene: a cube slides into a known target cube at rest. MuJoCo's collision is a
-# stiff spring-damper (0.5 ms step, 5 ms time constant, 0.3 damping ratio) that lasts a few
-# milliseconds and rocks the cubes; it has no restitution coefficient, so the true
-# restitution is measured from MuJoCo's own velocities (relative normal velocity just after /
-# just before, line fits outside the contact interval). Our model's impulsive Newton
-# collision does not reproduce the soft one exactly, and the fit trades the three parameters
-# against each other to absorb the difference: from the true values the joint fit moves to
-# mass +9 %, friction +7 %, restitution -4 % (residual rms 0.79 mm, at the noise level). The
-# tolerances below bound that model bias; they are not noise (the reported standard
-# deviations are ~1 %).
+# Collision scene: a cube slides into a known target cube at rest. MuJoCo has no restitution
+# coefficient, so the true restitution is measured from its own velocities (see
+# measured_restitution). Our collision is verified exact (test_contact_world: momentum
+# conserved, e exact head on); the remaining fit bias is MuJoCo's soft, convex contact, which
+# the fit absorbs by trading the three parameters (the standard deviations, ~1 %, are far
+# below it). Two parts, measured (staged fit, seed 0; mass / friction / restitution errors):
+# * the collision's length: at a 5 ms collision time constant (0.5 ms step, 4.5 ms contact)
+#   +9.2 % / +6.7 % / -0.0 %; at 1 ms (0.1 ms step, 0.9 ms contact, used here)
+#   +4.3 % / +1.0 % / +2.5 %;
+# * the target hops: the hit makes it slide at once, and MuJoCo's convex contact model
+#   (Anitescu's relaxation: a sliding contact separates at a rate proportional to mu times
+#   the slip) pushes it off the ground (81 N ground normal force for its 4.9 N weight during
+#   the hit, 0.3-0.4 mm lift, ~10 ms airborne without friction) at every collision stiffness;
+#   our rigid ground does not. The target travels further and the fit raises the mass. With a
+#   target friction of 0.05 instead of 0.3 the hop is 0.04 mm and the mass error at 5 ms
+#   drops from +9.2 % to +4.9 %.
+# The tolerances bound the bias at the setting below; they are not noise.
 COLLISION_MASS = 0.8  # [kg]
 COLLISION_MU = 0.25
 TARGET_MASS = 0.5  # [kg]
 TARGET_MU = 0.3
 COLLISION_SPEED = 2.0  # [m/s]
 COLLISION_DURATION = 0.4  # [s]
-COLLISION_MUJOCO_STEP = 0.0005  # [s]
+COLLISION_MUJOCO_STEP = 0.0001  # [s]
 GROUND_SOLREF = (0.005, 1.0)
-COLLISION_SOLREF = (0.005, 0.3)
-COLLISION_MASS_REL_TOL = 0.12
-COLLISION_MU_REL_TOL = 0.10
-COLLISION_RESTITUTION_TOL = 0.05
+COLLISION_SOLREF = (0.001, 0.3)  # 1 ms time constant, 0.3 damping ratio
+COLLISION_MASS_REL_TOL = 0.06
+COLLISION_MU_REL_TOL = 0.03
+COLLISION_RESTITUTION_TOL = 0.02
 COLLISION_BUDGET = 30  # residual evaluations per stage
 COLLISION_PARAMETERS = ("cube.mass", "cube.friction", "cube.restitution")
 COLLISION_START = {"cube.mass": 0.5, "cube.friction": 0.5, "cube.restitution": 0.2}
@@ -162,19 +169,19 @@ def collision_world():
 
 
 def measured_restitution(truth):
-    """MuJoCo's effective restitution: relative x velocity after / before the collision."""
-    times = truth["cube"]["times"]
+    """MuJoCo's effective restitution: relative x velocity just after / just before the collision.
+
+    Read from the noise-free velocities at the MuJoCo steps just before the faces touch and
+    just after they separate (4.5 ms apart; the ground friction in between changes the ratio
+    by < 0.3 %). Not from line fits around the contact: the target is airborne for ~10 ms
+    after the hit (see COLLISION_* above), so a line fitted after it and extrapolated back
+    overstated its velocity (0.448 instead of 0.436).
+    """
     v_cube, v_target = truth["cube"]["linear_velocity"][:, 0], truth["target"]["linear_velocity"][:, 0]
     gap = truth["target"]["position"][:, 0] - truth["cube"]["position"][:, 0] - 2 * HALF
-    t_hit = times[np.argmax(gap < 0)]
-
-    def at_hit(velocity, start, end):
-        keep = (times > t_hit + start) & (times < t_hit + end)
-        return np.polyfit(times[keep] - t_hit, velocity[keep], 1)[1]
-
-    before = at_hit(v_cube, -0.03, -0.005) - at_hit(v_target, -0.03, -0.005)
-    after = at_hit(v_cube, 0.015, 0.045) - at_hit(v_target, 0.015, 0.045)
-    return -after / before
+    first = np.argmax(gap < 0)
+    last = first + np.argmax(gap[first:] >= 0)
+    return -(v_cube[last] - v_target[last]) / (v_cube[first - 1] - v_target[first - 1])
 
 
 def collision_fit():
