@@ -20,6 +20,9 @@ from oracles import BAXTER_LEFT
 DT = 0.01  # [s] MPC step (paper)
 TRACKING_TOL = 2e-3  # [rad] perfect-model tracking of a 0.3 rad move, one Gauss-Newton step per call
 SAME_SOLUTION_TOL = 1e-6  # [N·m] converged solutions from the three initializations
+FD_STEP = 1e-4  # [N·m] central-difference step (PBD round-off ~1e-10 swamps smaller steps)
+FD_ATOL = 1e-7  # relative to the largest Jacobian entry
+VALUE_RTOL = 1e-10  # batched vs single rollout (round-off of batched kernels)
 Q0 = np.array([0.0, -0.3, 0.0, 0.8, 0.0, 0.6, 0.0])
 
 
@@ -48,6 +51,22 @@ def _track(model, settings, steps=60):
             q, qd = plant.joint_step(q, qd, torch.as_tensor(tau))
         worst = max(worst, np.abs(q.numpy() - reference((k + 1) * DT)[0]).max())
     return worst, mpc
+
+
+@pytest.mark.parametrize("kind", ["rigid", "pbd"])
+def test_rollout_jacobian_matches_finite_differences(model, kind):
+    """The causal batched reverse pass gives the full (H 2n, H n) Jacobian of the rollout."""
+    mpc = ModelPredictiveController(default_simulator(model, DT, substeps=1, kind=kind), SetPoint(Q0), MPCSettings())
+    q, qd = torch.tensor(Q0), torch.full((7,), 0.2, dtype=torch.float64)
+    u = torch.as_tensor(np.random.default_rng(4).normal(0.0, 3.0, 21))
+    value, jac = mpc._rollout_jacobian(q, qd, u)
+    rollout = mpc._rollout_fn(q, qd)
+    eye = torch.eye(u.numel(), dtype=u.dtype) * FD_STEP
+    with torch.no_grad():
+        torch.testing.assert_close(value, rollout(u), atol=0, rtol=VALUE_RTOL)
+        numeric = ((rollout(u + eye) - rollout(u - eye)) / (2 * FD_STEP)).T
+    assert jac.shape == numeric.shape == (42, 21)
+    torch.testing.assert_close(jac, numeric, atol=FD_ATOL * float(numeric.abs().max()), rtol=0)
 
 
 @pytest.mark.parametrize("initialization", ["zero", "previous", "gravity"])

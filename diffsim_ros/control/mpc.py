@@ -12,7 +12,7 @@ residual divided by its tolerance, squared and summed):
 
 It is solved by Gauss-Newton with a small Levenberg damping: the Jacobian of the rollout
 with respect to all H x n torques comes from autograd through the simulator in one batched
-reverse pass (:func:`~diffsim_ros.control.jacobians.rowwise_jacobian`); the smoothness and
+reverse pass (one batch copy per output row, dropped once its step is done); the smoothness and
 regularization terms are linear and enter in closed form. Torques are clipped to the
 effort limits after every step. At most ``max_iterations`` iterations run per call
 (bounded work), starting from one of the paper's three initializations: ``"zero"``,
@@ -36,7 +36,6 @@ import torch
 
 from diffsim_ros.control.errors import ControlError
 from diffsim_ros.control.gravity import holding_torques
-from diffsim_ros.control.jacobians import rowwise_jacobian
 from diffsim_ros.control.vectors import to_numpy
 from diffsim_ros.dynamics.fast import FastDynamics
 
@@ -176,6 +175,30 @@ class ModelPredictiveController:
 
         return rollout
 
+    def _rollout_jacobian(self, q, qd, flat):
+        """Scaled predicted states (H 2n,) and their Jacobian (H 2n, H n) w.r.t. the torques.
+
+        One reverse pass over batch copies, one copy per output row (as
+        :func:`~diffsim_ros.control.jacobians.rowwise_jacobian`), using causality: the copies
+        that differentiate step k's outputs are dropped after step k, so the batch shrinks
+        from H 2n to 2n along the horizon.
+        """
+        s, n = self.settings, len(self.joint_names)
+        width = 2 * n
+        copies = flat.detach().expand(s.horizon * width, flat.shape[-1]).clone().requires_grad_(True)
+        torques = copies.reshape(-1, s.horizon, n)
+        q_k, qd_k = q.expand(copies.shape[0], n), qd.expand(copies.shape[0], n)
+        values, picked = [], []
+        with torch.enable_grad():
+            for k in range(s.horizon):
+                q_k, qd_k = self.simulator.joint_step(q_k, qd_k, torques[k * width :, k, :])
+                out = torch.cat([q_k / s.position_tolerance, qd_k / s.velocity_tolerance], dim=-1)
+                values.append(out[0])
+                picked.append(torch.diagonal(out[:width]).sum())  # copy k 2n + r differentiates row r
+                q_k, qd_k = q_k[width:], qd_k[width:]
+            (grad,) = torch.autograd.grad(torch.stack(picked).sum(), copies)
+        return torch.cat(values).detach(), grad
+
     def initial_torques(self, t, q, initialization=None):
         """Initial torque sequence [N·m], (H, n), at time ``t`` [s] and positions ``q`` [rad].
 
@@ -261,7 +284,7 @@ class ModelPredictiveController:
         iterations = jacobians = 0
         for iterations in range(1, s.max_iterations + 1):
             if refresh:
-                value, jac = rowwise_jacobian(rollout, self._tensor(u), target.shape[0])
+                value, jac = self._rollout_jacobian(self._tensor(q), self._tensor(qd), self._tensor(u))
                 self._jacobian = jac = to_numpy(jac)
                 jacobians += 1
             else:
