@@ -324,7 +324,7 @@ def estimation():
         "- The errors are a model difference, not noise (standard deviations ~1 %); our box-box collision is exact "
         "(momentum conserved, e exact head on: test_contact_world). Two MuJoCo effects, measured with the staged fit "
         "(mass / friction / restitution errors): the collision's length, +9.2 % / +6.7 % / -0.0 % at a 5 ms solref "
-        "time constant (0.5 ms step, 4.5 ms contact), +4.3 % / +1.0 % / +2.5 % at 1 ms (0.1 ms step, 0.9 ms "
+        "time constant (0.5 ms step, 4.5 ms contact), +4.3 % / +1.0 % / +2.6 % at 1 ms (0.1 ms step, 0.9 ms "
         "contact, used since 2026-11); and the target's hop: MuJoCo's convex contact (Anitescu's relaxation: a "
         "sliding contact separates at a rate ~ mu x slip) pushes the suddenly sliding target off the ground (81 N "
         "ground normal force for its 4.9 N weight during the hit, 0.3-0.4 mm lift, ~10 ms airborne without "

@@ -57,7 +57,7 @@ PYRAMID_BIAS_MIN = 0.1
 # below it). Two parts, measured (staged fit, seed 0; mass / friction / restitution errors):
 # * the collision's length: at a 5 ms collision time constant (0.5 ms step, 4.5 ms contact)
 #   +9.2 % / +6.7 % / -0.0 %; at 1 ms (0.1 ms step, 0.9 ms contact, used here)
-#   +4.3 % / +1.0 % / +2.5 %;
+#   +4.3 % / +1.0 % / +2.6 %;
 # * the target hops: the hit makes it slide at once, and MuJoCo's convex contact model
 #   (Anitescu's relaxation: a sliding contact separates at a rate proportional to mu times
 #   the slip) pushes it off the ground (81 N ground normal force for its 4.9 N weight during
