@@ -97,7 +97,7 @@ def test_bad_input_is_named(tmp_path, sliding):
         tmp_path / "joints",
         [("/joint_states", joint_state_msg(factory, STAMP0_NS, ["a"], [0.0], [0.0], [0.0]), STAMP0_NS)],
     )
-    with pytest.raises(BagError, match="expected geometry_msgs/msg/PoseStamped"):
+    with pytest.raises(BagError, match=r"object pose must be one of \['geometry_msgs/msg/PoseStamped'\]"):
         object_poses_from_bag(other, {"cube": "/joint_states"})
 
 

@@ -160,6 +160,11 @@ class ModelPredictiveController:
             rows.append(np.concatenate([q_d / s.position_tolerance, qd_d / s.velocity_tolerance]))
         return np.concatenate(rows)
 
+    def _scaled(self, q, qd):
+        """Predicted state in cost units: ``(q / position_tolerance, qd / velocity_tolerance)``, (..., 2n)."""
+        s = self.settings
+        return torch.cat([q / s.position_tolerance, qd / s.velocity_tolerance], dim=-1)
+
     def _rollout_fn(self, q, qd):
         """Map flattened torques (..., H n) to scaled predicted states (..., H 2n)."""
         s, n = self.settings, len(self.joint_names)
@@ -170,7 +175,7 @@ class ModelPredictiveController:
             q_k, qd_k = q, qd
             for k in range(s.horizon):
                 q_k, qd_k = self.simulator.joint_step(q_k, qd_k, torques[..., k, :])
-                states.append(torch.cat([q_k / s.position_tolerance, qd_k / s.velocity_tolerance], dim=-1))
+                states.append(self._scaled(q_k, qd_k))
             return torch.cat(states, dim=-1)
 
         return rollout
@@ -192,7 +197,7 @@ class ModelPredictiveController:
         with torch.enable_grad():
             for k in range(s.horizon):
                 q_k, qd_k = self.simulator.joint_step(q_k, qd_k, torques[k * width :, k, :])
-                out = torch.cat([q_k / s.position_tolerance, qd_k / s.velocity_tolerance], dim=-1)
+                out = self._scaled(q_k, qd_k)
                 values.append(out[0])
                 picked.append(torch.diagonal(out[:width]).sum())  # copy k 2n + r differentiates row r
                 q_k, qd_k = q_k[width:], qd_k[width:]

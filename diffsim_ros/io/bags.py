@@ -518,20 +518,36 @@ def _check_arguments(nan_policy, order_policy, required):
         raise ValueError(f"order_policy must be one of {_ORDER_POLICIES}, got {order_policy!r}")
 
 
+def _has_messages(info, topic):
+    return topic in info.topics and info.topics[topic][1] > 0
+
+
+def _check_topic(info, topic, stream, allowed, path):
+    """The topic's normalized message type; BagError if it is absent, empty or of another type.
+
+    Args:
+        stream: What the topic carries (named in errors), e.g. "joint_states".
+    """
+    if not _has_messages(info, topic):
+        state = "has no messages" if topic in info.topics else "is not in the bag"
+        raise BagError(f"{path}: topic {topic} ({stream}) {state}; topics present: {info.describe_topics()}")
+    msgtype = normalize_type_name(info.topics[topic][0])
+    if msgtype not in allowed:
+        raise BagError(f"{path} [{topic}]: message type {msgtype}; {stream} must be one of {list(allowed)}")
+    return msgtype
+
+
 def _make_streams(info, topics, required, joint_map, path):
     """One collector per configured stream present in the bag; errors for required/mistyped ones."""
     streams, absent = {}, []
     for key, topic in topics.items():
         where = f"{path} [{topic}]"
-        if topic not in info.topics or info.topics[topic][1] == 0:
+        if not _has_messages(info, topic):
             if key in required:
-                state = "has no messages" if topic in info.topics else "is not in the bag"
-                raise BagError(f"{path}: topic {topic} ({key}) {state}; topics present: {info.describe_topics()}")
+                _check_topic(info, topic, key, _STREAM_TYPES[key], path)
             absent.append(key)
             continue
-        msgtype = normalize_type_name(info.topics[topic][0])
-        if msgtype not in _STREAM_TYPES[key]:
-            raise BagError(f"{where}: message type {msgtype}; {key} must be one of {list(_STREAM_TYPES[key])}")
+        msgtype = _check_topic(info, topic, key, _STREAM_TYPES[key], path)
         if key == "joint_states":
             streams[key] = _JointStates(topic, msgtype, where, joint_map)
         elif key == "camera_pose":
@@ -657,14 +673,8 @@ def read_pose_topics(path, topics, *, nan_policy="drop", order_policy="raise", t
         info = _info(reader, path, storage)
         streams = {}
         for topic in topics:
-            where = f"{path} [{topic}]"
-            if topic not in info.topics or info.topics[topic][1] == 0:
-                state = "has no messages" if topic in info.topics else "is not in the bag"
-                raise BagError(f"{path}: topic {topic} {state}; topics present: {info.describe_topics()}")
-            msgtype = normalize_type_name(info.topics[topic][0])
-            if msgtype != POSE_STAMPED:
-                raise BagError(f"{where}: message type {msgtype}; expected {POSE_STAMPED}")
-            streams[topic] = _Poses(topic, msgtype, where)
+            msgtype = _check_topic(info, topic, "object pose", (POSE_STAMPED,), path)
+            streams[topic] = _Poses(topic, msgtype, f"{path} [{topic}]")
         _collect(reader, streams, path)
     selected = {topic: _select(stream, nan_policy, order_policy) for topic, stream in streams.items()}
     for topic, (order, stats) in selected.items():

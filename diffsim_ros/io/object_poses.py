@@ -13,7 +13,7 @@ import numpy as np
 from scipy.spatial.transform import Rotation
 
 from diffsim_ros.estimation.objects import PoseSeries
-from diffsim_ros.io.bags import BagError, read_pose_topics
+from diffsim_ros.io.bags import read_pose_topics
 
 __all__ = ["object_poses_from_bag"]
 
@@ -59,11 +59,7 @@ def object_poses_from_bag(path, topics, camera_pose=None, **read_options):
     result = {}
     for name, topic in topics.items():
         poses = series[topic]
-        position, quaternion = poses.positions, poses.quaternions
-        norms = np.linalg.norm(quaternion, axis=-1)
-        if np.any(norms < 0.5):
-            bad = int(np.flatnonzero(norms < 0.5)[0])
-            raise BagError(f"{path} [{topic}]: sample {bad} has a degenerate quaternion (norm {norms[bad]:.3g})")
+        position, quaternion = poses.positions, poses.quaternions  # unit quaternions (checked by the reader)
         if pose is not None:
             position = position @ pose[:3, :3].T + pose[:3, 3]
             rotation = Rotation.from_matrix(pose[:3, :3]) * Rotation.from_quat(quaternion[:, [1, 2, 3, 0]])
