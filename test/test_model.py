@@ -183,6 +183,17 @@ def test_bad_joint_inputs_are_rejected_with_names():
     assert dyn.gravity_torques(model, [0.0] * 7).dtype == torch.float64
 
 
+def test_input_checks_do_not_split_compiled_graphs():
+    # Dynamo tracing only (no inductor compile): the eager NaN check is skipped while
+    # compiling, so dynamics functions compile into one graph.
+    model = load_robot_config(BAXTER_LEFT).build_model()
+    explanation = torch._dynamo.explain(lambda q: dyn.spring_torques(model, q) + dyn.gravity_torques(model, q))(
+        torch.zeros(7, dtype=torch.float64)
+    )
+    assert explanation.graph_break_count == 0
+    assert explanation.graph_count == 1
+
+
 def test_named_parameters_are_differentiable():
     model = load_robot_config(BAXTER_LEFT).build_model()
     names = model.parameter_names()
