@@ -110,3 +110,22 @@ def test_unsupported_models_and_settings_are_refused():
     for kwargs in ({"solver": "newton"}, {"substeps": 0}, {"iterations": 0}, {"on_residual": "ignore_all"}, {"compliance": -1.0}):
         with pytest.raises(ValueError):
             PBDSimulator(model, **kwargs)
+
+
+def test_checks_stay_outside_the_integrator_so_it_compiles_into_one_graph():
+    # Dynamo tracing only (no inductor compile). PBDSimulator.step/joint_step check inputs
+    # and outputs around the integrator; inside it nothing may branch on tensor data.
+    from diffsim_ros.sim.pbd.solver import integrate
+
+    sim = PBDSimulator(baxter(), dt=0.01, substeps=1, iterations=1, limits=False)
+    model, system = sim.model, sim._system()
+    q = torch.zeros(2, model.nq, dtype=model.dtype)
+    state = sim.initial_state(q, q)
+
+    def advance(pos, quat, vel, omega, tau):
+        new = integrate(model, system, state.replace(pos=pos, quat=quat, vel=vel, omega=omega), PBDControl(tau=tau), sim.dt, sim.settings)
+        return new.pos, new.quat, new.vel, new.omega
+
+    explanation = torch._dynamo.explain(advance)(state.pos, state.quat, state.vel, state.omega, q)
+    assert explanation.graph_break_count == 0
+    assert explanation.graph_count == 1

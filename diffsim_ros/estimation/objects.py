@@ -59,6 +59,7 @@ NUISANCE_SCALE = {"position": 0.01, "rotation": 0.01, "linear_velocity": 0.1, "a
 # which would otherwise drift and stall the solver.
 NUISANCE_PRIOR_STD = {"position": 0.05, "rotation": 0.1, "linear_velocity": 1.0, "angular_velocity": 10.0}
 PRIOR_RESIDUAL = 1e-3
+PRIOR_CHANNEL = 2  # the prior rows' noise channel (their sigma is PRIOR_RESIDUAL)
 # Identifiability: singular values of the column-normalized parameter Jacobian below this
 # fraction of the largest span directions the data cannot see; a parameter with more than
 # NULL_PARTICIPATION of its unit vector in those directions (or a relative standard deviation
@@ -135,7 +136,8 @@ class ObjectEstimate:
     Attributes:
         values: Estimated parameters, name -> value (an unidentifiable one stays near its
             initial guess: do not use it).
-        std: Standard deviations, name -> value (inf where not identifiable).
+        std: Standard deviations, name -> value (inf where not identifiable), from the
+            position and orientation noise estimated separately (:func:`parameter_uncertainty`).
         identifiable: Name -> bool: whether the data determine the parameter (see
             :func:`parameter_uncertainty`); e.g. mass without a collision is not.
         initial_state: Estimated initial WorldState (the nuisance parameters).
@@ -278,6 +280,12 @@ class _Problem:
         jac[:, offset:] = np.diag(weights)
         return residual, jac
 
+    def channels(self):
+        """Noise channel of every residual row: 0 position, 1 orientation, then PRIOR_CHANNEL."""
+        poses = sum(len(series) for series in self.observations)
+        data = np.tile(np.repeat([0, 1], 3), poses)
+        return np.concatenate([data, np.full(3 * len(self.nuisance), PRIOR_CHANNEL)])
+
     def bounds(self):
         lower, upper = [], []
         for name in self.names:
@@ -339,6 +347,11 @@ def object_pose_residuals(world, state0, observations, steps, t0):
     states, _ = world.rollout(state0, steps, check_start=False)
     pos = torch.cat([state0.position[..., None, :, :], states.position], -3)
     quat = torch.cat([state0.orientation[..., None, :, :], states.orientation], -3)
+    return _trajectory_residuals(world, observations, pos, quat, t0)
+
+
+def _trajectory_residuals(world, observations, pos, quat, t0):
+    """Pose residuals [m] (..., R) of object trajectories (..., S+1, M, 3) and (..., S+1, M, 4)."""
     parts = []
     for j, (obj, series) in enumerate(zip(world.objects, observations)):
         p, q = _interpolate(pos[..., j, :], quat[..., j, :], t0, world.dt, series.times)
@@ -398,16 +411,8 @@ def _rollout_sensitivity(problem, x_t):
 def _residuals_of_trajectory(problem, flats):
     """Pose residuals from stacked states (S+1, D)."""
     world = problem.world
-    count = len(world.objects)
-    traj = flats.reshape(flats.shape[0], count, 13)
-    parts = []
-    for j, (obj, series) in enumerate(zip(world.objects, problem.observations)):
-        p, q = _interpolate(traj[:, j, :3], traj[:, j, 3:7], problem.t0, world.dt, series.times)
-        obs_p = torch.as_tensor(series.position, dtype=p.dtype, device=p.device)
-        obs_q = torch.as_tensor(series.orientation, dtype=p.dtype, device=p.device)
-        rot_err = quat_log(quat_multiply(quat_conjugate(obs_q), q)) * bounding_radius(obj.shape)
-        parts.append(torch.cat([p - obs_p, rot_err], -1).flatten())
-    return torch.cat(parts)
+    traj = flats.reshape(flats.shape[0], len(world.objects), 13)
+    return _trajectory_residuals(world, problem.observations, traj[..., :3], traj[..., 3:7], problem.t0)
 
 
 def _evaluate(problem, x, with_jacobian):
@@ -431,34 +436,85 @@ def _evaluate(problem, x, with_jacobian):
     return residual.detach().cpu().numpy(), jac.detach().cpu().numpy()
 
 
-def parameter_uncertainty(jac, residual):
+def _channel_sigmas(residual, channels, basis, fixed):
+    """Noise standard deviation of every residual row, estimated per channel.
+
+    The residuals of a least-squares fit are ``r = (I - H) e`` with ``H = U Uᵀ`` the hat
+    matrix, so ``E |r_c|² = sum_j σ_j² A_cj`` with ``A_cj = sum_{i in c, k in j} (I - H)_ik²``:
+    a fit shared by channels moves noise of a loud channel into the residuals of a quiet one,
+    which a per-channel mean square would count as the quiet channel's own. The small system
+    is solved for the unknown variances (unbiased variance components).
+
+    Args:
+        residual: Residuals, shape (R,).
+        channels: Channel of every row, shape (R,).
+        basis: Orthonormal basis U of the Jacobian's column space, shape (R, k).
+        fixed: Channel -> known sigma.
+
+    Returns:
+        Sigma of every row, shape (R,).
+    """
+    labels = list(np.unique(channels))
+    masks = [channels == c for c in labels]
+    grams = [basis[m].T @ basis[m] for m in masks]  # U_cᵀ U_c, (k, k)
+    leverage = [float(np.trace(g)) for g in grams]  # sum of H_ii over the channel
+    # sum_{i in c, k in j} H_ik² = |U_c U_jᵀ|² = <U_cᵀ U_c, U_jᵀ U_j>
+    coupling = np.array([[float((gc * gj).sum()) for gj in grams] for gc in grams])
+    counts = np.array([m.sum() for m in masks], float)
+    system = np.diag(counts - 2.0 * np.array(leverage)) + coupling
+    energy = np.array([float(residual[m] @ residual[m]) for m in masks])
+    known = np.array([c in fixed for c in labels])
+    variance = np.zeros(len(labels))
+    variance[known] = [fixed[c] ** 2 for c, k in zip(labels, known) if k]
+    if (~known).any():
+        rhs = energy[~known] - system[np.ix_(~known, known)] @ variance[known]
+        solved = np.linalg.lstsq(system[np.ix_(~known, ~known)], rhs, rcond=None)[0]
+        variance[~known] = np.maximum(solved, 0.0)
+    sigma = np.empty(residual.size)
+    for mask, value in zip(masks, variance):
+        sigma[mask] = math.sqrt(value)
+    return sigma
+
+
+def parameter_uncertainty(jac, residual, channels=None, fixed_sigma=None):
     """Standard deviations of least-squares unknowns and which ones the data determine.
 
-    The covariance is ``s² (JᵀJ)⁻¹`` with ``s²`` the residual variance, computed on the
-    column-normalized Jacobian by SVD: singular values below SINGULAR_RCOND of the largest
-    span unobservable directions, dropped from the inverse. An unknown whose column is zero,
-    or whose unit vector lies more than NULL_PARTICIPATION in those directions, is not
-    determined by the data (a plain pseudo-inverse would report std 0 for it).
+    The estimate is the unweighted least-squares solution, so its covariance is the sandwich
+    ``(JᵀJ)⁻¹ Jᵀ Σ J (JᵀJ)⁻¹`` with ``Σ`` the diagonal noise variance of the rows, estimated
+    per channel of residuals (positions and orientations of a camera have different noise;
+    pooling them would misstate both). With one channel this is ``s² (JᵀJ)⁻¹``. It is
+    computed on the column-normalized Jacobian by SVD: singular values below SINGULAR_RCOND
+    of the largest span unobservable directions, dropped from the inverse. An unknown whose
+    column is zero, or whose unit vector lies more than NULL_PARTICIPATION in those
+    directions, is not determined by the data (a plain pseudo-inverse would report std 0).
 
     Args:
         jac: Jacobian of the residuals, shape (R, P).
         residual: Residuals at the solution, shape (R,).
+        channels: Noise channel of every row (ints), shape (R,); default one channel.
+        fixed_sigma: Channels whose noise is known, channel -> standard deviation in
+            residual units (e.g. prior rows).
 
     Returns:
         ``(std, seen)``: standard deviations (P,) (inf where not seen) and a bool mask (P,).
     """
     rows, size = jac.shape
-    variance = float(residual @ residual) / max(1, rows - size)
+    channels = np.zeros(rows, int) if channels is None else np.asarray(channels)
+    if channels.shape != (rows,):
+        raise ValueError(f"channels must have shape ({rows},), got {channels.shape}")
     norms = np.linalg.norm(jac, axis=0)
     seen = norms > ZERO_COLUMN
     scaled = jac[:, seen] / norms[seen]
-    _, singular, vt = np.linalg.svd(scaled, full_matrices=False)
+    u, singular, vt = np.linalg.svd(scaled, full_matrices=False)
     keep = singular > SINGULAR_RCOND * singular[0] if singular.size else np.zeros(0, bool)
+    sigma = _channel_sigmas(residual, channels, u[:, keep], dict(fixed_sigma or {}))
     null = vt[~keep]
     participation = np.linalg.norm(null, axis=0) if null.size else np.zeros(scaled.shape[1])
-    cov_diag = ((vt[keep] / singular[keep, None]) ** 2).sum(0)
+    # Pseudo-inverse rows V S⁻¹ Uᵀ applied to the row noise: cov = P Σ Pᵀ.
+    weighted = (vt[keep].T / singular[keep]) @ (u[:, keep].T * sigma)
+    cov_diag = (weighted**2).sum(1)
     std = np.full(size, math.inf)
-    std[seen] = np.sqrt(variance * cov_diag) / norms[seen]
+    std[seen] = np.sqrt(cov_diag) / norms[seen]
     seen_index = np.flatnonzero(seen)
     blind = seen_index[participation > NULL_PARTICIPATION]
     seen[blind] = False
@@ -515,7 +571,7 @@ def estimate_object_parameters(world, observations, parameters, initial=None, at
     )
     residual, jac = result.fun, result.jac
     values = {name: float(result.x[i]) for i, name in enumerate(problem.names)}
-    std_all, seen = parameter_uncertainty(jac, residual)
+    std_all, seen = parameter_uncertainty(jac, residual, problem.channels(), {PRIOR_CHANNEL: PRIOR_RESIDUAL})
     std, identifiable = {}, {}
     for i, name in enumerate(problem.names):
         relative = std_all[i] / max(abs(result.x[i]), np.finfo(float).tiny)
