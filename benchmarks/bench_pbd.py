@@ -37,7 +37,7 @@ from diffsim_ros.dynamics import (
 from diffsim_ros.control.jacobians import rowwise_jacobian
 from diffsim_ros.sim import PBDSimulator
 from diffsim_ros.sim.base import RigidBodySimulator
-from diffsim_ros.sim.pbd import static_torques
+from diffsim_ros.sim.pbd import build_system, static_torques
 from test_pbd_references import baxter, mujoco_rollout, random_state
 
 PARTS = ("fidelity", "static", "design", "gradients", "speed", "memory")
@@ -456,8 +456,8 @@ def _mujoco_rate(mj, steps_per_control, controls=2000, integrator="Euler"):
     return controls / (time.perf_counter() - start)
 
 
-def _mujoco_accuracy(model, mj, steps_per_control, seconds=1.0, starts=3, integrator="Euler"):
-    """Joint-angle RMSE [rad] of MuJoCo stepping (free swinging) vs the RK4 0.1 ms reference."""
+def _mujoco_accuracy(model, mj, refs, steps_per_control, integrator="Euler"):
+    """Joint-angle RMSE [rad] of MuJoCo stepping (free swinging) vs ``refs`` (:func:`_speed_references`)."""
     import mujoco
 
     from test_pbd_references import _spring_callback
@@ -466,13 +466,12 @@ def _mujoco_accuracy(model, mj, steps_per_control, seconds=1.0, starts=3, integr
     mj.opt.timestep = DT / steps_per_control
     limited = mj.jnt_limited.copy()
     mj.jnt_limited[:] = 0  # like the reference
-    steps = int(round(seconds / DT))
-    starts = [random_state(model, 20 + k) for k in range(starts)]
-    refs = [mujoco_rollout(model, q0.numpy(), qd0.numpy(), np.zeros((steps, model.nq)), DT)[0] for q0, qd0 in starts]
+    q_starts, qd_starts, ref_all = refs
+    steps = ref_all.shape[1]
     errors = []
     mujoco.set_mjcb_passive(_spring_callback(model, np.arange(model.nq)))
     try:
-        for (q0, qd0), ref in zip(starts, refs):
+        for q0, qd0, ref in zip(q_starts, qd_starts, ref_all.numpy()):
             data = mujoco.MjData(mj)
             data.qpos[:], data.qvel[:] = q0.numpy(), qd0.numpy()
             out = []
@@ -515,7 +514,8 @@ def _compiled_joint_step(sim):
     from diffsim_ros.sim.pbd.solver import integrate
     from diffsim_ros.sim.pbd.state import PBDControl
 
-    model, system = sim.model, sim._system()
+    model = sim.model
+    system = build_system(model)
 
     def step(q, qd, tau):
         state = integrate(model, system, state_from_joints(model, q, qd, system), PBDControl(tau=tau), sim.dt, sim.settings)
@@ -545,7 +545,7 @@ def speed():
     mj = _mujoco_arm(model)
     refs = _speed_references(model)
     peers = {(i, k): _mujoco_rate(mj, k, integrator=i) for i, k in _MUJOCO_PEERS}
-    accuracy = {(i, k): _mujoco_accuracy(model, mj, k, integrator=i) for i, k in _MUJOCO_PEERS}
+    accuracy = {(i, k): _mujoco_accuracy(model, mj, refs, k, integrator=i) for i, k in _MUJOCO_PEERS}
     accuracy = {key: (value if value < _DIVERGED else math.inf) for key, value in accuracy.items()}
     base = peers[("Euler", 1)]
     measured = []  # (label, rmse, batch-1 rate, batch-1024 rate)

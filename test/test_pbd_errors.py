@@ -7,6 +7,7 @@ import torch
 
 from diffsim_ros.model import RobotModel, RobotModelError
 from diffsim_ros.sim import PBDControl, PBDConvergenceWarning, PBDError, PBDSimulator
+from diffsim_ros.sim.pbd import build_system
 from test_pbd_references import baxter, chain_urdf, random_state
 
 RESIDUAL_TOLERANCE = 1e-6  # [m or rad] a tolerance the paper's one-step Jacobi cannot meet
@@ -118,7 +119,8 @@ def test_checks_stay_outside_the_integrator_so_it_compiles_into_one_graph():
     from diffsim_ros.sim.pbd.solver import integrate
 
     sim = PBDSimulator(baxter(), dt=0.01, substeps=1, iterations=1, limits=False)
-    model, system = sim.model, sim._system()
+    model = sim.model
+    system = build_system(model)
     q = torch.zeros(2, model.nq, dtype=model.dtype)
     state = sim.initial_state(q, q)
 
