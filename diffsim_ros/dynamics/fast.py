@@ -35,6 +35,14 @@ def _placements(parents, origin_rot, origin_xyz, axis, is_revolute, q):
     pos_local = np.empty((n, 3))
     rot_world = np.empty((n, 3, 3))
     pos_world = np.empty((n, 3))
+    _placements_into(parents, origin_rot, origin_xyz, axis, is_revolute, q, rot_local, pos_local, rot_world, pos_world)
+    return rot_local, pos_local, rot_world, pos_world
+
+
+@njit(cache=True)
+def _placements_into(parents, origin_rot, origin_xyz, axis, is_revolute, q, rot_local, pos_local, rot_world, pos_world):
+    """:func:`_placements` into given arrays (no allocation in loops that call it every step)."""
+    n = q.shape[0]
     joint_rot = np.empty((3, 3))
     for i in range(n):
         if is_revolute[i]:
@@ -75,7 +83,6 @@ def _placements(parents, origin_rot, origin_xyz, axis, is_revolute, q):
                     + rot_world[p, r, 1] * pos_local[i, 1]
                     + rot_world[p, r, 2] * pos_local[i, 2]
                 )
-    return rot_local, pos_local, rot_world, pos_world
 
 
 @njit(cache=True)
@@ -213,11 +220,18 @@ def _mass_matrix_diagonal(parents, origin_rot, origin_xyz, axis, is_revolute, ma
 @njit(cache=True)
 def _springs(spring_joints, stiffness, offset, alpha1, l1, l2, rest_length, q):
     tau = np.zeros(q.shape[0])
+    _springs_into(spring_joints, stiffness, offset, alpha1, l1, l2, rest_length, q, tau)
+    return tau
+
+
+@njit(cache=True)
+def _springs_into(spring_joints, stiffness, offset, alpha1, l1, l2, rest_length, q, tau):
+    """Spring torques [N·m] at ``q`` into ``tau`` (n,), zero on joints without a spring."""
+    tau[:] = 0.0
     for s in range(spring_joints.shape[0]):
         phi = math.pi - alpha1[s] - offset[s] + q[spring_joints[s]]
         length = math.sqrt(l1[s] ** 2 + l2[s] ** 2 - 2.0 * l1[s] * l2[s] * math.cos(phi))
         tau[spring_joints[s]] = -stiffness[s] * (length - rest_length[s]) * l1[s] * l2[s] * math.sin(phi) / length
-    return tau
 
 
 @dataclass(frozen=True)

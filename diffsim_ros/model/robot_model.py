@@ -307,6 +307,12 @@ class RobotModel:
         except KeyError:
             raise RobotModelError(f"unknown link '{name}'; links in the model: {sorted(self.frames)}") from None
 
+    def tensors(self):
+        """Every tensor of the model and of its parameters (e.g. to ask whether any is differentiated)."""
+        values = [getattr(self, f.name) for f in dataclasses.fields(self)]
+        values += [getattr(self.params, f.name) for f in dataclasses.fields(self.params)]
+        return tuple(v for v in values if isinstance(v, torch.Tensor))
+
     # ------------------------------------------------------------------ copies
     def replace(self, **changes):
         """New model with some fields replaced (e.g. ``params=...``, ``gravity=...``)."""

@@ -4,8 +4,9 @@ Phases and modules: :mod:`.bodies` (particles and joints from a RobotModel), :mo
 (PBDState / PBDControl), :mod:`.frames` (joint geometry on particle states),
 :mod:`.forces` (torques, springs, wrenches, implicit damping), :mod:`.constraints` (XPBD
 joint constraints, Gauss-Seidel and Jacobi projections, limits), :mod:`.solver` (the
-substep), :mod:`.mapping` (joint space <-> particles), :mod:`.simulator` (PBDSimulator)
-and :mod:`.statics` (holding torques through any simulator).
+substep), :mod:`.mapping` (joint space <-> particles), :mod:`.simulator` (PBDSimulator),
+:mod:`.fast` (the same step compiled for rollouts without gradient) and :mod:`.statics`
+(holding torques through any simulator).
 """
 
 from diffsim_ros.sim.pbd.bodies import FreeBase, PBDBodies, PBDJoints, PBDSystem, build_system

@@ -3,6 +3,7 @@
 import warnings
 
 import torch
+import torch.autograd.forward_ad as fwad
 
 from diffsim_ros.dynamics.checks import joint_tensor
 from diffsim_ros.model.errors import RobotModelError
@@ -11,6 +12,7 @@ from diffsim_ros.sim.checkpointing import checkpoint_block
 from diffsim_ros.sim.pbd.bodies import build_system
 from diffsim_ros.sim.pbd.constraints import constraint_residuals
 from diffsim_ros.sim.pbd.errors import PBDConvergenceWarning, PBDError
+from diffsim_ros.sim.pbd.fast import FastPBD, fast_rollout_supported
 from diffsim_ros.sim.pbd.mapping import joints_from_state, state_from_joints
 from diffsim_ros.sim.pbd.solver import SolverSettings, integrate
 from diffsim_ros.sim.pbd.state import PBDControl, PBDState, check_control, check_state
@@ -46,6 +48,10 @@ class PBDSimulator(JointSpaceSimulator):
             or ``"ignore"`` when the residual exceeds the tolerance.
         base: None for a base fixed in the world, or a :class:`FreeBase` for a floating one
             (particle-state API only: joint states do not describe the base).
+        fast: Run :meth:`rollout` in the compiled forward kernel (:mod:`.fast`) when no
+            gradient is needed and the setup is supported (fixed-base serial revolute
+            chain, direct solver, float64 on the CPU); same step, same results to
+            rounding. ``False`` always uses the torch implementation.
     """
 
     def __init__(
@@ -61,6 +67,7 @@ class PBDSimulator(JointSpaceSimulator):
         residual_tolerance=1e-3,
         on_residual="warn",
         base=None,
+        fast=True,
     ):
         super().__init__(model, dt)
         if on_residual not in RESIDUAL_ACTIONS:
@@ -76,6 +83,7 @@ class PBDSimulator(JointSpaceSimulator):
         self.residual_tolerance = residual_tolerance
         self.on_residual = on_residual
         self.base = base
+        self.fast = bool(fast)
         self._system()  # fail early on unsupported models
 
     @classmethod
@@ -168,6 +176,38 @@ class PBDSimulator(JointSpaceSimulator):
         return tuple(torch.stack([o[k] for o in out], dim=-3) for k in range(4))
 
     # ------------------------------------------------------------------ joint space
+    def rollout(self, q0, qd0, tau_seq, checkpoint_every=None):
+        """Simulate a torque sequence (see :meth:`JointSpaceSimulator.rollout`).
+
+        Without gradients (``torch.no_grad()`` or no input and no model parameter requiring
+        one) and for a supported setup (see ``fast``), the rollout runs in the compiled
+        kernel, one rollout per thread; otherwise step by step in torch.
+        """
+        if not self._fast_rollout_applies(q0, qd0, tau_seq):
+            return super().rollout(q0, qd0, tau_seq, checkpoint_every)
+        model = self.model
+        q0 = joint_tensor(model, "q0", q0)
+        qd0 = joint_tensor(model, "qd0", qd0)
+        tau_seq = joint_tensor(model, "tau_seq", tau_seq)
+        if tau_seq.ndim < 2:
+            raise ValueError(f"tau_seq must have shape (..., T, n), got {tuple(tau_seq.shape)}")
+        batch = torch.broadcast_shapes(q0.shape[:-1], qd0.shape[:-1], tau_seq.shape[:-2])
+        steps, n = tau_seq.shape[-2:]
+        flat = lambda x, shape: x.expand(*batch, *shape).reshape(-1, *shape).numpy()  # noqa: E731
+        q, qd, residual = FastPBD.from_model(model).rollout(
+            flat(q0, (n,)), flat(qd0, (n,)), flat(tau_seq, (steps, n)), self.dt, self.settings
+        )
+        q, qd = (torch.from_numpy(x).reshape(*batch, steps, n).to(model.dtype) for x in (q, qd))
+        _check_finite(q, "joint positions")
+        _check_finite(qd, "joint velocities")
+        self._report_residual(torch.from_numpy(residual).amax(0) if residual.size else torch.zeros(n))
+        return q, qd
+
+    def _fast_rollout_applies(self, *inputs):
+        if not self.fast or fast_rollout_supported(self.model, self.settings, self.base) is not None:
+            return False
+        return not _needs_derivatives((*inputs, *self.model.tensors()))
+
     def joint_step(self, q, qd, tau):
         """Advance joint positions/velocities by ``dt`` with ``tau`` held (see base class).
 
@@ -202,7 +242,12 @@ class PBDSimulator(JointSpaceSimulator):
             return
         with torch.no_grad():
             pos_err, ang_err = constraint_residuals(system, state.pos, state.quat)
-            worst = torch.maximum(pos_err, ang_err).reshape(-1, self.model.nq).max(0).values
+            self._report_residual(torch.maximum(pos_err, ang_err).reshape(-1, self.model.nq).max(0).values)
+
+    def _report_residual(self, worst):
+        """Warn or raise (``on_residual``) when a joint's residual ``worst`` (n,) exceeds the tolerance."""
+        if self.residual_tolerance is None or self.on_residual == "ignore":
+            return
         if bool((worst > self.residual_tolerance).any()):
             joint = int(worst.argmax())
             message = (
@@ -226,6 +271,17 @@ def _broadcast(state, control):
     if batch == state.batch_shape:
         return state
     return PBDState(*(t.expand(*batch, *t.shape[-2:]) for t in (state.pos, state.quat, state.vel, state.omega)))
+
+
+def _needs_derivatives(values):
+    """Whether a derivative must flow through ``values``: a forward-mode tangent (even under
+    no_grad), or a tensor requiring a gradient while grad mode is on."""
+    grad_mode = torch.is_grad_enabled()
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            if (grad_mode and value.requires_grad) or fwad.unpack_dual(value).tangent is not None:
+                return True
+    return False
 
 
 def _check_finite(value, what):
