@@ -172,3 +172,16 @@ def test_divergence_and_residuals_are_reported_like_the_torch_step():
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("error", PBDConvergenceWarning)
         PBDSimulator(model, substeps=4).rollout(q, qd, tau)  # converged: silent
+
+
+def test_kernel_keeps_the_callers_torch_thread_count():
+    # numba's OpenMP layer shares the OpenMP runtime with torch and sets its thread count.
+    model = baxter()
+    previous = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        with torch.no_grad():
+            PBDSimulator(model, substeps=1).rollout(*_inputs(model, 2, 0)[:2], torch.zeros(2, 2, model.nq, dtype=model.dtype))
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(previous)

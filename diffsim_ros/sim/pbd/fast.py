@@ -274,7 +274,18 @@ def _rate(w, omega, j):
     return a[0] * (omega[j + 1, 0] - omega[j, 0]) + a[1] * (omega[j + 1, 1] - omega[j, 1]) + a[2] * (omega[j + 1, 2] - omega[j, 2])
 
 
-# ---------------------------------------------------------------- per-rollout work area
+# ---------------------------------------------------------------- snapshot data and work area
+
+_Physics = namedtuple(
+    "_Physics",
+    [
+        "inv_mass", "inertia", "inv_inertia", "dynamic", "com",  # particles (N,), (N, 3, 3), (N, 3)
+        "local_parent", "local_child",  # joint frame columns [lever, axis, reference], (n, 3, 3)
+        "lower", "upper", "damping", "friction",  # joints (n,)
+        "gravity", "friction_scale",  # (3,) [m/s^2], friction velocity scale [rad/s]
+    ],
+)
+_Springs = namedtuple("_Springs", ["joints", "stiffness", "offset", "alpha1", "l1", "l2", "rest_length"])
 
 _Work = namedtuple(
     "_Work",
@@ -338,7 +349,8 @@ def _accelerate(phys, springs, w, tau, h, phase, limits):
     ``w.inertia_w``, ``w.inv_inertia_w``, ``w.q`` (the joints with a spring, all of them
     when ``limits``) and ``w.damping`` (half the implicit damping, as the joint rows take it).
     """
-    inv_mass, inertia, inv_inertia, dynamic, _, _, _, _, _, viscous, coulomb, gravity, friction_scale = phys
+    inertia, inv_inertia, dynamic = phys.inertia, phys.inv_inertia, phys.dynamic
+    viscous, coulomb, gravity, friction_scale = phys.damping, phys.friction, phys.gravity, phys.friction_scale
     n = w.q.shape[0]
     kick = 1.0 if phase == _KICK_FULL else 0.5
     for i in range(n + 1):
@@ -349,10 +361,13 @@ def _accelerate(phys, springs, w, tau, h, phase, limits):
         for j in range(n):
             w.q[j] = _angle(w, j)
     else:
-        for s in range(springs[0].shape[0]):
-            w.q[springs[0][s]] = _angle(w, springs[0][s])
+        for s in range(springs.joints.shape[0]):
+            w.q[springs.joints[s]] = _angle(w, springs.joints[s])
     spring = w.spring
-    _springs_into(springs[0], springs[1], springs[2], springs[3], springs[4], springs[5], springs[6], w.q, spring)
+    _springs_into(
+        springs.joints, springs.stiffness, springs.offset, springs.alpha1, springs.l1, springs.l2, springs.rest_length,
+        w.q, spring,
+    )
     for j in range(n):
         rate = _rate(w, w.omega, j)
         torque, damping = tau[j] + spring[j], viscous[j]
@@ -442,7 +457,7 @@ def _factor_blocks(phys, w, alpha):
 
     For compliant joints (``alpha > 0``); rigid ones take :func:`_factor_rigid`.
     """
-    inv_mass = phys[0]
+    inv_mass = phys.inv_mass
     n = w.q.shape[0]
     aw = w.inv_inertia_w
     for j in range(n):
@@ -509,7 +524,7 @@ def _solve_blocks(w):
 @njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
 def _apply_k_inverse(phys, w, v, out):
     """``out = K^-1 v`` (n, 6): particle displacements J^-1 v, their momenta, then J^-T."""
-    inv_mass = phys[0]
+    inv_mass = phys.inv_mass
     n = w.q.shape[0]
     u = w.displacement
     u[0, :] = 0.0
@@ -557,7 +572,7 @@ def _factor_rigid(phys, w):
     q[:, :] = 0.0
     for k in range(n - 1, -1, -1):
         i = k + 1
-        m = 1.0 / phys[0][i]
+        m = 1.0 / phys.inv_mass[i]
         y0, y1, y2 = w.pos[i, 0] - b0, w.pos[i, 1] - b1, w.pos[i, 2] - b2
         yy = y0 * y0 + y1 * y1 + y2 * y2
         mass += m
@@ -635,7 +650,7 @@ def _solve(phys, w, alpha):
 @njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
 def _apply(phys, w, step_sign, linear, angular):
     """Move both particles of every joint by the response to impulses ``step_sign * w.solution``."""
-    inv_mass = phys[0]
+    inv_mass = phys.inv_mass
     n = w.q.shape[0]
     for j in range(n):
         s = w.solution[j]
@@ -657,7 +672,7 @@ def _apply(phys, w, step_sign, linear, angular):
 @njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
 def _project(phys, w, alpha, iterations):
     """Quasi-Newton projection of all joint rows with one factorization (projection.project_direct)."""
-    local_parent, local_child = phys[5], phys[6]
+    local_parent, local_child = phys.local_parent, phys.local_child
     n = w.q.shape[0]
     w.lam[:, :] = 0.0
     for _ in range(iterations):
@@ -689,7 +704,7 @@ def _project(phys, w, alpha, iterations):
 @njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
 def _limit_targets(phys, w, h, out):
     """Displacement onto the limit for joints predicted beyond it, NaN elsewhere (solver._active_limits)."""
-    lower, upper = phys[7], phys[8]
+    lower, upper = phys.lower, phys.upper
     for j in range(w.q.shape[0]):
         d = w.axis_c[j]
         turn = h * (
@@ -704,7 +719,7 @@ def _limit_targets(phys, w, h, out):
 def _substep(phys, springs, w, tau, h, phase, iterations, alpha, limits, targets):
     """One substep from ``w.pos/rot/vel/omega`` (solver.substep); velocities become chords."""
     n = w.q.shape[0]
-    _frames(phys[5], phys[6], w.pos, w.rot, w)
+    _frames(phys.local_parent, phys.local_child, w.pos, w.rot, w)
     _accelerate(phys, springs, w, tau, h, phase, limits)
     if limits:
         _limit_targets(phys, w, h, targets)
@@ -743,7 +758,7 @@ def _set_spin(w, chords):
 def _finish(phys, springs, w, tau, h, targets):
     """Closing half kick and velocity projection (solver.finish_velocities)."""
     n = w.q.shape[0]
-    _frames(phys[5], phys[6], w.pos, w.rot, w)
+    _frames(phys.local_parent, phys.local_child, w.pos, w.rot, w)
     _accelerate(phys, springs, w, tau, h, _KICK_FINISH, False)
     _blocks(phys, w, h, False, targets)
     _factor(phys, w, 0.0)
@@ -793,7 +808,7 @@ def _rollout(fk, phys, springs, settings, q0, qd0, tau, out_q, out_qd, residual)
     """
     dt, substeps, iterations, compliance, limits = settings
     batch, steps, n = tau.shape
-    com = phys[4]
+    com = phys.com
     for b in prange(batch):
         w = _work(n)
         targets = np.full(n, np.nan)
@@ -801,7 +816,7 @@ def _rollout(fk, phys, springs, settings, q0, qd0, tau, out_q, out_qd, residual)
         for t in range(steps):
             _state_from_joints(fk, com, q, qd, w.pos, w.rot, w.vel, w.omega, w.z_ang, w.origin, w.placements)
             _integrate(phys, springs, w, tau[b, t], dt, substeps, iterations, compliance, limits, targets)
-            _frames(phys[5], phys[6], w.pos, w.rot, w)
+            _frames(phys.local_parent, phys.local_child, w.pos, w.rot, w)
             for j in range(n):
                 a, c, e = w.axis_p[j], w.axis_c[j], w.anchor[j]
                 h0, h1, h2 = a[1] * c[2] - a[2] * c[1], a[2] * c[0] - a[0] * c[2], a[0] * c[1] - a[1] * c[0]
@@ -832,10 +847,11 @@ class FastPBD:
     fk: tuple
     """Forward-kinematics structure (parents, origin rotations and translations, axes, types)."""
     phys: tuple
-    """Particles and joints: inverse masses, inertias, inverse inertias, dynamic flags, COMs,
-    joint frame columns of both sides, limits, damping, friction, gravity, friction scale."""
+    """Particles and joints (a ``_Physics`` named tuple): inverse masses, inertias, inverse
+    inertias, dynamic flags, COMs, joint frame columns of both sides, limits, damping,
+    friction, gravity, friction velocity scale."""
     springs: tuple
-    """Spring joints and parameters (as FastDynamics.spring_params)."""
+    """Spring joints and parameters (a ``_Springs`` named tuple, as FastDynamics.spring_params)."""
 
     @classmethod
     def from_model(cls, model):
@@ -843,16 +859,14 @@ class FastPBD:
         dynamics = FastDynamics.from_model(model)
         system = build_system(model)
         bodies, joints = system.bodies, system.joints
-        phys = tuple(
-            _array(t)
-            for t in (
-                bodies.inv_mass, bodies.inertia, bodies.inv_inertia, bodies.dynamic, bodies.com,
-                joints.local_parent, joints.local_child, joints.lower, joints.upper, joints.damping,
-                joints.friction, system.gravity,
-            )
-        ) + (float(DEFAULT_FRICTION_VELOCITY_SCALE),)
+        tensors = (
+            bodies.inv_mass, bodies.inertia, bodies.inv_inertia, bodies.dynamic, bodies.com,
+            joints.local_parent, joints.local_child, joints.lower, joints.upper, joints.damping,
+            joints.friction, system.gravity,
+        )
+        phys = _Physics(*(_array(t) for t in tensors), float(DEFAULT_FRICTION_VELOCITY_SCALE))
         fk = (dynamics.parents, dynamics.origin_rot, dynamics.origin_xyz, dynamics.axis, dynamics.is_revolute)
-        return cls(fk=fk, phys=phys, springs=(dynamics.spring_joints, *dynamics.spring_params))
+        return cls(fk=fk, phys=phys, springs=_Springs(dynamics.spring_joints, *dynamics.spring_params))
 
     @property
     def nq(self):
@@ -880,5 +894,12 @@ class FastPBD:
         q, qd = np.empty_like(tau_seq), np.empty_like(tau_seq)
         residual = np.zeros((batch, n))
         options = (float(dt), int(settings.substeps), int(settings.iterations), float(settings.compliance), bool(settings.limits))
-        _rollout(self.fk, self.phys, self.springs, options, q0, qd0, tau_seq, q, qd, residual)
+        # numba's OpenMP threading layer shares the OpenMP runtime with torch and sets its
+        # thread count when it starts; keep the caller's torch setting.
+        torch_threads = torch.get_num_threads()
+        try:
+            _rollout(self.fk, self.phys, self.springs, options, q0, qd0, tau_seq, q, qd, residual)
+        finally:
+            if torch.get_num_threads() != torch_threads:
+                torch.set_num_threads(torch_threads)
         return q, qd, residual
