@@ -24,7 +24,7 @@ from diffsim_ros.dynamics.rnea import body_inertials
 from diffsim_ros._compiled import njit
 
 
-__all__ = ["FastDynamics"]
+__all__ = ["FastDynamics", "placements_into", "spring_torques_into"]
 
 
 @njit(cache=True)
@@ -35,12 +35,12 @@ def _placements(parents, origin_rot, origin_xyz, axis, is_revolute, q):
     pos_local = np.empty((n, 3))
     rot_world = np.empty((n, 3, 3))
     pos_world = np.empty((n, 3))
-    _placements_into(parents, origin_rot, origin_xyz, axis, is_revolute, q, rot_local, pos_local, rot_world, pos_world)
+    placements_into(parents, origin_rot, origin_xyz, axis, is_revolute, q, rot_local, pos_local, rot_world, pos_world)
     return rot_local, pos_local, rot_world, pos_world
 
 
 @njit(cache=True)
-def _placements_into(parents, origin_rot, origin_xyz, axis, is_revolute, q, rot_local, pos_local, rot_world, pos_world):
+def placements_into(parents, origin_rot, origin_xyz, axis, is_revolute, q, rot_local, pos_local, rot_world, pos_world):
     """:func:`_placements` into given arrays (no allocation in loops that call it every step)."""
     n = q.shape[0]
     joint_rot = np.empty((3, 3))
@@ -220,12 +220,12 @@ def _mass_matrix_diagonal(parents, origin_rot, origin_xyz, axis, is_revolute, ma
 @njit(cache=True)
 def _springs(spring_joints, stiffness, offset, alpha1, l1, l2, rest_length, q):
     tau = np.zeros(q.shape[0])
-    _springs_into(spring_joints, stiffness, offset, alpha1, l1, l2, rest_length, q, tau)
+    spring_torques_into(spring_joints, stiffness, offset, alpha1, l1, l2, rest_length, q, tau)
     return tau
 
 
 @njit(cache=True)
-def _springs_into(spring_joints, stiffness, offset, alpha1, l1, l2, rest_length, q, tau):
+def spring_torques_into(spring_joints, stiffness, offset, alpha1, l1, l2, rest_length, q, tau):
     """Spring torques [N·m] at ``q`` into ``tau`` (n,), zero on joints without a spring."""
     tau[:] = 0.0
     for s in range(spring_joints.shape[0]):

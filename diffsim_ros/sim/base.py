@@ -50,6 +50,15 @@ class JointSpaceSimulator(abc.ABC):
         clone.model = model
         return clone
 
+    def _rollout_inputs(self, q0, qd0, tau_seq):
+        """Validated ``(q0, qd0, tau_seq)`` tensors of a rollout (joints named on bad values)."""
+        q0 = joint_tensor(self.model, "q0", q0)
+        qd0 = joint_tensor(self.model, "qd0", qd0)
+        tau_seq = joint_tensor(self.model, "tau_seq", tau_seq)
+        if tau_seq.ndim < 2:
+            raise ValueError(f"tau_seq must have shape (..., T, n), got {tuple(tau_seq.shape)}")
+        return q0, qd0, tau_seq
+
     def rollout(self, q0, qd0, tau_seq, checkpoint_every=None):
         """Simulate a torque sequence.
 
@@ -63,11 +72,7 @@ class JointSpaceSimulator(abc.ABC):
         Returns:
             ``(q, qd)``, each shape (..., T, n): the states after each step.
         """
-        q = joint_tensor(self.model, "q0", q0)
-        qd = joint_tensor(self.model, "qd0", qd0)
-        tau_seq = joint_tensor(self.model, "tau_seq", tau_seq)
-        if tau_seq.ndim < 2:
-            raise ValueError(f"tau_seq must have shape (..., T, n), got {tuple(tau_seq.shape)}")
+        q, qd, tau_seq = self._rollout_inputs(q0, qd0, tau_seq)
         steps = tau_seq.shape[-2]
         block = steps if not checkpoint_every else int(checkpoint_every)
         qs, qds = [], []

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from diffsim_ros._compiled import njit, prange
-from diffsim_ros.dynamics.fast import FastDynamics, _placements_into, _springs_into
+from diffsim_ros.dynamics.fast import FastDynamics, placements_into, spring_torques_into
 from diffsim_ros.dynamics.passive import DEFAULT_FRICTION_VELOCITY_SCALE
 from diffsim_ros.model.robot_model import REVOLUTE
 from diffsim_ros.sim.pbd.bodies import build_system
@@ -210,7 +210,7 @@ def _state_from_joints(fk, com, q, qd, pos, rot, vel, omega, z_ang, origin, plac
     """
     parents, origin_rot, origin_xyz, axis, is_revolute = fk
     rot_local, pos_local, rot_w, pos_w = placements
-    _placements_into(parents, origin_rot, origin_xyz, axis, is_revolute, q, rot_local, pos_local, rot_w, pos_w)
+    placements_into(parents, origin_rot, origin_xyz, axis, is_revolute, q, rot_local, pos_local, rot_w, pos_w)
     n = q.shape[0]
     for r in range(3):
         pos[0, r], vel[0, r], omega[0, r] = 0.0, 0.0, 0.0
@@ -364,7 +364,7 @@ def _accelerate(phys, springs, w, tau, h, phase, limits):
         for s in range(springs.joints.shape[0]):
             w.q[springs.joints[s]] = _angle(w, springs.joints[s])
     spring = w.spring
-    _springs_into(
+    spring_torques_into(
         springs.joints, springs.stiffness, springs.offset, springs.alpha1, springs.l1, springs.l2, springs.rest_length,
         w.q, spring,
     )

@@ -186,11 +186,7 @@ class PBDSimulator(JointSpaceSimulator):
         if not self._fast_rollout_applies(q0, qd0, tau_seq):
             return super().rollout(q0, qd0, tau_seq, checkpoint_every)
         model = self.model
-        q0 = joint_tensor(model, "q0", q0)
-        qd0 = joint_tensor(model, "qd0", qd0)
-        tau_seq = joint_tensor(model, "tau_seq", tau_seq)
-        if tau_seq.ndim < 2:
-            raise ValueError(f"tau_seq must have shape (..., T, n), got {tuple(tau_seq.shape)}")
+        q0, qd0, tau_seq = self._rollout_inputs(q0, qd0, tau_seq)
         batch = torch.broadcast_shapes(q0.shape[:-1], qd0.shape[:-1], tau_seq.shape[:-2])
         steps, n = tau_seq.shape[-2:]
         flat = lambda x, shape: x.expand(*batch, *shape).reshape(-1, *shape).numpy()  # noqa: E731
