@@ -7,9 +7,13 @@ from diffsim_ros.model.inertia import (
     log_cholesky_from_inertial,
     pseudo_inertia,
 )
+from diffsim_ros.model.plausibility import DEFAULT_BOUNDS, PlausibilityBounds, plausibility_violations
 from diffsim_ros.model.robot_model import PRISMATIC, REVOLUTE, Frame, JointSpring, RobotModel, RobotParams
 
 __all__ = [
+    "DEFAULT_BOUNDS",
+    "PlausibilityBounds",
+    "plausibility_violations",
     "PRISMATIC",
     "REVOLUTE",
     "Frame",
