@@ -27,7 +27,7 @@ import numpy as np
 from oracles import BAXTER_URDF
 
 __all__ = ["ARM", "MotionSpec", "MotionTruth", "MotionStreams", "random_truth", "simulate", "decimate", "write_motion_bag",
-           "record_motion_bag", "NOMINAL_SPRING"]
+           "record_motion_bag", "write_robot_config", "NOMINAL_SPRING", "TOPICS"]
 
 ARM = ("left_s0", "left_s1", "left_e0", "left_e1", "left_w0", "left_w1", "left_w2")
 NOMINAL_SPRING = {"stiffness": 8000.0, "offset": 0.10, "alpha1": 0.20, "l1": 0.30, "l2": 0.07, "rest_length": 0.20}
@@ -67,7 +67,7 @@ class MotionSpec:
     camera_position_noise: float = 1.5e-3
     camera_rotation_noise: float = math.radians(0.3)
     frozen_joint: int | None = None
-    """Index of an arm joint held still (its reference is constant), or None."""
+    """Index of an arm joint locked still (a brake: it never moves), or None."""
     excitation_seed: int = 0
     noise_seed: int = 1
 
@@ -287,6 +287,9 @@ def simulate(truth, spec=MotionSpec()):
         data.qfrc_applied[models.dof] = tau
         data.qfrc_applied[models.dof[1]] += _spring_torque(q[1], truth.stiffness, truth.offset)
         mj.mj_step(models.plant, data)
+        if spec.frozen_joint is not None:  # a brake holds the joint exactly
+            data.qpos[models.qpos[spec.frozen_joint]] = q0[spec.frozen_joint]
+            data.qvel[models.dof[spec.frozen_joint]] = 0.0
     arr = {k: np.asarray(v) for k, v in out.items()}
     return MotionStreams(truth, spec, arr["jt"].astype(np.int64), arr["q"], arr["qd"], arr["e"], arr["ct"].astype(np.int64),
                          arr["c"], arr["kt"].astype(np.int64), arr["kp"].reshape(-1, 3), arr["kq"].reshape(-1, 4), arr["qt"])
@@ -348,12 +351,13 @@ def write_motion_bag(streams, path, storage="mcap", shuffle_seed=3, nan_rows=())
 
     plugin = {"mcap": StoragePlugin.MCAP, "sqlite3": StoragePlugin.SQLITE3}[storage]
     records = []
+    epoch = 1_764_000_000 * 1_000_000_000  # wall-clock stamps, as a robot's driver writes them
     with Writer(Path(path), version=8, storage_plugin=plugin) as writer:
         js = writer.add_connection(TOPICS["joint_states"], JointState.__msgtype__, typestore=store)
         cmd = writer.add_connection(TOPICS["commanded_torques"], Array.__msgtype__, typestore=store)
         cam = writer.add_connection(TOPICS["camera_pose"], PoseStamped.__msgtype__, typestore=store)
         extra = np.zeros(len(_EXTRA_JOINTS))
-        for i, ns in enumerate(streams.joint_ns):
+        for i, ns in enumerate(streams.joint_ns + epoch):
             position = np.concatenate([streams.q[i], extra])
             if i in nan_rows:
                 position[:7] = np.nan
@@ -361,9 +365,9 @@ def write_motion_bag(streams, path, storage="mcap", shuffle_seed=3, nan_rows=())
                              position=position[order], velocity=np.concatenate([streams.qd[i], extra])[order],
                              effort=np.concatenate([streams.effort[i], extra])[order])
             records.append((int(ns) + 200_000, js, msg))  # received 0.2 ms after the stamp
-        for ns, tau in zip(streams.command_ns, streams.command):
+        for ns, tau in zip(streams.command_ns + epoch, streams.command):
             records.append((int(ns), cmd, Array(layout=Layout(dim=[], data_offset=0), data=np.asarray(tau, float))))
-        for ns, p, quat in zip(streams.camera_ns, streams.camera_position, streams.camera_quaternion):
+        for ns, p, quat in zip(streams.camera_ns + epoch, streams.camera_position, streams.camera_quaternion):
             pose = Pose(position=Point(x=p[0], y=p[1], z=p[2]), orientation=Quaternion(x=quat[1], y=quat[2], z=quat[3], w=quat[0]))
             records.append((int(ns) + 15_000_000, cam, PoseStamped(header=header(ns, "camera"), pose=pose)))
         records.sort(key=lambda r: r[0])
@@ -382,3 +386,16 @@ def record_motion_bag(path, seed, *, friction=False, spec=MotionSpec(), rate=Non
     if rate is not None:
         streams = decimate(streams, rate, camera_rate=min(rate, spec.camera_rate), command_rate=rate)
     return write_motion_bag(streams, path, storage, **kwargs), streams.truth, streams
+
+
+def write_robot_config(path):
+    """A robot config for these bags: the shipped Baxter left-arm config with this lab's topics."""
+    import yaml
+
+    from oracles import BAXTER_LEFT
+
+    raw = yaml.safe_load(BAXTER_LEFT.read_text())
+    raw["robot"]["urdf"] = str(BAXTER_URDF)
+    raw["topics"] = dict(TOPICS)
+    Path(path).write_text(yaml.safe_dump(raw))
+    return Path(path)

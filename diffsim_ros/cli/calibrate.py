@@ -1,23 +1,32 @@
 """``diffsim-ros calibrate``: a recorded ROS 2 bag -> calibrated model, URDF and report.
 
-    diffsim-ros calibrate --bag BAG --config CONFIG --out DIR [--estimate payload,spring,...] [--force]
+    diffsim-ros calibrate --bag BAG --config CONFIG --out DIR [--estimate payload,spring,...]
+        [--model rigid|pbd] [--torque-source auto|commanded|effort] [--allow-partial] [--force]
+
+Exit codes (:mod:`diffsim_ros.cli.exits`): 0 written; 2 bad input (nothing written); 3 a
+requested parameter is not determined by the data (named; nothing written unless
+``--allow-partial``).
 """
 
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
-from diffsim_ros.estimation.data import DataError
+from diffsim_ros.cli import exits
+from diffsim_ros.estimation.data import HOLDS, DataError, UndeterminedError
+from diffsim_ros.estimation.identification import TRAJECTORY_LOSSES, IdentificationSettings
 from diffsim_ros.estimation.parameters import GROUPS
 from diffsim_ros.io.bags import BagError
 from diffsim_ros.io.calibration import CalibrationError, atomic_directory
-from diffsim_ros.io.offline import calibrate_bag, write_outputs
+from diffsim_ros.io.dataset import DatasetOptions
+from diffsim_ros.io.offline import MODELS, calibrate_bag, write_outputs
 from diffsim_ros.model import RobotModelError, load_robot_config
 
-__all__ = ["add_parser", "calibrate_command", "summary_table"]
+__all__ = ["add_parser", "calibrate_command", "parse_groups", "summary_table"]
 
 
 def add_parser(subparsers):
@@ -26,20 +35,41 @@ def add_parser(subparsers):
     parser.add_argument("--bag", required=True, type=Path, help="rosbag2 directory or .db3/.mcap file")
     parser.add_argument("--config", required=True, type=Path, help="robot config YAML (e.g. config/baxter_left.yaml)")
     parser.add_argument("--out", required=True, type=Path, help="output directory")
-    parser.add_argument(
-        "--estimate", default=None,
-        help=f"comma-separated parameter groups from {','.join(GROUPS)} (default: what the data supports)",
-    )
+    parser.add_argument("--estimate", default=None,
+                        help=f"comma-separated parameter groups from {','.join(GROUPS)} (default: what the data supports)")
     parser.add_argument("--force", action="store_true", help="replace an existing output directory")
-    parser.add_argument("--model", choices=("rigid", "pbd"), default="rigid",
+    parser.add_argument("--allow-partial", action="store_true",
+                        help="write the determined parameters even if some requested ones are not determined "
+                             "(those go under 'unidentifiable:')")
+    parser.add_argument("--model", choices=MODELS, default="rigid",
                         help="differentiable model the residuals go through: exact rigid-body dynamics or the PBD simulator")
-    parser.add_argument("--trajectory-loss", choices=("inverse_dynamics", "rollout"), default=None,
-                        help="loss on trajectories (default: inverse_dynamics for rigid, rollout for pbd)")
+    parser.add_argument("--trajectory-loss", choices=TRAJECTORY_LOSSES, default="auto",
+                        help="loss on motion (auto: inverse dynamics for the rigid model at >= 50 Hz, else rollouts)")
+    parser.add_argument("--torque-source", choices=("auto", "commanded", "effort"), default="auto",
+                        help="torques of the motion: commanded (held as the robot held them) or measured efforts "
+                             "(auto: commanded when the bag has them)")
+    parser.add_argument("--torque-hold", choices=("auto",) + HOLDS, default="auto",
+                        help="how torques act between samples (auto: commanded held, efforts cubic)")
+    parser.add_argument("--order-policy", choices=("raise", "sort"), default="raise",
+                        help="out-of-order stamps: refuse the bag (raise) or sort them and drop repeated stamps")
     parser.add_argument("--max-iterations", type=int, default=50, help="residual evaluations per optimizer pass")
-    parser.add_argument("--window-stride", type=int, default=10,
-                        help="samples between rollout windows (rollout loss; larger is faster)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (1 avoids OpenMP stalls on busy machines)")
+    parser.add_argument("--window-stride", type=int, default=None,
+                        help="samples between rollout windows (rollout loss; larger is faster; default 1 rigid, 2 PBD)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads (default: torch's choice; 1 avoids OpenMP stalls on busy machines)")
     parser.set_defaults(handler=calibrate_command)
+
+
+def parse_groups(text):
+    """Groups of an ``--estimate`` value; ValueError naming unknown or missing ones."""
+    tokens = [g.strip() for g in text.split(",")]
+    groups = tuple(dict.fromkeys(g for g in tokens if g))
+    if not groups:
+        raise ValueError(f"--estimate {text!r} names no parameter group; choose from {','.join(GROUPS)}")
+    unknown = [g for g in groups if g not in GROUPS]
+    if unknown:
+        raise ValueError(f"--estimate: unknown parameter group(s) {unknown}; choose from {','.join(GROUPS)}")
+    return groups
 
 
 def _format(value):
@@ -48,49 +78,82 @@ def _format(value):
 
 
 def summary_table(run):
-    """Plain-text table: parameter, nominal, estimate, standard deviation."""
-    rows = [("parameter", "nominal", "estimate", "stddev")]
+    """Plain-text table: parameter, nominal, estimate, standard deviation, status."""
+    rows = [("parameter", "nominal", "estimate", "stddev", "status")]
     for name, value in run.calibration.parameters.items():
         nominal = "" if name == "camera.pose" else _format(run.nominal.get_parameter(name).detach().cpu().numpy())
-        rows.append((name, nominal, _format(value), _format(run.calibration.stddev.get(name, np.nan))))
+        rows.append((name, nominal, _format(value), _format(run.calibration.stddev.get(name, np.nan)), "determined"))
     for name, reason in run.calibration.unidentifiable.items():
-        rows.append((name, "", "not identifiable", reason.split(";")[0]))
+        nominal = "" if name == "camera.pose" else _format(run.nominal.get_parameter(name).detach().cpu().numpy())
+        rows.append((name, nominal, "-", "-", "NOT DETERMINED: " + reason.split(";")[0]))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines = ["  ".join([cell.ljust(w) for cell, w in zip(row[:4], widths)] + [row[4]]) for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths) + "  ------")
     return "\n".join(lines)
 
 
-def calibrate_command(args):
-    """Handler: returns the exit code (0 ok, 2 bad input)."""
-    torch.set_num_threads(max(1, args.threads))
-    groups = None if args.estimate is None else tuple(g.strip() for g in args.estimate.split(",") if g.strip())
-    bars = []
+def _settings(args):
+    stride = args.window_stride if args.window_stride is not None else (2 if args.model == "pbd" else None)
+    if stride is not None and stride < 1:
+        raise ValueError(f"--window-stride must be >= 1, got {stride}")
+    if args.max_iterations < 1:
+        raise ValueError(f"--max-iterations must be >= 1, got {args.max_iterations}")
+    loss = args.trajectory_loss
+    if args.model == "pbd" and loss == "inverse_dynamics":
+        raise ValueError("--model pbd needs --trajectory-loss rollout or auto (inverse dynamics is rigid-body only)")
+    return IdentificationSettings(trajectory_loss=loss, max_iterations=args.max_iterations, window_stride=stride)
 
-    def progress(stage):
-        bar = tqdm(total=args.max_iterations * 2, desc=f"calibrate ({stage})", unit="eval", leave=False)
-        bars.append(bar)
-        return lambda cost: (bar.update(1), bar.set_postfix(cost=f"{cost:.4g}"))
 
-    loss = args.trajectory_loss or ("rollout" if args.model == "pbd" else "inverse_dynamics")
-    try:
-        atomic_directory(args.out, force=args.force)  # refuse early, before any work
-        config = load_robot_config(args.config)
-        run = calibrate_bag(args.bag, config, groups, trajectory_loss=loss, model_kind=args.model,
-                            progress=progress, max_iterations=args.max_iterations, window_stride=args.window_stride)
-        paths = write_outputs(run, args.out, config.urdf, force=args.force)
-    except (BagError, DataError, RobotModelError, CalibrationError, FileExistsError, ValueError) as err:
-        print(f"diffsim-ros calibrate: error: {err}", file=sys.stderr)
-        return 2
-    finally:
-        for bar in bars:
-            bar.close()
-    s = run.summary
-    print(f"data: {s.static_poses} static poses, {s.trajectory_seconds:.1f} s of trajectory "
-          f"({s.torque_source} torques), {s.camera_observations} camera poses")
+def _print_data(summary):
+    s = summary
+    print(f"data: {s.static_poses} rest poses, {s.trajectory_seconds:.1f} s of motion in {s.trajectories} run(s) "
+          f"at {s.sample_rate:.4g} Hz ({s.torque_source} torques), {s.camera_observations} camera poses")
     for note in s.notes:
         print(f"note: {note}")
-    print(summary_table(run))
+
+
+def _report_undetermined(run, allow_partial):
+    names = list(run.undetermined)
+    print(f"diffsim-ros calibrate: {len(names)} requested parameter(s) not determined by the data: {', '.join(names)}",
+          file=sys.stderr)
+    for name, reason in run.undetermined.items():
+        print(f"  {name}: {reason}", file=sys.stderr)
+    if not allow_partial:
+        print("nothing written (pass --allow-partial to write the determined parameters)", file=sys.stderr)
+
+
+def calibrate_command(args):
+    """Handler: returns the exit code (see :mod:`diffsim_ros.cli.exits`)."""
+    if args.threads is not None:
+        torch.set_num_threads(max(1, args.threads))
+    bar = tqdm(desc="calibrate", unit="eval", leave=False, disable=None)
+    start = time.perf_counter()
+    try:
+        groups = None if args.estimate is None else parse_groups(args.estimate)
+        settings = _settings(args)
+        atomic_directory(args.out, force=args.force)  # refuse early, before any work
+        config = load_robot_config(args.config)
+        options = DatasetOptions(torque_source=args.torque_source, torque_hold=args.torque_hold)
+        run = calibrate_bag(args.bag, config, groups, options=options, read_options={"order_policy": args.order_policy},
+                            settings=settings, model_kind=args.model,
+                            progress=lambda cost: (bar.update(1), bar.set_postfix(cost=f"{cost:.4g}")))
+        bar.close()
+        _print_data(run.summary)
+        print(summary_table(run))
+        if run.undetermined:
+            _report_undetermined(run, args.allow_partial)
+            if not args.allow_partial:
+                return exits.UNDETERMINED
+        paths = write_outputs(run, args.out, config.urdf, force=args.force)
+    except UndeterminedError as err:
+        print(f"diffsim-ros calibrate: not determined: {err}; nothing written", file=sys.stderr)
+        return exits.UNDETERMINED
+    except (BagError, DataError, RobotModelError, CalibrationError, FileExistsError, ValueError) as err:
+        print(f"diffsim-ros calibrate: error: {err}", file=sys.stderr)
+        return exits.BAD_INPUT
+    finally:
+        bar.close()
+    print(f"calibrated in {time.perf_counter() - start:.1f} s")
     for kind, path in paths.items():
         print(f"wrote {kind}: {path}")
-    return 0
+    return exits.OK

@@ -7,12 +7,9 @@ rigid-body simulator costs ~4 ms per step, which is what makes MPC reach 50 Hz.
 """
 
 from diffsim_ros.control.errors import ControlError
-from diffsim_ros.sim.base import RigidBodySimulator
-from diffsim_ros.sim.pbd import PBDSimulator
+from diffsim_ros.sim.factory import SIMULATOR_KINDS, make_simulator
 
 __all__ = ["SIMULATOR_KINDS", "default_simulator", "mpc_simulator"]
-
-SIMULATOR_KINDS = ("pbd", "rigid")
 
 
 def default_simulator(model, dt=0.01, substeps=None, kind="pbd"):
@@ -31,11 +28,9 @@ def default_simulator(model, dt=0.01, substeps=None, kind="pbd"):
     Raises:
         ControlError: Unknown kind.
     """
-    if kind == "pbd":
-        return PBDSimulator(model, dt, substeps=10 if substeps is None else substeps)
-    if kind == "rigid":
-        return RigidBodySimulator(model, dt, substeps=1 if substeps is None else substeps)
-    raise ControlError(f"unknown simulator '{kind}'; choose from {SIMULATOR_KINDS}")
+    if kind not in SIMULATOR_KINDS:
+        raise ControlError(f"unknown simulator '{kind}'; choose from {SIMULATOR_KINDS}")
+    return make_simulator(model, dt, kind, substeps)
 
 
 def mpc_simulator(model, dt=0.01, kind="rigid"):

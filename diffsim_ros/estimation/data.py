@@ -8,12 +8,32 @@ bad data is reported where it enters, naming what is wrong.
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy.interpolate import CubicSpline, PPoly
 
-__all__ = ["DataError", "StaticPoses", "Trajectory", "CameraObservations", "Dataset", "static_poses_from_intervals"]
+__all__ = [
+    "DataError",
+    "HOLDS",
+    "UndeterminedError",
+    "StaticPoses",
+    "TorqueSignal",
+    "Trajectory",
+    "CameraObservations",
+    "Dataset",
+    "static_poses_from_intervals",
+]
+
+HOLDS = ("zoh", "linear", "cubic")
+"""How torques act between their samples: held from each stamp on (``"zoh"``: what a robot
+does with the commands it receives), or interpolated (``"linear"``, ``"cubic"``: samples of a
+continuously varying torque, e.g. measured efforts)."""
 
 
 class DataError(ValueError):
     """Identification data is missing, inconsistent or insufficient (the message says which)."""
+
+
+class UndeterminedError(DataError):
+    """The data are valid but determine none of the requested parameters (the message says why)."""
 
 
 def _array(name, value, shape_tail, rows=None):
@@ -89,6 +109,70 @@ def static_poses_from_intervals(times, q, effort, intervals, std_floor=1e-3):
 
 
 @dataclass(frozen=True)
+class TorqueSignal:
+    """Joint torques as a function of time: samples and how they act in between.
+
+    Attributes:
+        stamps_ns: Sample stamps [ns], shape (C,), strictly increasing (any common clock).
+        values: Torques [N·m], shape (C, n).
+        hold: One of :data:`HOLDS`. A ``"zoh"`` sample acts from its stamp until the next one
+            (and the last one onwards); interpolated signals are defined between the first and
+            the last stamp only.
+    """
+
+    stamps_ns: np.ndarray
+    values: np.ndarray
+    hold: str = "zoh"
+
+    def __post_init__(self):
+        stamps = np.asarray(self.stamps_ns, dtype=np.int64)
+        if stamps.ndim != 1 or stamps.size < 2:
+            raise DataError(f"a torque signal needs two or more stamps, got shape {stamps.shape}")
+        if np.any(np.diff(stamps) <= 0):
+            raise DataError("torque signal stamps must be strictly increasing")
+        if self.hold not in HOLDS:
+            raise DataError(f"torque hold must be one of {HOLDS}, got {self.hold!r}")
+        object.__setattr__(self, "stamps_ns", stamps)
+        object.__setattr__(self, "values", _array("torque values", self.values, (np.shape(self.values)[-1],), stamps.size))
+        object.__setattr__(self, "_poly", self._polynomial())
+
+    def _seconds(self, stamps_ns):
+        return (np.asarray(stamps_ns, dtype=np.int64) - self.stamps_ns[0]) * 1e-9
+
+    def _polynomial(self):
+        x = self._seconds(self.stamps_ns)
+        if self.hold == "cubic" and x.size >= 4:
+            return CubicSpline(x, self.values, axis=0, extrapolate=False)
+        if self.hold == "zoh":
+            # Breakpoints at the stamps (right-continuous: a stamp takes its own value) and an
+            # open-ended last piece.
+            x = np.append(x, x[-1] + 1e9)
+            return PPoly(self.values[None, :, :], x, extrapolate=False)
+        slopes = np.diff(self.values, axis=0) / np.diff(x)[:, None]
+        return PPoly(np.stack([slopes, self.values[:-1]]), x, extrapolate=False)
+
+    @property
+    def end_ns(self):
+        """Last stamp at which the signal is defined [ns] (the zoh signal holds beyond it)."""
+        return self.stamps_ns[-1]
+
+    def at(self, stamps_ns):
+        """Torques at instants [N·m], shape (..., n); NaN where the signal is undefined."""
+        return self._poly(self._seconds(stamps_ns))
+
+    def means(self, start_ns, stop_ns):
+        """Mean torque over each interval ``[start, stop)`` [N·m], shape (..., n) (exact integrals).
+
+        Args:
+            start_ns: Interval starts [ns], any shape.
+            stop_ns: Interval ends [ns], same shape, each > its start.
+        """
+        a, b = self._seconds(start_ns), self._seconds(stop_ns)
+        integral = self._poly.antiderivative()
+        return (integral(b) - integral(a)) / (b - a)[..., None]
+
+
+@dataclass(frozen=True)
 class Trajectory:
     """A uniformly sampled motion with the torques that produced it.
 
@@ -96,12 +180,18 @@ class Trajectory:
         dt: Sample period [s].
         q: Joint positions [rad], shape (T, n) (filtered if measured).
         qd: Joint velocities [rad/s], shape (T, n) (filtered derivative, never raw differences).
-        tau: Motor torques at the sample times [N·m], shape (T, n); rollouts hold the
-            trapezoidal mean of consecutive samples over each sample period.
+        tau: Motor torques at the samples [N·m], shape (T, n), as the instantaneous losses
+            (inverse dynamics, simulator dynamics) use them: from bags, filtered by the same
+            kernel as the accelerations.
         qdd: Joint accelerations [rad/s²], shape (T, n), or None (needed only by the
             inverse-dynamics loss).
         q_std: Position noise [rad] (scalar) used to weight rollout residuals.
         qd_std: Velocity noise [rad/s] (scalar).
+        start_ns: Stamp of sample 0 [ns] on the clock of ``torque``.
+        torque: :class:`TorqueSignal` of the torques between the samples (rollouts average it
+            over every simulator step), or None: ``tau`` interpolated linearly.
+        filter_span: Samples on each side that a sample's filtered ``qdd`` and ``tau`` depend
+            on (0: instantaneous values).
     """
 
     dt: float
@@ -111,6 +201,9 @@ class Trajectory:
     qdd: np.ndarray | None = None
     q_std: float = 1e-4
     qd_std: float = 1e-2
+    start_ns: int = 0
+    torque: TorqueSignal | None = None
+    filter_span: int = 0
 
     def __post_init__(self):
         if not self.dt > 0:
@@ -124,33 +217,65 @@ class Trajectory:
         object.__setattr__(self, "tau", _array("trajectory tau", self.tau, (n,), steps))
         if self.qdd is not None:
             object.__setattr__(self, "qdd", _array("trajectory qdd", self.qdd, (n,), steps))
+        if self.torque is None:
+            object.__setattr__(self, "torque", TorqueSignal(self.stamps_ns, self.tau, "linear"))
+        elif self.torque.values.shape[1] != n:
+            raise DataError(f"torque signal has {self.torque.values.shape[1]} joints, the trajectory {n}")
+        elif self.torque.stamps_ns[0] > self.start_ns or (self.torque.hold != "zoh" and self.torque.end_ns < self.stamps_ns[-1]):
+            raise DataError("the torque signal does not cover the trajectory")
 
     def __len__(self):
         return self.q.shape[0]
 
-    def windows(self, horizon, stride=None):
+    def slowest_speed(self):
+        """Per sample and joint, the smallest |qd| [rad/s] within ``filter_span`` samples, (T, n)."""
+        speed = np.abs(self.qd)
+        span = int(self.filter_span)
+        if span == 0:
+            return speed
+        padded = np.pad(speed, ((span, span), (0, 0)), mode="edge")
+        return np.lib.stride_tricks.sliding_window_view(padded, 2 * span + 1, axis=0).min(-1)
+
+    @property
+    def period_ns(self):
+        """Sample period [ns]."""
+        return int(round(self.dt * 1e9))
+
+    @property
+    def stamps_ns(self):
+        """Sample stamps [ns], shape (T,)."""
+        return int(self.start_ns) + self.period_ns * np.arange(len(self), dtype=np.int64)
+
+    def windows(self, horizon, stride=None, steps_per_sample=1):
         """Rollout windows: start states, torques and the measured states that follow.
 
         Args:
-            horizon: Steps per window K (1 = one-step loss, >1 = multi-step recurrent loss).
+            horizon: Samples per window K (1 = one-step loss, >1 = multi-step recurrent loss).
             stride: Samples between window starts (default ``horizon``).
+            steps_per_sample: Simulator steps m per sample period: the simulator runs at
+                ``dt / m`` and each of its steps applies the mean torque over that step.
 
         Returns:
-            Dict with ``q0``, ``qd0`` (W, n), ``tau`` (W, K, n) (mean torque of each period),
-            ``q`` and ``qd`` (W, K, n).
+            Dict with ``q0``, ``qd0`` (W, n), ``tau`` (W, K * m, n), ``q`` and ``qd``
+            (W, K, n), and ``start`` (W,) sample index of each window.
         """
-        horizon = int(horizon)
+        horizon, m = int(horizon), int(steps_per_sample)
         stride = horizon if stride is None else int(stride)
+        if m < 1:
+            raise DataError(f"steps_per_sample must be >= 1, got {steps_per_sample}")
         starts = np.arange(0, len(self) - horizon, stride)
         if starts.size == 0:
             raise DataError(f"trajectory of {len(self)} samples is too short for horizon {horizon}")
         steps = starts[:, None] + np.arange(horizon)[None, :]
+        edges = self.stamps_ns[steps][..., None] + (self.period_ns * np.arange(m + 1)) // m  # (W, K, m + 1)
+        tau = self.torque.means(edges[..., :-1], edges[..., 1:]).reshape(len(starts), horizon * m, -1)
         return {
             "q0": self.q[starts],
             "qd0": self.qd[starts],
-            "tau": 0.5 * (self.tau[steps] + self.tau[steps + 1]),
+            "tau": tau,
             "q": self.q[steps + 1],
             "qd": self.qd[steps + 1],
+            "start": starts,
         }
 
 

@@ -1,41 +1,57 @@
-"""Identification: choose parameter groups, stack residual blocks, optimize, report honestly.
+"""Identification: one joint problem over every kind of data, solved and reported honestly.
 
-The optimizer is Levenberg-Marquardt / trust-region Gauss-Newton
-(``scipy.optimize.least_squares`` with Jacobians from torch forward-mode AD) or Adam, with a
-robust loss against outliers. Before optimizing, the Jacobian's conditioning is analysed:
-coordinates that the data cannot determine are flagged, kept at their nominal values and
-reported as unidentifiable instead of returning arbitrary numbers. Standard deviations come
-from the Gauss-Newton covariance scaled by the residual variance, mapped to physical
-parameters by the delta method.
+Every requested parameter group is estimated at once from all the data there is: rest poses
+(static torque balance), motion (inverse-dynamics residuals on filtered states, or rollout
+windows through the rigid-body or the PBD simulator, also from low-rate data with a fine
+internal step) and camera poses. Each residual block is normalized by its noise, and the
+noise of every block column is re-estimated from the fit (variance components), so that
+blocks of different units and quality are weighted by what they are worth.
+
+The optimizer is trust-region least squares (``scipy.optimize.least_squares``, box bounds
+from :mod:`diffsim_ros.model.plausibility`, Jacobians from torch forward-mode AD) or Adam,
+with a robust loss. Parameters the data do not determine (see
+:mod:`~diffsim_ros.estimation.identifiability`) are never returned as values: they are named
+in ``IdentificationResult.unidentifiable`` with the reason and the data that would determine
+them.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 import torch
-import torch.autograd.forward_ad as fwad
-from scipy.optimize import least_squares
 
 from diffsim_ros.dynamics.kinematics import forward_kinematics
 from diffsim_ros.dynamics.spatial import matrix_to_quat, quat_to_matrix
-from diffsim_ros.estimation.data import DataError
+from diffsim_ros.estimation import identifiability as ident
+from diffsim_ros.estimation import solvers
+from diffsim_ros.estimation.data import DataError, UndeterminedError
 from diffsim_ros.estimation.parameters import GROUPS, ParameterSpace
 from diffsim_ros.estimation.residuals import (
     CameraResidual,
     InverseDynamicsResidual,
     RolloutResidual,
+    SimulatorDynamicsResidual,
     StaticSimulatorResidual,
     StaticTorqueResidual,
 )
+from diffsim_ros.model.plausibility import DEFAULT_BOUNDS, PlausibilityBounds, plausibility_violations
 from diffsim_ros.sim.base import RigidBodySimulator
+from diffsim_ros.sim.factory import make_simulator, steps_per_sample
 
-__all__ = ["IdentificationResult", "identify", "forward_jacobian", "camera_initial_guess", "ROBUST_LOSSES"]
+__all__ = [
+    "IdentificationResult",
+    "IdentificationSettings",
+    "TRAJECTORY_LOSSES",
+    "identify",
+    "forward_jacobian",
+    "camera_initial_guess",
+    "ROBUST_LOSSES",
+]
 
-ROBUST_LOSSES = ("linear", "huber", "soft_l1", "cauchy")
-CONDITION_LIMIT = 1e7
-"""Normalized singular values below s_max / CONDITION_LIMIT span unidentifiable directions."""
-NULL_PARTICIPATION = 0.3
-"""A coordinate whose unit vector has this much weight in the null space is unidentifiable."""
+ROBUST_LOSSES = solvers.ROBUST_LOSSES
+forward_jacobian = solvers.forward_jacobian
+TRAJECTORY_LOSSES = ("auto", "inverse_dynamics", "simulator_dynamics", "rollout")
+JACOBIANS = ("auto", "forward", "finite_difference")
 
 _NEEDS = {
     "payload": ("static", "trajectories"),
@@ -48,22 +64,95 @@ _NEEDS = {
 }
 
 
+@dataclass(frozen=True)
+class IdentificationSettings:
+    """How an identification run treats its data.
+
+    Attributes:
+        trajectory_loss: Residual of the motion: ``"inverse_dynamics"`` (rigid model:
+            ``rnea - passive - tau`` at every sample), ``"simulator_dynamics"`` (one short
+            simulator step from every sample, torque-equivalent; any simulator),
+            ``"rollout"`` (windows of samples simulated and compared; Liu et al., Wang et
+            al.) or ``"auto"``: inverse dynamics for the rigid model, simulator dynamics
+            through any other. Both instantaneous residuals work at any sample rate.
+        simulator_step: [s] the step h of the simulator-dynamics and static-simulator
+            residuals (their error is about (h / 2) M jerk).
+        max_sim_step: [s] longest simulator step of rollouts: low-rate samples are simulated
+            in several steps of at most this length.
+        horizon: Rollout window length in samples (1 = one-step loss).
+        scheme: Rollout residual, one of :data:`~diffsim_ros.estimation.residuals.ROLLOUT_SCHEMES`.
+        window_stride: Samples between rollout windows (default: the horizon).
+        checkpoint_every: Gradient checkpointing block for long rollouts.
+        torque_std: Initial torque noise of the inverse-dynamics loss [N·m].
+        stiction_velocity: [rad/s] entries of joints slower than this are left out of motion
+            residuals while Coulomb friction is modelled (estimated or nonzero): a sticking
+            joint's friction is any torque within +-mu. None: never.
+        reweight: Re-estimate the noise of every residual block column from the fit.
+        optimizer: ``"lm"`` (trust-region least squares) or ``"adam"``.
+        robust: Robust loss, one of :data:`ROBUST_LOSSES`.
+        robust_scale: Residual size (in standard deviations) where the robust loss bends.
+        max_iterations: Residual evaluations (LM) or steps (Adam) per solve.
+        spring_geometry: Also estimate spring lever lengths l1, l2.
+        adam_lr: Adam step size in normalized coordinates.
+        bounds: Plausibility bounds (box constraints and the final check).
+        policy: :class:`~diffsim_ros.estimation.identifiability.DeterminationPolicy`.
+        jacobian: Jacobians of simulator residuals: ``"forward"`` (forward-mode AD through
+            the torch step), ``"finite_difference"`` (central differences, no gradients:
+            the compiled kernel where the simulator has one) or ``"auto"`` (finite
+            differences where a compiled kernel applies).
+    """
+
+    trajectory_loss: str = "auto"
+    simulator_step: float = 0.001
+    max_sim_step: float = 0.01
+    horizon: int = 1
+    scheme: str = "torque"
+    window_stride: int | None = None
+    checkpoint_every: int | None = None
+    torque_std: float = 0.05
+    stiction_velocity: float | None = 0.05
+    reweight: bool = True
+    optimizer: str = "lm"
+    robust: str = "huber"
+    robust_scale: float = 3.0
+    max_iterations: int = 50
+    spring_geometry: bool = False
+    adam_lr: float = 0.05
+    bounds: PlausibilityBounds = DEFAULT_BOUNDS
+    policy: ident.DeterminationPolicy = field(default_factory=ident.DeterminationPolicy)
+    jacobian: str = "auto"
+
+    def __post_init__(self):
+        if self.trajectory_loss not in TRAJECTORY_LOSSES:
+            raise ValueError(f"unknown trajectory_loss '{self.trajectory_loss}'; choose from {TRAJECTORY_LOSSES}")
+        if self.robust not in ROBUST_LOSSES:
+            raise ValueError(f"unknown robust loss '{self.robust}'; choose from {ROBUST_LOSSES}")
+        if self.optimizer not in ("lm", "adam"):
+            raise ValueError(f"unknown optimizer '{self.optimizer}' (lm or adam)")
+        if self.jacobian not in JACOBIANS:
+            raise ValueError(f"unknown jacobian '{self.jacobian}'; choose from {JACOBIANS}")
+        if not (self.max_sim_step > 0 and self.simulator_step > 0 and self.torque_std > 0 and int(self.max_iterations) >= 1):
+            raise ValueError("max_sim_step, simulator_step and torque_std must be positive and max_iterations >= 1")
+
+
 @dataclass
 class IdentificationResult:
     """What an identification run found.
 
     Attributes:
-        model: Calibrated model (unidentifiable parameters at their nominal values).
+        model: Calibrated model (parameters not determined stay at their nominal values).
         camera_pose: Estimated camera frame in the base frame, (4, 4), or None.
-        values: Parameter name -> estimated value (numpy).
+        values: Parameter name -> estimated value (numpy); determined parameters only.
         stddev: Parameter name -> standard deviation (numpy, same shape as the value).
-        unidentifiable: Parameter name -> reason it was not estimated.
-        metrics_before: Residual block -> per-joint RMS (physical units) at the nominal values.
+        unidentifiable: Parameter name -> why the data do not determine it, and which data would.
+        metrics_before: Residual block -> per-column RMS (physical units) at the nominal values.
         metrics_after: The same at the estimate.
         history: Total cost after each residual evaluation.
         singular_values: Normalized Jacobian singular values at the start.
         success: Whether the optimizer reported convergence.
         message: Optimizer message.
+        noise: Residual block -> estimated noise std per column (physical units).
+        blocks: Names of the residual blocks used.
     """
 
     model: object
@@ -77,28 +166,8 @@ class IdentificationResult:
     singular_values: np.ndarray | None = None
     success: bool = True
     message: str = ""
-
-
-def forward_jacobian(fn, x):
-    """Jacobian of ``fn: (P,) -> (M,)`` by forward-mode AD, one pass per coordinate.
-
-    Cheaper than reverse mode for identification, where residuals (M) far outnumber
-    parameters (P).
-
-    Returns:
-        ``(value (M,), jacobian (M, P))``.
-    """
-    columns = []
-    value = None
-    eye = torch.eye(x.shape[0], dtype=x.dtype, device=x.device)
-    for i in range(x.shape[0]):
-        with fwad.dual_level():
-            out = fwad.unpack_dual(fn(fwad.make_dual(x, eye[i])))
-            value = out.primal if value is None else value
-            columns.append(out.tangent if out.tangent is not None else torch.zeros_like(out.primal))
-    if value is None:
-        value = fn(x)
-    return value.detach(), torch.stack(columns, dim=1).detach() if columns else value.new_zeros(value.shape[0], 0)
+    noise: dict = field(default_factory=dict)
+    blocks: tuple = ()
 
 
 def camera_initial_guess(model, observations):
@@ -114,9 +183,8 @@ def camera_initial_guess(model, observations):
     pos = link[:, :3, 3] - np.einsum("nij,nj->ni", rot, observations.position)
     quats = matrix_to_quat(torch.as_tensor(rot)).numpy()
     _, vecs = np.linalg.eigh(quats.T @ quats)
-    mean = vecs[:, -1]
     pose = np.eye(4)
-    pose[:3, :3] = quat_to_matrix(torch.as_tensor(mean)).numpy()
+    pose[:3, :3] = quat_to_matrix(torch.as_tensor(vecs[:, -1])).numpy()
     pose[:3, 3] = pos.mean(0)
     return pose
 
@@ -137,300 +205,219 @@ def _check_data(dataset, groups, model):
             )
 
 
-def _blocks(model, dataset, groups, simulator, trajectory_loss, horizon, scheme, torque_std, checkpoint_every, stride):
-    """Residual blocks that inform the requested groups.
+def _is_rigid(simulator):
+    return simulator is None or simulator == "rigid" or isinstance(simulator, RigidBodySimulator)
 
-    Static poses inform payload, spring, inertia and link lengths; trajectories inform the
-    velocity-dependent groups (damping, friction, inertia) and, only when no static poses
-    are given, the static groups too: static balance is the cleaner measurement, and mixing
-    in rollout errors would let integration and torque-sampling errors bias it.
-    """
+
+def _trajectory_loss(settings, simulator):
+    if settings.trajectory_loss != "auto":
+        return settings.trajectory_loss
+    return "inverse_dynamics" if _is_rigid(simulator) else "simulator_dynamics"
+
+
+def _simulator(simulator, model, dt, kind_step):
+    """A simulator instance: the given one, or one of the given kind stepping ``kind_step(dt)``."""
+    if simulator is not None and not isinstance(simulator, str):
+        return simulator
+    return make_simulator(model, kind_step(dt), "rigid" if simulator is None else simulator, substeps=1)
+
+
+def _friction_modelled(model, groups):
+    return "friction" in groups or bool((model.params.friction != 0).any())
+
+
+def _motion_block(model, trajectories, simulator, settings, stiction):
+    loss = _trajectory_loss(settings, simulator)
+    if loss == "inverse_dynamics":
+        if not _is_rigid(simulator):
+            raise ValueError("the inverse-dynamics loss is rigid-body only; use simulator_dynamics or rollout")
+        return InverseDynamicsResidual(trajectories, model, settings.torque_std, stiction)
+    if loss == "simulator_dynamics":
+        sim = _simulator(simulator, model, trajectories[0].dt, lambda dt: settings.simulator_step)
+        return SimulatorDynamicsResidual.from_trajectories(trajectories, model, sim, settings.torque_std, stiction)
+    if isinstance(simulator, str) and simulator == "pbd":
+        # Rollout windows through PBD at its operating step (several substeps per step).
+        sim = make_simulator(model, trajectories[0].dt / steps_per_sample(trajectories[0].dt, settings.max_sim_step), "pbd")
+    else:
+        sim = _simulator(simulator, model, trajectories[0].dt,
+                         lambda dt: dt / steps_per_sample(dt, settings.max_sim_step))
+    return RolloutResidual(trajectories, model, sim, settings.horizon, settings.scheme, settings.window_stride,
+                           settings.checkpoint_every, stiction, settings.torque_std)
+
+
+def _blocks(model, dataset, groups, simulator, settings):
+    """Every residual block the data provide for the requested groups (one joint problem)."""
     blocks = []
-    rigid = simulator is None or isinstance(simulator, RigidBodySimulator)
-    static_groups = {"payload", "spring", "inertia", "link_lengths"} & set(groups)
-    if dataset.static is not None and static_groups:
-        if rigid:
+    informed = set(groups)
+    stiction = settings.stiction_velocity if _friction_modelled(model, groups) else None
+    if dataset.static is not None and informed & {"payload", "spring", "inertia", "link_lengths"}:
+        if _is_rigid(simulator):
             blocks.append(StaticTorqueResidual(dataset.static, model))
         else:
-            blocks.append(StaticSimulatorResidual(dataset.static, model, simulator))
-    dynamic_groups = {"damping", "friction", "inertia"} & set(groups)
-    if dataset.trajectories and (dynamic_groups or (static_groups and not blocks)):
-        if trajectory_loss == "inverse_dynamics":
-            blocks.append(InverseDynamicsResidual(dataset.trajectories, model, torque_std))
-        elif trajectory_loss == "rollout":
-            sim = simulator if simulator is not None else RigidBodySimulator(model, dataset.trajectories[0].dt)
-            blocks.append(RolloutResidual(dataset.trajectories, model, sim, horizon, scheme, stride, checkpoint_every))
-        else:
-            raise ValueError(f"unknown trajectory_loss '{trajectory_loss}' (rollout or inverse_dynamics)")
+            sim = _simulator(simulator, model, None, lambda dt: settings.simulator_step)
+            blocks.append(StaticSimulatorResidual(dataset.static, model, sim))
+    if dataset.trajectories and informed - {"camera"}:
+        blocks.append(_motion_block(model, dataset.trajectories, simulator, settings, stiction))
     if dataset.camera is not None and "camera" in groups:
         blocks.append(CameraResidual(dataset.camera, model))
     return blocks
 
 
-def _unidentifiable(jac):
-    """Flag coordinates the data cannot determine; returns (flags, normalized singular values)."""
-    norms = np.linalg.norm(jac, axis=0)
-    flags = ~(norms > 0)
-    active = ~flags
-    if active.any():
-        scaled = jac[:, active] / norms[active]
-        _, sing, vt = np.linalg.svd(scaled, full_matrices=False)
-        weak = sing < sing[0] / CONDITION_LIMIT
-        if weak.any():
-            participation = np.sqrt((vt[weak] ** 2).sum(0))
-            index = np.flatnonzero(active)
-            flags[index[participation > NULL_PARTICIPATION]] = True
-    else:
-        sing = np.zeros(0)
-    return flags, sing
+def _finite_differences(block, settings):
+    """Whether a block's Jacobian comes from central differences of compiled rollouts."""
+    sim = getattr(block, "simulator", None)
+    if sim is None or settings.jacobian == "forward":
+        return False
+    if settings.jacobian == "finite_difference":
+        return True
+    supported = getattr(sim, "fast_rollout_supported", None)
+    return supported is not None and supported() is None
 
 
-def _block_names(space):
-    """Coordinate index ranges of each parameter block and the names they determine."""
+class _Problem:
+    """The stacked residual of all blocks over the free coordinates of a parameter space.
+
+    Blocks through a simulator with a compiled rollout kernel are differentiated by central
+    differences of that kernel (many times faster than forward-mode AD through the torch
+    step); the others by vectorized forward-mode AD.
+    """
+
+    def __init__(self, space, blocks, x0, settings):
+        self.space, self.blocks = space, blocks
+        self.x0 = x0
+        self.free = np.ones(space.size, dtype=bool)
+        self.fd = [_finite_differences(block, settings) for block in blocks]
+
+    def residual(self, x):
+        candidate, camera = self.space.apply(x)
+        return torch.cat([block(candidate, camera) for block in self.blocks])
+
+    def full(self, z, base=None):
+        """Coordinates with the free ones set to ``z`` and the others from ``base`` (default x0)."""
+        base = self.x0 if base is None else base
+        index = torch.as_tensor(np.flatnonzero(self.free), device=base.device)
+        return base.clone().index_put((index,), z)
+
+    def free_residual(self, z):
+        return self.residual(self.full(z))
+
+    def _block_residual(self, index, z):
+        candidate, camera = self.space.apply(self.full(z))
+        return self.blocks[index](candidate, camera)
+
+    def value_and_jacobian(self, z):
+        """Residual (M,) and Jacobian (M, P_free) at free coordinates ``z``."""
+        values, jacobians = [], []
+        for index, fd in enumerate(self.fd):
+            fn = lambda w, i=index: self._block_residual(i, w)  # noqa: E731
+            value, jac = _central_differences(fn, z) if fd else solvers.forward_jacobian(fn, z)
+            values.append(value)
+            jacobians.append(jac)
+        return torch.cat(values), torch.cat(jacobians)
+
+    def bounds(self):
+        return self.space.lower[self.free], self.space.upper[self.free]
+
+    def count(self):
+        return sum(block.active for block in self.blocks)
+
+
+FD_RELATIVE_STEP = 1e-6
+"""Central-difference step relative to max(1, |coordinate|): truncation ~1e-12, rounding ~1e-10."""
+
+
+def _central_differences(fn, z):
+    """Residual and its Jacobian by central differences (no autograd: compiled kernels apply)."""
+    with torch.no_grad():
+        value = fn(z)
+        columns = []
+        for i in range(z.shape[0]):
+            step = FD_RELATIVE_STEP * max(1.0, abs(float(z[i])))
+            e = torch.zeros_like(z)
+            e[i] = step
+            columns.append((fn(z + e) - fn(z - e)) / (2.0 * step))
+    return value, torch.stack(columns, dim=1) if columns else value.new_zeros(value.shape[0], 0)
+
+
+def _flag_rank_deficient(problem, jac, unidentifiable):
+    """Fix (at nominal) every parameter block with a coordinate the data cannot determine."""
+    flags, singular = ident.rank_flags(jac)
     start = 0
-    for block in space.blocks:
-        yield slice(start, start + block.size), block.names
+    for block in problem.space.blocks:
+        index = slice(start, start + block.size)
+        if flags[index].any():
+            for name in block.names:
+                unidentifiable[name] = (f"not determined by the data (no or redundant excitation: rank-deficient "
+                                        f"Jacobian); would need {ident.data_hint(name)}")
+            problem.free[index] = False
         start += block.size
+    return singular
 
 
-def _per_block_metrics(blocks, residual, model):
+def _solve(problem, z0, settings, history, progress):
+    lower, upper = problem.bounds()
+
+    def on_evaluation(cost):
+        history.append(cost)
+        if progress is not None:
+            progress(cost)
+
+    if settings.optimizer == "adam":
+        return solvers.adam(problem.free_residual, z0, lower, upper, settings.robust, settings.robust_scale,
+                            settings.max_iterations, settings.adam_lr, on_evaluation)
+    if settings.robust != "linear":
+        # Far from the solution every residual looks like an outlier and a robust loss
+        # degenerates to slow L1 steps: converge in plain least squares first, then refine.
+        z0 = solvers.least_squares(problem.value_and_jacobian, z0, lower, upper, "linear", settings.robust_scale,
+                                   settings.max_iterations, on_evaluation).z
+    return solvers.least_squares(problem.value_and_jacobian, z0, lower, upper, settings.robust, settings.robust_scale,
+                                 settings.max_iterations, on_evaluation)
+
+
+def _reweight(problem, residual):
+    """Scale each block column's noise to the robust spread of its normalized residual.
+
+    Returns:
+        Whether any noise changed by more than 10 %.
+    """
+    changed, start = False, 0
+    for block in problem.blocks:
+        size = block.scale.numel()
+        part = residual[start : start + size].reshape(-1, block.columns)
+        start += size
+        weight = torch.ones_like(part) if block.weight is None else block.weight.reshape(-1, block.columns)
+        factors = []
+        for j in range(block.columns):
+            values = part[weight[:, j] > 0, j]
+            factors.append(1.4826 * values.abs().median() if values.numel() >= 10 else torch.ones((), dtype=part.dtype))
+        factors = torch.stack(factors).clamp_min(1e-6)
+        changed |= bool(((factors - 1.0).abs() > 0.1).any())
+        block.rescale(factors)
+    return changed
+
+
+def _per_block_metrics(blocks, residual):
     out, start = {}, 0
     for block in blocks:
         size = block.scale.numel()
-        rms = block.per_joint_rms(residual[start : start + size]).cpu().numpy()
-        out[block.name] = rms
+        out[block.name] = block.per_joint_rms(residual[start : start + size]).cpu().numpy()
         start += size
     return out
 
 
-def identify(
-    model,
-    dataset,
-    groups,
-    *,
-    simulator=None,
-    trajectory_loss="rollout",
-    horizon=1,
-    scheme="both",
-    optimizer="lm",
-    robust="huber",
-    robust_scale=3.0,
-    max_iterations=50,
-    camera_guess=None,
-    spring_geometry=False,
-    torque_std=0.05,
-    checkpoint_every=None,
-    window_stride=None,
-    adam_lr=0.05,
-    progress=None,
-):
-    """Estimate the requested parameter groups from a dataset.
-
-    Args:
-        model: Nominal RobotModel (initial values; float64 recommended).
-        dataset: :class:`~diffsim_ros.estimation.data.Dataset`.
-        groups: Parameter groups, e.g. ``("payload", "spring")``.
-        simulator: JointSpaceSimulator for rollout/static losses (``None`` = exact rigid-body
-            dynamics; pass a PBD simulator to identify through PBD).
-        trajectory_loss: ``"rollout"`` (simulate windows) or ``"inverse_dynamics"``.
-        horizon: Rollout window length (1 = one-step loss).
-        scheme: Rollout residual on ``"angle"``, ``"velocity"`` or ``"both"``.
-        optimizer: ``"lm"`` (scipy least_squares, trust-region reflective with bounds) or ``"adam"``.
-        robust: Robust loss (``"linear"``, ``"huber"``, ``"soft_l1"``, ``"cauchy"``).
-        robust_scale: Residual size (in standard deviations) where the robust loss bends.
-        max_iterations: Residual evaluations (LM) or steps (Adam).
-        camera_guess: Initial camera pose (4, 4); default: closed form from the data.
-        spring_geometry: Also estimate spring lever lengths l1, l2.
-        torque_std: Torque noise for the inverse-dynamics loss [N·m].
-        checkpoint_every: Gradient checkpointing block for long rollouts.
-        window_stride: Samples between rollout windows (default: the horizon); larger strides
-            trade data for speed on long recordings.
-        adam_lr: Adam step size in normalized coordinates.
-        progress: Optional callable ``progress(cost)`` called after every evaluation
-            (e.g. a tqdm bar's update).
-
-    Returns:
-        IdentificationResult.
-
-    Raises:
-        DataError: Data missing for a group, too few residuals, or nothing identifiable.
-        ValueError: Unknown groups, optimizer or loss.
-    """
-    if robust not in ROBUST_LOSSES:
-        raise ValueError(f"unknown robust loss '{robust}'; choose from {ROBUST_LOSSES}")
-    if optimizer not in ("lm", "adam"):
-        raise ValueError(f"unknown optimizer '{optimizer}' (lm or adam)")
-    groups = tuple(dict.fromkeys(groups))
-    unknown = [g for g in groups if g not in GROUPS]
-    if unknown:
-        raise ValueError(f"unknown parameter groups {unknown}; choose from {list(GROUPS)}")
-    _check_data(dataset, groups, model)
-    if "camera" in groups and camera_guess is None:
-        camera_guess = camera_initial_guess(model, dataset.camera)
-    space = ParameterSpace(model, groups, camera_guess, spring_geometry)
-    blocks = _blocks(model, dataset, groups, simulator, trajectory_loss, horizon, scheme, torque_std, checkpoint_every, window_stride)
-    like = model.params.mass
-
-    def residual(x):
-        candidate, camera = space.apply(x)
-        return torch.cat([block(candidate, camera) for block in blocks])
-
-    x0 = torch.as_tensor(space.x0, dtype=like.dtype, device=like.device)
-    r0, jac0 = forward_jacobian(residual, x0)
-    if r0.numel() < space.size:
-        raise DataError(
-            f"too few data: {r0.numel()} residuals for {space.size} unknowns of groups {list(groups)}; "
-            "record more poses or a longer trajectory"
-        )
-    flags, singular = _unidentifiable(jac0.cpu().numpy())
-    free = ~flags
-    if not free.any():
-        raise DataError(
-            f"none of the parameters of groups {list(groups)} is identifiable from these data "
-            "(too few or too similar poses, or no excitation)"
-        )
-    unidentifiable = {}
-    for index, names in _block_names(space):
-        if flags[index].any():
-            for name in names:
-                unidentifiable[name] = "not determined by the data (rank-deficient or ill-conditioned Jacobian); kept at nominal"
-            flags[index] = True  # a block is estimated whole or not at all
-    free = ~flags
-    if not free.any():
-        raise DataError(f"none of the parameters of groups {list(groups)} is identifiable from these data")
-
-    history = []
-    fixed = x0.clone()
-    free_t = torch.as_tensor(free, device=like.device)
-
-    def full(z):
-        return torch.where(free_t, torch.zeros_like(fixed), fixed).index_put((free_t.nonzero().flatten(),), z)
-
-    def free_residual(z):
-        return residual(full(z))
-
-    z0 = x0[free_t]
-    lower, upper = space.lower[free], space.upper[free]
-    if optimizer == "lm":
-        # Far from the solution every residual looks like an outlier and a robust loss
-        # degenerates to slow L1 steps: converge in plain least squares first, then refine.
-        if robust != "linear":
-            z0, _, _, _ = _least_squares(free_residual, z0, lower, upper, "linear", robust_scale, max_iterations, history, progress)
-        z_opt, success, message, jac = _least_squares(free_residual, z0, lower, upper, robust, robust_scale, max_iterations, history, progress)
-    else:
-        z_opt, success, message, jac = _adam(free_residual, z0, lower, upper, robust, robust_scale, max_iterations, adam_lr, history, progress)
-    x_opt = full(z_opt)
-
-    r_opt = residual(x_opt).detach()
-    dof = max(1, r_opt.numel() - int(free.sum()))
-    variance = float(_robust_cost(r_opt.cpu().numpy(), robust, robust_scale) * 2.0 / dof)
-    cov = variance * np.linalg.pinv(jac.T @ jac)
-    values, stddev = _physical_report(space, x_opt, free_t, cov, unidentifiable)
-    calibrated, camera = space.apply(x_opt)
-    calibrated = calibrated.replace(params=calibrated.params.detach())
-    return IdentificationResult(
-        model=calibrated,
-        camera_pose=None if camera is None else camera.detach().cpu().numpy(),
-        values=values,
-        stddev=stddev,
-        unidentifiable=unidentifiable,
-        metrics_before=_per_block_metrics(blocks, r0, model),
-        metrics_after=_per_block_metrics(blocks, r_opt, calibrated),
-        history=history,
-        singular_values=singular,
-        success=success,
-        message=message,
-    )
-
-
-def _robust_cost(residual, robust, scale):
-    """0.5 * sum rho(r^2) with scipy's robust-loss definitions."""
-    z = (residual / scale) ** 2
-    if robust == "linear":
-        rho = z
-    elif robust == "huber":
-        rho = np.where(z <= 1, z, 2 * np.sqrt(z) - 1)
-    elif robust == "soft_l1":
-        rho = 2 * (np.sqrt(1 + z) - 1)
-    else:
-        rho = np.log1p(z)
-    return 0.5 * scale**2 * rho.sum()
-
-
-def _least_squares(fn, z0, lower, upper, robust, scale, max_iterations, history, progress):
-    cache = {}
-
-    def evaluate(z):
-        key = z.tobytes()
-        if key not in cache:
-            cache.clear()
-            value, jac = forward_jacobian(fn, torch.as_tensor(z, dtype=z0.dtype, device=z0.device))
-            cache[key] = (value.cpu().numpy(), jac.cpu().numpy())
-            cost = _robust_cost(cache[key][0], robust, scale)
-            history.append(cost)
-            if progress is not None:
-                progress(cost)
-        return cache[key]
-
-    bounded = np.isfinite(lower).any() or np.isfinite(upper).any()
-    result = least_squares(
-        lambda z: evaluate(z)[0],
-        z0.cpu().numpy(),
-        jac=lambda z: evaluate(z)[1],
-        bounds=(lower, upper) if bounded else (-np.inf, np.inf),
-        method="trf",
-        loss=robust,
-        f_scale=scale,
-        x_scale="jac",
-        max_nfev=max_iterations,
-        ftol=1e-12,
-        xtol=1e-12,
-        gtol=1e-12,
-    )
-    z = torch.as_tensor(result.x, dtype=z0.dtype, device=z0.device)
-    return z, bool(result.success), str(result.message), result.jac
-
-
-def _adam(fn, z0, lower, upper, robust, scale, steps, lr, history, progress):
-    """Adam in coordinates normalized by their magnitude, projected onto the bounds."""
-    typical = torch.clamp(z0.abs(), min=1e-2)
-    u = torch.zeros_like(z0, requires_grad=True)
-    opt = torch.optim.Adam([u], lr=lr)
-    low = torch.as_tensor(lower, dtype=z0.dtype, device=z0.device)
-    high = torch.as_tensor(upper, dtype=z0.dtype, device=z0.device)
-    huber = torch.nn.HuberLoss(reduction="sum", delta=scale)
-    for _ in range(int(steps)):
-        opt.zero_grad()
-        r = fn(z0 + typical * u)
-        loss = 0.5 * r.square().sum() if robust == "linear" else huber(r, torch.zeros_like(r))
-        loss.backward()
-        opt.step()
-        with torch.no_grad():
-            u.copy_(((z0 + typical * u).clamp(low, high) - z0) / typical)
-        history.append(float(loss))
-        if progress is not None:
-            progress(float(loss))
-    z = (z0 + typical * u).detach()
-    _, jac = forward_jacobian(fn, z)
-    return z, True, f"Adam: {int(steps)} steps", jac.cpu().numpy()
-
-
-def _physical_report(space, x_opt, free_t, cov, unidentifiable):
-    """Named values and delta-method standard deviations of the identified parameters."""
-    names = [n for block in space.blocks for n in block.names if n not in unidentifiable]
+def _physical(problem, x, cov, names):
+    """Named values and delta-method standard deviations of the parameters ``names``."""
+    free_t = torch.as_tensor(problem.free, device=x.device)
 
     def flat(z):
-        full = x_opt.detach().clone()
-        full = full.index_put((free_t.nonzero().flatten(),), z)
-        phys = space.physical(full)
+        phys = problem.space.physical(x.detach().clone().index_put((free_t.nonzero().flatten(),), z))
         return torch.cat([phys[n].reshape(-1) for n in names])
 
-    z = x_opt[free_t].detach()
-    value, jac = forward_jacobian(flat, z)
+    value, jac = forward_jacobian(flat, x[free_t].detach())
     jac = jac.cpu().numpy()
     std = np.sqrt(np.clip(np.einsum("ij,jk,ik->i", jac, cov, jac), 0.0, None))
     values, stddev, start = {}, {}, 0
-    phys = space.physical(x_opt.detach())
+    phys = problem.space.physical(x.detach())
     for name in names:
         shape = tuple(phys[name].shape)
         size = int(np.prod(shape)) if shape else 1
@@ -439,3 +426,169 @@ def _physical_report(space, x_opt, free_t, cov, unidentifiable):
         start += size
     return values, stddev
 
+
+def _coordinate_blocks(problem):
+    """Per coordinate: the parameter block (index into space.blocks) it belongs to."""
+    return np.concatenate([np.full(block.size, i) for i, block in enumerate(problem.space.blocks)])
+
+
+def _determine(problem, solution, settings):
+    """Values and stds of the free parameters, and the ones the data do not determine.
+
+    Returns:
+        ``(values, stddev, rejected, refit)``: ``rejected`` maps names to reasons;
+        ``refit`` lists parameter blocks to fix at nominal and solve again without
+        (held at a bound against the data, or implausible).
+    """
+    z = solution.z
+    x = problem.full(z)
+    r, jac = problem.value_and_jacobian(z)
+    r, jac = r.cpu().numpy(), jac.cpu().numpy()
+    dof = max(1, problem.count() - int(problem.free.sum()))
+    cov = ident.covariance(jac, 2.0 * solvers.robust_cost(r, settings.robust, settings.robust_scale) / dof)
+    lower, upper = problem.bounds()
+    pinned = ident.pinned_coordinates(z.cpu().numpy(), solution.active, jac, r, cov, lower, upper,
+                                      settings.policy.bound_sigmas)
+    coordinate_block = _coordinate_blocks(problem)
+    owner = coordinate_block[problem.free]
+    blocks = problem.space.blocks
+    names = [n for i, b in enumerate(blocks) if problem.free[coordinate_block == i].all() for n in b.names]
+    values, stddev = _physical(problem, x, cov, names)
+    rejected, refit = {}, set()
+    for index, (side, bound, free_value, std) in pinned.items():
+        block = int(owner[index])
+        refit.add(block)
+        for name in blocks[block].names:
+            rejected[name] = (f"held at its {side} plausibility bound {bound:.4g} by the optimizer: the data alone put "
+                              f"it at {free_value:.4g} +- {std:.2g} (unmodelled effects, or too little excitation); "
+                              f"would need {ident.data_hint(name)}")
+    for name, reason in plausibility_violations(values, settings.bounds).items():
+        refit.update(i for i, b in enumerate(blocks) if name in b.names)
+        rejected.setdefault(name, f"implausible estimate: {reason}; would need {ident.data_hint(name)}")
+    for index in refit:  # a block is fixed whole: its other parameters go with it
+        first = next(n for n in blocks[index].names if n in rejected)
+        for name in blocks[index].names:
+            rejected.setdefault(name, f"kept nominal with {first}, which the data do not determine")
+    for name in values:
+        reason = None if name in rejected else ident.imprecise(name, values[name], stddev[name], settings.policy)
+        if reason:
+            rejected[name] = f"{reason}; would need {ident.data_hint(name)}"
+    return values, stddev, rejected, sorted(refit)
+
+
+def _settings(settings, overrides):
+    settings = settings or IdentificationSettings()
+    known = {f.name for f in fields(IdentificationSettings)}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise TypeError(f"identify() got unknown settings {unknown}; IdentificationSettings has {sorted(known)}")
+    if "max_iterations" in overrides:
+        overrides["max_iterations"] = int(overrides["max_iterations"])
+    return replace(settings, **overrides)
+
+
+def _groups(groups):
+    groups = tuple(dict.fromkeys(groups))
+    unknown = [g for g in groups if g not in GROUPS]
+    if unknown:
+        raise ValueError(f"unknown parameter groups {unknown}; choose from {list(GROUPS)}")
+    if not groups:
+        raise ValueError(f"no parameter groups to estimate; choose from {list(GROUPS)}")
+    return groups
+
+
+def identify(model, dataset, groups, *, settings=None, simulator=None, camera_guess=None, progress=None, **overrides):
+    """Estimate the requested parameter groups from all the data, as one joint problem.
+
+    Args:
+        model: Nominal RobotModel (initial values; float64 recommended).
+        dataset: :class:`~diffsim_ros.estimation.data.Dataset` (rest poses, trajectories,
+            camera observations; any mix).
+        groups: Parameter groups, e.g. ``("payload", "spring", "damping")``.
+        settings: :class:`IdentificationSettings` (default settings if None).
+        simulator: The differentiable model of the motion and rest residuals: ``None`` or
+            ``"rigid"`` (exact rigid-body dynamics), ``"pbd"`` (the PBD simulator, built at
+            the step each residual needs), or a JointSpaceSimulator instance used as is (its
+            period must divide the trajectories' sample period for rollouts).
+        camera_guess: Initial camera pose (4, 4); default: closed form from the data.
+        progress: Optional callable ``progress(cost)`` after every residual evaluation.
+        **overrides: Fields of :class:`IdentificationSettings` (e.g. ``max_iterations=20``).
+
+    Returns:
+        IdentificationResult. Parameters the data do not determine are in
+        ``unidentifiable`` (with reasons), never in ``values``; the model keeps their
+        nominal values.
+
+    Raises:
+        DataError: Data missing for a group, too few residuals, or nothing identifiable.
+        ValueError: Unknown groups or settings.
+    """
+    settings = _settings(settings, overrides)
+    groups = _groups(groups)
+    _check_data(dataset, groups, model)
+    if "camera" in groups and camera_guess is None:
+        camera_guess = camera_initial_guess(model, dataset.camera)
+    space = ParameterSpace(model, groups, camera_guess, settings.spring_geometry, settings.bounds)
+    blocks = _blocks(model, dataset, groups, simulator, settings)
+    like = model.params.mass
+    problem = _Problem(space, blocks, torch.as_tensor(space.x0, dtype=like.dtype, device=like.device), settings)
+    r0, jac0 = problem.value_and_jacobian(problem.x0)
+    if problem.count() < space.size:
+        raise DataError(f"too few data: {problem.count()} residuals for {space.size} unknowns of groups {list(groups)}; "
+                        "record more poses or a longer trajectory")
+    unidentifiable = {}
+    singular = _flag_rank_deficient(problem, jac0.cpu().numpy(), unidentifiable)
+    if not problem.free.any():
+        raise UndeterminedError(f"none of the parameters of groups {list(groups)} is identifiable from these data "
+                        "(too few or too similar poses, or no excitation)")
+    metrics_before = _per_block_metrics(blocks, r0)
+    history = []
+    solution = _solve(problem, problem.x0[torch.as_tensor(problem.free)], settings, history, progress)
+    if settings.reweight and _reweight(problem, problem.free_residual(solution.z).detach()):
+        solution = _solve(problem, solution.z, settings, history, progress)
+    values, stddev, rejected, refit = _determine(problem, solution, settings)
+    if refit:
+        # Blocks held up by a bound or implausible are fixed at nominal; the rest is solved again.
+        held = problem.full(solution.z)
+        for index in refit:
+            start = sum(b.size for b in space.blocks[:index])
+            problem.free[start : start + space.blocks[index].size] = False
+        if not problem.free.any():
+            raise UndeterminedError(f"no parameter of groups {list(groups)} is determined by these data: "
+                            + "; ".join(f"{k}: {v}" for k, v in rejected.items()))
+        problem.x0 = torch.where(torch.as_tensor(problem.free), held, problem.x0)
+        solution = _solve(problem, problem.x0[torch.as_tensor(problem.free)], settings, history, progress)
+        values, stddev, again, _ = _determine(problem, solution, settings)
+        rejected = {**again, **rejected}
+    return _result(model, problem, solution, values, stddev, {**unidentifiable, **rejected}, metrics_before,
+                   history, singular)
+
+
+def _result(nominal, problem, solution, values, stddev, unidentifiable, metrics_before, history, singular):
+    """The calibrated model holds the determined values only; the rest stay nominal."""
+    determined = {k: v for k, v in values.items() if k not in unidentifiable}
+    like = nominal.params.mass
+    camera = determined.pop("camera.pose", None)
+    model = nominal.with_parameters({k: torch.as_tensor(v, dtype=like.dtype, device=like.device) for k, v in determined.items()})
+    camera_pose = None
+    if camera is not None:
+        _, pose = problem.space.apply(problem.full(solution.z))
+        camera_pose = pose.detach().cpu().numpy()
+        determined["camera.pose"] = camera
+    residual = problem.residual(problem.full(solution.z)).detach()
+    noise = {b.name: b.scale.reshape(-1, b.columns).median(0).values.cpu().numpy() for b in problem.blocks}
+    return IdentificationResult(
+        model=model.replace(params=model.params.detach()),
+        camera_pose=camera_pose,
+        values=determined,
+        stddev={k: stddev[k] for k in determined},
+        unidentifiable=unidentifiable,
+        metrics_before=metrics_before,
+        metrics_after=_per_block_metrics(problem.blocks, residual),
+        history=history,
+        singular_values=singular,
+        success=solution.success,
+        message=solution.message,
+        noise=noise,
+        blocks=tuple(b.name for b in problem.blocks),
+    )

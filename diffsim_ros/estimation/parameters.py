@@ -6,9 +6,10 @@ of every spring element; optionally l1, l2), ``damping``, ``friction``, ``inerti
 iterate is physically consistent), ``camera`` (camera frame in the base frame), and
 ``link_lengths`` (joint origin translations).
 
-Coordinates stay inside physical bounds (masses, stiffness, damping, friction >= 0) through
-the optimizers' box constraints; the camera pose is optimized as a local perturbation
-``T = T0 * exp(delta)`` around a closed-form initial guess.
+Coordinates stay inside the plausibility bounds of :mod:`diffsim_ros.model.plausibility`
+(masses, stiffness, damping, friction >= 0 and below their maxima) through the optimizers'
+box constraints; the camera pose is optimized as a local perturbation ``T = T0 * exp(delta)``
+around a closed-form initial guess.
 """
 
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ import torch
 
 from diffsim_ros.dynamics.spatial import matrix_to_quat, so3_exp
 from diffsim_ros.model.inertia import inertial_from_log_cholesky, log_cholesky_from_inertial
+from diffsim_ros.model.plausibility import DEFAULT_BOUNDS, scalar_bounds
 
 __all__ = ["GROUPS", "ParameterBlock", "ParameterSpace", "camera_pose_vector"]
 
@@ -68,13 +70,15 @@ class ParameterSpace:
         groups: Iterable of group names from :data:`GROUPS`.
         camera_guess: Initial camera pose in the base frame, (4, 4), required for ``camera``.
         spring_geometry: Also identify each spring's l1 and l2 (as the paper does).
+        bounds: :class:`~diffsim_ros.model.plausibility.PlausibilityBounds` of the box
+            constraints.
 
     Raises:
         ValueError: Unknown groups, or a group that the model cannot have (e.g. ``spring``
             without spring elements, ``camera`` without a guess).
     """
 
-    def __init__(self, model, groups, camera_guess=None, spring_geometry=False):
+    def __init__(self, model, groups, camera_guess=None, spring_geometry=False, bounds=DEFAULT_BOUNDS):
         groups = tuple(dict.fromkeys(groups))
         unknown = [g for g in groups if g not in GROUPS]
         if unknown:
@@ -83,6 +87,7 @@ class ParameterSpace:
             raise ValueError("no parameter groups to estimate")
         self.model = model
         self.groups = groups
+        self.bounds = bounds
         self.blocks = []
         x0 = []
         for group in groups:
@@ -98,18 +103,20 @@ class ParameterSpace:
         )
 
     # ------------------------------------------------------------------ block builders
-    @staticmethod
-    def _direct(model, name, lower):
+    def _direct(self, model, name):
         value = model.get_parameter(name).detach().cpu().numpy()
         size = max(1, value.size)
-        return ParameterBlock("direct", (name,), size, np.full(size, lower), np.full(size, _INF)), value
+        lower, upper = scalar_bounds(name, self.bounds) or (-_INF, _INF)
+        return ParameterBlock("direct", (name,), size, np.full(size, lower), np.full(size, upper)), value
 
     def _blocks_payload(self, model, spring_geometry, camera_guess):
         # At exactly zero mass no prediction depends on the COM; start from a small mass.
         mass = max(float(model.params.payload_mass), PAYLOAD_START_MASS)
         moment = mass * model.params.payload_com.detach().cpu().numpy()
-        lower = np.array([0.0, -_INF, -_INF, -_INF])
-        block = ParameterBlock("payload", ("payload.mass", "payload.com"), 4, lower, np.full(4, _INF))
+        low, high = scalar_bounds("payload.mass", self.bounds)
+        lower = np.array([low, -_INF, -_INF, -_INF])
+        upper = np.array([high, _INF, _INF, _INF])
+        block = ParameterBlock("payload", ("payload.mass", "payload.com"), 4, lower, upper)
         yield block, np.concatenate([[mass], moment])
 
     def _blocks_spring(self, model, spring_geometry, camera_guess):
@@ -117,23 +124,23 @@ class ParameterSpace:
             raise ValueError("group 'spring' requested but the model has no spring elements")
         for index in model.spring_joints:
             joint = model.joint_names[index]
-            yield self._direct(model, f"{joint}.spring.stiffness", 0.0)
-            yield self._direct(model, f"{joint}.spring.offset", -_INF)
+            yield self._direct(model, f"{joint}.spring.stiffness")
+            yield self._direct(model, f"{joint}.spring.offset")
             if spring_geometry:
-                yield self._direct(model, f"{joint}.spring.l1", 0.0)
-                yield self._direct(model, f"{joint}.spring.l2", 0.0)
+                yield self._direct(model, f"{joint}.spring.l1")
+                yield self._direct(model, f"{joint}.spring.l2")
 
     def _blocks_damping(self, model, spring_geometry, camera_guess):
         for joint in model.joint_names:
-            yield self._direct(model, f"{joint}.damping", 0.0)
+            yield self._direct(model, f"{joint}.damping")
 
     def _blocks_friction(self, model, spring_geometry, camera_guess):
         for joint in model.joint_names:
-            yield self._direct(model, f"{joint}.friction", 0.0)
+            yield self._direct(model, f"{joint}.friction")
 
     def _blocks_link_lengths(self, model, spring_geometry, camera_guess):
         for joint in model.joint_names[1:]:  # the first origin only moves the whole arm
-            yield self._direct(model, f"{joint}.origin.xyz", -_INF)
+            yield self._direct(model, f"{joint}.origin.xyz")
 
     def _blocks_inertia(self, model, spring_geometry, camera_guess):
         p = model.params

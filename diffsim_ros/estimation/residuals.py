@@ -8,12 +8,15 @@ RMS values can be reported in physical units through :meth:`per_joint_rms`.
 * :class:`StaticSimulatorResidual` — the same through any simulator: starting at rest with
   the measured efforts, the arm must not accelerate (torque-equivalent, ``M qd_1 / dt``).
 * :class:`InverseDynamicsResidual` — ``rnea - passive - tau`` on filtered trajectories.
+* :class:`SimulatorDynamicsResidual` — the same through any simulator: one short step from
+  every measured state must reproduce the measured acceleration (torque-equivalent).
 * :class:`RolloutResidual` — one-step or multi-step (recurrent window) rollouts of a
   simulator compared with measured angles and/or velocities (Liu et al. Eq. 22/26,
   Le Lidec et al., Wang et al.).
 * :class:`CameraResidual` — camera poses of the tracked link.
 """
 
+import numpy as np
 import torch
 
 from diffsim_ros.dynamics.crba import mass_matrix
@@ -25,16 +28,23 @@ from diffsim_ros.dynamics.spatial import matrix_to_quat, matvec, quat_log, quat_
 __all__ = [
     "StaticTorqueResidual",
     "StaticSimulatorResidual",
+    "SimulatorDynamicsResidual",
     "InverseDynamicsResidual",
     "RolloutResidual",
     "CameraResidual",
     "ROLLOUT_SCHEMES",
 ]
 
-ROLLOUT_SCHEMES = ("angle", "velocity", "both")
+ROLLOUT_SCHEMES = ("angle", "velocity", "both", "torque")
+"""Rollout residuals: angle, velocity or both errors (Liu et al. Eq. 26 variants), or
+``"torque"``: the velocity error mapped to torque units, ``M(q_k) (qd_sim - qd_k) / t_k`` at
+the k-th compared sample ``t_k`` after the window start. Noise in the torques reaches the
+velocity through M^-1, so the torque scheme weights every joint by what its torque noise
+allows: a light wrist joint, whose velocity a tiny torque error moves a lot, does not drown
+the shoulder (generalized least squares for short windows)."""
 DT_TOLERANCE = 1e-3
-"""Relative sample-period mismatch accepted between a trajectory and the simulator (clock
-rounding of recorded stamps); the simulator's dt is used."""
+"""Relative mismatch accepted between a trajectory's sample period and a multiple of the
+simulator's period (clock rounding of recorded stamps); the simulator's dt is used."""
 
 
 def _tensor(value, like):
@@ -42,15 +52,59 @@ def _tensor(value, like):
 
 
 class _Block:
-    """Shared helpers: per-joint RMS in physical units of a residual vector."""
+    """Shared helpers: weights, per-column RMS in physical units, noise rescaling.
+
+    ``scale`` holds each entry's noise standard deviation; ``weight`` is 1 for entries that
+    count and 0 for those a block leaves out (e.g. joints sticking in Coulomb friction).
+    """
 
     name = "block"
     unit = ""
+    weight = None
+
+    @property
+    def active(self):
+        """Number of residual entries that count."""
+        return int(self.scale.numel() if self.weight is None else int(self.weight.sum()))
+
+    def active_per_column(self):
+        """Entries that count in each column, shape (columns,)."""
+        if self.weight is None:
+            return torch.full((self.columns,), self.scale.numel() // self.columns, dtype=self.scale.dtype)
+        return self.weight.reshape(-1, self.columns).sum(0)
+
+    def _finish(self, error):
+        """Normalized, weighted residual vector of physical errors shaped like ``scale``."""
+        residual = error / self.scale
+        if self.weight is not None:
+            residual = residual * self.weight
+        return residual.reshape(-1)
 
     def per_joint_rms(self, residual):
-        """Per-column RMS in physical units, shape (columns,)."""
+        """Per-column RMS in physical units over the entries that count, shape (columns,)."""
         physical = residual.reshape(-1, self.columns) * self.scale.reshape(-1, self.columns)
-        return physical.square().mean(0).sqrt()
+        count = self.active_per_column().clamp_min(1)
+        return (physical.square().sum(0) / count).sqrt()
+
+    def rescale(self, factors):
+        """Multiply the noise of each column by ``factors`` (shape (columns,))."""
+        shape = self.scale.shape
+        self.scale = (self.scale.reshape(-1, self.columns) * factors).reshape(shape)
+
+
+def _stiction_weight(qd, velocity):
+    """1 where a joint moves at least ``velocity`` [rad/s] in every given sample, else 0.
+
+    While a joint sticks, its Coulomb friction is any torque within +-mu: such entries carry
+    no equation the friction model can satisfy, so they are left out.
+
+    Args:
+        qd: Velocities, shape (..., S, n): the samples each entry depends on along dim -2.
+        velocity: Threshold [rad/s], or None (every entry counts).
+    """
+    if velocity is None:
+        return None
+    return (qd.abs() >= velocity).all(dim=-2).to(qd.dtype)
 
 
 class StaticTorqueResidual(_Block):
@@ -76,33 +130,85 @@ class StaticTorqueResidual(_Block):
         return gravity_torques(model, self.q) - spring_torques(model, self.q)
 
     def __call__(self, model, camera_pose=None):
-        return ((self.predict(model) - self.effort) / self.scale).reshape(-1)
+        return self._finish(self.predict(model) - self.effort)
 
 
-class StaticSimulatorResidual(StaticTorqueResidual):
-    """Static balance through a simulator: ``M(q) qd_1 / dt`` after one step from rest [N·m].
+class SimulatorDynamicsResidual(_Block):
+    """Inverse dynamics through any simulator: ``M(q) (qd + h qdd - qd_1) / h`` [N·m].
 
-    With exact dynamics this equals ``effort - (g - tau_spring)`` to first order in dt; with
+    From each measured state ``(q, qd)`` the simulator advances one step of ``h`` (its dt)
+    with the mean torque over that step. A model that reproduces the data moves the
+    velocity by ``h qdd`` (to first order), so the residual is the torque by which the
+    simulator's dynamics miss the measured acceleration: the inverse-dynamics residual of a
+    simulator, at any data rate (rest poses are the case ``qd = qdd = 0``). Keep ``h`` short
+    (e.g. 1 ms): its error is about ``(h / 2) M jerk``.
+
+    Args:
+        q, qd, qdd: Measured states and accelerations, arrays (N, n).
+        tau: Motor torque held over each step [N·m], (N, n) (for trajectories: filtered
+            like the accelerations, see :mod:`diffsim_ros.io.dataset`).
+        scale: Torque noise [N·m], broadcastable to (N, n).
+        model: Model for dtype/device.
+        simulator: JointSpaceSimulator whose dt is h; its model is replaced by the
+            candidate model at every evaluation.
+        weight: Entry weights (N, n) or None.
+    """
+
+    name = "simulator dynamics"
+    unit = "N·m"
+
+    def __init__(self, q, qd, qdd, tau, scale, model, simulator, weight=None):
+        like = model.params.mass
+        self.q, self.qd, self.qdd, self.tau = (_tensor(v, like) for v in (q, qd, qdd, tau))
+        self.scale = torch.broadcast_to(_tensor(scale, like), self.q.shape).clone()
+        self.columns = self.q.shape[1]
+        self.simulator = simulator
+        self.weight = weight
+
+    @classmethod
+    def from_trajectories(cls, trajectories, model, simulator, torque_std, stiction_velocity=None):
+        """One step from every sample of trajectories with accelerations."""
+        parts = {k: [] for k in ("q", "qd", "qdd", "tau")}
+        for traj in trajectories:
+            if traj.qdd is None:
+                raise ValueError("the simulator-dynamics loss needs accelerations (filtered trajectories)")
+            for key in ("q", "qd", "qdd", "tau"):
+                parts[key].append(getattr(traj, key))  # tau: filtered like qdd (consistent)
+            parts.setdefault("slowest", []).append(traj.slowest_speed())
+        arrays = {k: np.concatenate(v) for k, v in parts.items()}
+        like = model.params.mass
+        weight = _stiction_weight(_tensor(arrays["slowest"], like)[:, None, :], stiction_velocity)
+        return cls(arrays["q"], arrays["qd"], arrays["qdd"], arrays["tau"], float(torque_std), model, simulator, weight)
+
+    def __call__(self, model, camera_pose=None):
+        sim = self.simulator.with_model(model)
+        _, qd1 = sim.rollout(self.q, self.qd, self.tau[:, None, :])
+        missing = (self.qd + sim.dt * self.qdd - qd1[:, 0]) / sim.dt
+        return self._finish(matvec(mass_matrix(model, self.q), missing))
+
+
+class StaticSimulatorResidual(SimulatorDynamicsResidual):
+    """Static balance through a simulator: ``-M(q) qd_1 / h`` after one step from rest [N·m].
+
+    With exact dynamics this equals ``effort - (g - tau_spring)`` to first order in h; with
     the PBD simulator it measures how well PBD's statics reproduce the data.
 
     Args:
         poses: Static poses.
         model: Model for dtype/device.
-        simulator: A :class:`~diffsim_ros.sim.base.JointSpaceSimulator`; its model is
-            replaced by the candidate model at every evaluation.
+        simulator: JointSpaceSimulator (its dt is h).
     """
 
     name = "static torques (simulator)"
 
     def __init__(self, poses, model, simulator):
-        super().__init__(poses, model)
-        self.simulator = simulator
+        zeros = np.zeros_like(poses.q)
+        super().__init__(poses.q, zeros, zeros, poses.effort, poses.effort_std, model, simulator)
+        self.effort = self.tau
 
-    def __call__(self, model, camera_pose=None):
-        sim = self.simulator.with_model(model)
-        _, qd1 = sim.joint_step(self.q, torch.zeros_like(self.q), self.effort)
-        torque = matvec(mass_matrix(model, self.q), qd1) / sim.dt
-        return (-torque / self.scale).reshape(-1)
+    def predict(self, model):
+        """Torques that hold each pose [N·m] (rigid-body statics, for reports), shape (N, n)."""
+        return gravity_torques(model, self.q) - spring_torques(model, self.q)
 
 
 class InverseDynamicsResidual(_Block):
@@ -112,12 +218,15 @@ class InverseDynamicsResidual(_Block):
         trajectories: Trajectories with ``qdd``.
         model: Model for dtype/device.
         torque_std: Torque noise [N·m].
+        stiction_velocity: Entries of joints slower than this [rad/s] anywhere within the
+            filter span of the sample are left out (Coulomb friction is undetermined while a
+            joint sticks, and a reversal inside the span blurs its sign); None keeps all.
     """
 
     name = "inverse dynamics"
     unit = "N·m"
 
-    def __init__(self, trajectories, model, torque_std):
+    def __init__(self, trajectories, model, torque_std, stiction_velocity=None):
         like = model.params.mass
         missing = [i for i, t in enumerate(trajectories) if t.qdd is None]
         if missing:
@@ -128,37 +237,49 @@ class InverseDynamicsResidual(_Block):
         self.tau = torch.cat([_tensor(t.tau, like) for t in trajectories])
         self.scale = torch.full_like(self.q, float(torque_std))
         self.columns = self.q.shape[1]
+        slowest = torch.cat([_tensor(t.slowest_speed(), like) for t in trajectories])
+        self.weight = _stiction_weight(slowest[:, None, :], stiction_velocity)
 
     def __call__(self, model, camera_pose=None):
         predicted = rnea(model, self.q, self.qd, self.qdd) - passive_torques(model, self.q, self.qd)
-        return ((predicted - self.tau) / self.scale).reshape(-1)
+        return self._finish(predicted - self.tau)
 
 
 class RolloutResidual(_Block):
-    """Simulated vs measured states over windows of ``horizon`` steps.
+    """Simulated vs measured states over windows of ``horizon`` samples.
+
+    The simulator may step faster than the data: with sample period ``dt`` and simulator
+    period ``dt / m`` (m an integer), every sample period is simulated in m steps, each with
+    the trajectory's mean torque over that step (the torque signal as the robot applied it),
+    and states are compared at the samples only: low-rate data (e.g. 10 Hz) with a fine
+    internal step (Wang et al.).
 
     Args:
-        trajectories: Trajectories whose ``dt`` equals the simulator's.
+        trajectories: Trajectories whose ``dt`` is a multiple of the simulator's.
         model: Model for dtype/device.
         simulator: JointSpaceSimulator (rigid-body or PBD).
-        horizon: Steps per window (1 = one-step loss, > 1 = multi-step recurrent loss).
-        scheme: ``"angle"``, ``"velocity"`` or ``"both"`` (Liu et al. Eq. 26 variants).
+        horizon: Samples per window (1 = one-step loss, > 1 = multi-step recurrent loss).
+        scheme: One of :data:`ROLLOUT_SCHEMES`.
         stride: Samples between windows (default: ``horizon``).
         checkpoint_every: Gradient checkpointing block for long horizons.
+        stiction_velocity: Entries of a joint slower than this [rad/s] anywhere in a window
+            are left out; None keeps every entry.
+        torque_std: Initial torque noise of the ``"torque"`` scheme [N·m].
     """
 
     name = "rollout"
 
-    def __init__(self, trajectories, model, simulator, horizon=1, scheme="both", stride=None, checkpoint_every=None):
+    def __init__(self, trajectories, model, simulator, horizon=1, scheme="both", stride=None, checkpoint_every=None,
+                 stiction_velocity=None, torque_std=0.05):
         if scheme not in ROLLOUT_SCHEMES:
             raise ValueError(f"unknown rollout scheme '{scheme}'; choose from {ROLLOUT_SCHEMES}")
         like = model.params.mass
         parts = {k: [] for k in ("q0", "qd0", "tau", "q", "qd")}
         q_std, qd_std = [], []
+        self.steps_per_sample = None
         for traj in trajectories:
-            if abs(traj.dt - simulator.dt) > DT_TOLERANCE * simulator.dt:
-                raise ValueError(f"trajectory dt {traj.dt} s differs from the simulator dt {simulator.dt} s")
-            windows = traj.windows(horizon, stride)
+            m = self._steps_per_sample(traj.dt, simulator.dt)
+            windows = traj.windows(horizon, stride, m)
             for key in parts:
                 parts[key].append(_tensor(windows[key], like))
             q_std.append(torch.full_like(parts["q"][-1], traj.q_std))
@@ -169,23 +290,50 @@ class RolloutResidual(_Block):
         self.checkpoint_every = checkpoint_every
         self.columns = self.data["q"].shape[-1] * (2 if scheme == "both" else 1)
         q_std, qd_std = torch.cat(q_std), torch.cat(qd_std)
-        self.scale = {"angle": q_std, "velocity": qd_std, "both": torch.cat([q_std, qd_std], -1)}[scheme]
-        self.unit = {"angle": "rad", "velocity": "rad/s", "both": "rad | rad/s"}[scheme]
+        tau_std = torch.full_like(q_std, float(torque_std))
+        self.scale = {"angle": q_std, "velocity": qd_std, "both": torch.cat([q_std, qd_std], -1), "torque": tau_std}[scheme]
+        self.unit = {"angle": "rad", "velocity": "rad/s", "both": "rad | rad/s", "torque": "N·m"}[scheme]
+        self.weight = self._weight(stiction_velocity)
+        if scheme == "torque":
+            # Rigid-body inertia of the nominal model at the measured states: a fixed metric.
+            elapsed = trajectories[0].dt * torch.arange(1, self.data["q"].shape[1] + 1, dtype=like.dtype, device=like.device)
+            self.metric = mass_matrix(model, self.data["q"]).detach() / elapsed[None, :, None, None]
+
+    def _steps_per_sample(self, dt, sim_dt):
+        m = int(round(dt / sim_dt))
+        if m < 1 or abs(m * sim_dt - dt) > DT_TOLERANCE * dt:
+            raise ValueError(f"trajectory dt {dt} s is not a multiple of the simulator dt {sim_dt} s")
+        if self.steps_per_sample not in (None, m):
+            raise ValueError("all trajectories of a rollout residual need the same sample period")
+        self.steps_per_sample = m
+        return m
+
+    def _weight(self, velocity):
+        if velocity is None:
+            return None
+        d = self.data
+        speeds = torch.cat([d["qd0"][:, None, :], d["qd"]], dim=1)  # (W, K + 1, n)
+        weight = _stiction_weight(speeds, velocity)[:, None, :].expand_as(d["q"])
+        return torch.cat([weight, weight], -1) if self.scheme == "both" else weight
 
     def simulate(self, model):
-        """Simulated ``(q, qd)`` of every window, shapes (W, K, n)."""
+        """Simulated ``(q, qd)`` at every sample of every window, shapes (W, K, n)."""
         sim = self.simulator.with_model(model)
         d = self.data
-        return sim.rollout(d["q0"], d["qd0"], d["tau"], checkpoint_every=self.checkpoint_every)
+        q, qd = sim.rollout(d["q0"], d["qd0"], d["tau"], checkpoint_every=self.checkpoint_every)
+        m = self.steps_per_sample
+        return q[..., m - 1 :: m, :], qd[..., m - 1 :: m, :]
 
     def __call__(self, model, camera_pose=None):
         q, qd = self.simulate(model)
         err = {"angle": q - self.data["q"], "velocity": qd - self.data["qd"]}
         if self.scheme == "both":
-            residual = torch.cat([err["angle"], err["velocity"]], -1)
+            error = torch.cat([err["angle"], err["velocity"]], -1)
+        elif self.scheme == "torque":
+            error = matvec(self.metric, err["velocity"])
         else:
-            residual = err[self.scheme]
-        return (residual / self.scale).reshape(-1)
+            error = err[self.scheme]
+        return self._finish(error)
 
 
 class CameraResidual(_Block):
@@ -232,4 +380,4 @@ class CameraResidual(_Block):
             raise ValueError("the camera residual needs a camera pose (estimate group 'camera')")
         rotation, position = self.predict(model, camera_pose)
         rot_err = quat_log(matrix_to_quat(self.rotation.transpose(-1, -2) @ rotation))
-        return (torch.cat([position - self.position, rot_err], -1) / self.scale).reshape(-1)
+        return self._finish(torch.cat([position - self.position, rot_err], -1))

@@ -154,6 +154,8 @@ class StreamStats:
         kept: Samples returned.
         dropped_nan: Samples dropped for NaN/inf values (mapped joints only).
         dropped_duplicate: Samples dropped for a repeated stamp (``order_policy="sort"``).
+        out_of_order: Samples received after a later-stamped one (put in order by
+            ``order_policy="sort"``).
         skipped: Messages that do not belong to the stream (no model joint; non-torque mode).
         stamp_from_receive: Samples whose zero header stamp was replaced by the receive time.
         sorted: Whether stamps had to be sorted.
@@ -165,6 +167,7 @@ class StreamStats:
     kept: int
     dropped_nan: int = 0
     dropped_duplicate: int = 0
+    out_of_order: int = 0
     skipped: int = 0
     stamp_from_receive: int = 0
     sorted: bool = False
@@ -440,13 +443,14 @@ def _select(stream, nan_policy, order_policy):
         raise BagError(f"{stream.where}: sample {i} (stamp {stamps[i]} ns) has NaN/inf values")
     keep = np.flatnonzero(finite)
     order, duplicates, was_sorted = keep, 0, False
+    late = int(np.sum(stamps[keep][1:] < np.maximum.accumulate(stamps[keep])[:-1])) if len(keep) > 1 else 0
     if len(keep) > 1 and np.any(np.diff(stamps[keep]) <= 0):
         if order_policy == "raise":
             i = int(np.flatnonzero(np.diff(stamps[keep]) <= 0)[0])
             raise BagError(
                 f"{stream.where}: non-monotonic header stamps: sample {keep[i + 1]} at {stamps[keep[i + 1]]} ns "
-                f"is not after sample {keep[i]} at {stamps[keep[i]]} ns (order_policy='sort' sorts them and drops "
-                "repeated stamps)"
+                f"is not after sample {keep[i]} at {stamps[keep[i]]} ns (to sort them and drop repeated stamps: "
+                "'diffsim-ros calibrate --order-policy sort', or order_policy='sort' in Python)"
             )
         order = keep[np.argsort(stamps[keep], kind="stable")]
         unique = np.concatenate([[True], np.diff(stamps[order]) > 0])
@@ -458,6 +462,7 @@ def _select(stream, nan_policy, order_policy):
         len(order),
         dropped_nan=int((~finite).sum()),
         dropped_duplicate=duplicates,
+        out_of_order=late,
         skipped=stream.skipped,
         stamp_from_receive=stream.from_receive,
         sorted=was_sorted,

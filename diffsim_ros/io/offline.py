@@ -1,11 +1,8 @@
-"""Offline calibration: bag -> staged identification -> calibration.yaml, URDF, report.png.
+"""Offline calibration: bag -> one joint identification -> calibration.yaml, URDF, report.png.
 
-Stages (sequential identification, as labs do it by hand):
-
-1. static groups (payload, spring, inertia, link lengths) from the rest poses, and the
-   camera pose from the camera stream;
-2. velocity-dependent groups (damping, friction) from the trajectories, with the stage-1
-   model held fixed.
+Every requested group is estimated at once from every kind of data the bag holds (rest
+poses, motion, camera poses): rest poses are not a gate, only one source of residuals.
+Parameters the data do not determine are named with the reason and never written as values.
 """
 
 from dataclasses import dataclass, field
@@ -13,37 +10,52 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from diffsim_ros.estimation.data import Dataset
-from diffsim_ros.estimation.identification import camera_initial_guess, identify
+from diffsim_ros.estimation.identification import IdentificationSettings, camera_initial_guess, identify
 from diffsim_ros.io.bags import read_robot_bag
 from diffsim_ros.io.calibration import Calibration, atomic_directory, write_calibration
 from diffsim_ros.io.dataset import DatasetOptions, dataset_from_bag
 from diffsim_ros.io.report import calibration_report
 from diffsim_ros.io.urdf_export import export_calibrated_urdf
 
-__all__ = ["MODELS", "STATIC_GROUPS", "DYNAMIC_GROUPS", "CalibrationRun", "default_groups", "calibrate_dataset", "calibrate_bag", "write_outputs"]
+__all__ = ["MODELS", "CalibrationRun", "default_groups", "calibrate_dataset", "calibrate_bag", "write_outputs"]
 
-STATIC_GROUPS = ("payload", "spring", "inertia", "link_lengths", "camera")
-DYNAMIC_GROUPS = ("damping", "friction")
+MODELS = ("rigid", "pbd")
 
 
 @dataclass
 class CalibrationRun:
-    """Everything a calibration produced."""
+    """Everything a calibration produced.
+
+    Attributes:
+        nominal: Nominal model.
+        model: Calibrated model (undetermined parameters stay nominal).
+        camera_pose: Calibrated camera pose (4, 4) or None.
+        camera_guess: Closed-form initial camera pose or None.
+        dataset: The identification data.
+        stages: ``[(name, IdentificationResult)]`` (one joint stage).
+        calibration: The Calibration to write.
+        summary: DatasetSummary of the bag (None for a dataset).
+    """
 
     nominal: object
     model: object
     camera_pose: np.ndarray | None
     camera_guess: np.ndarray | None
     dataset: Dataset
-    stages: list = field(default_factory=list)  # (name, IdentificationResult)
+    stages: list = field(default_factory=list)
     calibration: Calibration | None = None
     summary: object = None
 
+    @property
+    def undetermined(self):
+        """Requested parameters the data do not determine: name -> reason."""
+        return dict(self.calibration.unidentifiable)
+
 
 def default_groups(model, dataset):
-    """Groups the data can inform: payload and springs from rest poses, camera, damping."""
+    """Groups the data can inform: payload and springs (rest poses or motion), camera, damping."""
     groups = []
-    if dataset.static is not None:
+    if dataset.static is not None or dataset.trajectories:
         groups.append("payload")
         if model.spring_joints:
             groups.append("spring")
@@ -62,75 +74,38 @@ def _metrics(result):
     return out
 
 
-MODELS = ("rigid", "pbd")
-
-
-def _simulator(kind, model, dataset):
-    """None (exact rigid-body dynamics) or a PBD simulator at the data's sample period."""
-    if kind not in MODELS:
-        raise ValueError(f"unknown model '{kind}'; choose from {MODELS}")
-    if kind == "rigid":
-        return None
-    from diffsim_ros.sim import PBDSimulator
-
-    dt = dataset.trajectories[0].dt if dataset.trajectories else 0.01
-    return PBDSimulator(model, dt=dt)
-
-
-def calibrate_dataset(model, dataset, groups, *, trajectory_loss="inverse_dynamics", model_kind="rigid",
-                      robot_name=None, progress=None, max_iterations=50, window_stride=None):
-    """Run the identification stages on a dataset.
+def calibrate_dataset(model, dataset, groups, *, settings=IdentificationSettings(), model_kind="rigid", robot_name=None,
+                      progress=None):
+    """Identify the requested groups from a dataset as one joint problem.
 
     Args:
         model: Nominal model.
-        dataset: Identification data.
+        dataset: Identification data (rest poses, trajectories, camera; any mix).
         groups: Requested groups.
-        trajectory_loss: Loss for the dynamic stage (``"inverse_dynamics"`` or ``"rollout"``).
-        model_kind: Differentiable model of the residuals: ``"rigid"`` (exact rigid-body
-            dynamics) or ``"pbd"`` (the PBD simulator at the data's sample period).
+        settings: IdentificationSettings (loss, bounds, determination policy, iterations).
+        model_kind: ``"rigid"`` (exact rigid-body dynamics) or ``"pbd"`` (residuals through
+            the PBD simulator; rollouts of the motion, statics of the rest poses).
         robot_name: Name stored in the calibration file.
-        progress: Factory ``progress(stage_name) -> callable(cost)`` or None.
-        max_iterations: Residual evaluations per optimizer pass.
-        window_stride: Samples between rollout windows (rollout loss only).
+        progress: Callable ``progress(cost)`` after every residual evaluation, or None.
 
     Returns:
         CalibrationRun.
     """
     groups = tuple(dict.fromkeys(groups))
-    if model_kind == "pbd" and trajectory_loss == "inverse_dynamics":
-        raise ValueError("the PBD model needs trajectory_loss='rollout' (inverse dynamics is rigid-body only)")
-    simulator = _simulator(model_kind, model, dataset)
-    stages, current, camera_pose, camera_guess = [], model, None, None
-    static = tuple(g for g in groups if g in STATIC_GROUPS)
-    dynamic = tuple(g for g in groups if g in DYNAMIC_GROUPS)
-    if static:
-        if "camera" in static:
-            camera_guess = camera_initial_guess(model, dataset.camera)
-        result = identify(current, dataset, static, simulator=simulator, camera_guess=camera_guess,
-                          max_iterations=max_iterations, progress=progress("static") if progress else None)
-        stages.append(("static", result))
-        current, camera_pose = result.model, result.camera_pose
-    if dynamic:
-        data = Dataset(trajectories=dataset.trajectories)
-        result = identify(current, data, dynamic, trajectory_loss=trajectory_loss, simulator=simulator,
-                          max_iterations=max_iterations, window_stride=window_stride,
-                          progress=progress("dynamic") if progress else None)
-        stages.append(("dynamic", result))
-        current = result.model
-    values, stddev, unidentifiable, metrics = {}, {}, {}, {}
-    for name, result in stages:
-        values.update(result.values)
-        stddev.update(result.stddev)
-        unidentifiable.update(result.unidentifiable)
-        metrics.update({f"{block} ({name})": m for block, m in _metrics(result).items()})
+    if model_kind not in MODELS:
+        raise ValueError(f"unknown model '{model_kind}'; choose from {MODELS}")
+    if model_kind == "pbd" and settings.trajectory_loss == "inverse_dynamics":
+        raise ValueError("the PBD model needs the simulator_dynamics or rollout loss (inverse dynamics is rigid-body only)")
+    guess = camera_initial_guess(model, dataset.camera) if "camera" in groups and dataset.camera is not None else None
+    result = identify(model, dataset, groups, settings=settings, simulator=model_kind, camera_guess=guess, progress=progress)
     calibration = Calibration(
-        robot=robot_name or model.name, parameters=values, stddev=stddev, groups=groups,
-        unidentifiable=unidentifiable, metrics=metrics,
+        robot=robot_name or model.name, parameters=dict(result.values), stddev=dict(result.stddev), groups=groups,
+        unidentifiable=dict(result.unidentifiable), metrics=_metrics(result),
     )
-    return CalibrationRun(model, current, camera_pose, camera_guess, dataset, stages, calibration)
+    return CalibrationRun(model, result.model, result.camera_pose, guess, dataset, [("joint", result)], calibration)
 
 
-def calibrate_bag(bag_path, config, groups=None, *, options=DatasetOptions(), **kwargs):
+def calibrate_bag(bag_path, config, groups=None, *, options=DatasetOptions(), read_options=None, **kwargs):
     """Read a bag with a robot config and calibrate.
 
     Args:
@@ -138,13 +113,15 @@ def calibrate_bag(bag_path, config, groups=None, *, options=DatasetOptions(), **
         config: RobotConfig.
         groups: Requested groups (None: :func:`default_groups`).
         options: DatasetOptions.
+        read_options: Keyword arguments of :func:`~diffsim_ros.io.bags.read_bag`
+            (``nan_policy``, ``order_policy``).
         **kwargs: Passed to :func:`calibrate_dataset`.
 
     Returns:
         CalibrationRun (``summary`` holds the DatasetSummary).
     """
     model = config.build_model()
-    bag = read_robot_bag(bag_path, config)
+    bag = read_robot_bag(bag_path, config, **(read_options or {}))
     camera_frame = (config.raw.get("camera") or {}).get("tracked_frame")
     dataset, summary = dataset_from_bag(bag, camera_frame, options)
     groups = default_groups(model, dataset) if groups is None else groups

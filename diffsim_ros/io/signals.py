@@ -9,10 +9,12 @@ Invalid outputs are NaN with ``valid`` masks; nothing is silently extrapolated.
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.signal import savgol_filter
+from scipy.signal import savgol_coeffs, savgol_filter
 
 __all__ = [
     "FilteredSignal",
+    "acceleration_kernel",
+    "window_samples",
     "Segment",
     "check_increasing",
     "contiguous_runs",
@@ -154,15 +156,44 @@ class FilteredSignal:
     valid: np.ndarray
 
 
-def _window_samples(window, dt, polyorder):
+def window_samples(window, dt, polyorder):
+    """Odd Savitzky-Golay window length [samples] for a window [s] at period dt [s]."""
     samples = max(int(round(window / dt)), polyorder + 2)
     return samples if samples % 2 else samples + 1
+
+
+def acceleration_kernel(length, polyorder, dt, subdivisions=10):
+    """The Peano kernel of the Savitzky-Golay acceleration: ``qdd_sg(t) = int K(s) qdd(t + s) ds``.
+
+    The centred filter's second derivative is exact on polynomials up to ``polyorder``, so
+    (Peano) it is a weighted mean of the true acceleration over the window, with weights
+    ``K(s) = sum_j c_j (j dt - s)_+``. Filtering torques with the same K makes them
+    consistent with the filtered accelerations ("parallel filtering"): torque steps, lags and
+    fast components the positions cannot resolve then bias neither side.
+
+    Args:
+        length: Window length [samples] (odd).
+        polyorder: Polynomial order.
+        dt: Sample period [s].
+        subdivisions: Kernel cells per sample period.
+
+    Returns:
+        ``(edges (C + 1,) [s] relative to the centre, weights (C,))``, weights summing to 1.
+    """
+    half = length // 2
+    coeffs = savgol_coeffs(length, polyorder, deriv=2, delta=dt, use="dot")
+    offsets = np.arange(-half, half + 1) * dt
+    edges = np.linspace(-half * dt, half * dt, 2 * half * subdivisions + 1)
+    middle = 0.5 * (edges[:-1] + edges[1:])
+    kernel = np.maximum(offsets[None, :] - middle[:, None], 0.0) @ coeffs
+    weights = kernel * np.diff(edges)
+    return edges, weights / weights.sum()
 
 
 def _filter_segment(t, q, window, polyorder):
     """Smoothed q, dq/dt, d²q/dt² of one gap-free segment, or None when it is too short."""
     dt = float(np.median(np.diff(t)))
-    length = _window_samples(window, dt, polyorder)
+    length = window_samples(window, dt, polyorder)
     uniform = np.max(np.abs(np.diff(t) - dt)) <= _UNIFORM_JITTER * dt
     if uniform:
         grid, samples, step = t, q, (t[-1] - t[0]) / (len(t) - 1)

@@ -1,6 +1,7 @@
 """Simulators: the PBD/XPBD articulated simulator, contact, and the rigid-body reference."""
 
 from diffsim_ros.sim.base import JointSpaceSimulator, RigidBodySimulator
+from diffsim_ros.sim.factory import SIMULATOR_KINDS, make_simulator, steps_per_sample
 from diffsim_ros.sim.pbd import (
     FreeBase,
     PBDControl,
@@ -14,6 +15,9 @@ from diffsim_ros.sim.pbd import (
 
 __all__ = [
     "JointSpaceSimulator",
+    "SIMULATOR_KINDS",
+    "make_simulator",
+    "steps_per_sample",
     "RigidBodySimulator",
     "FreeBase",
     "PBDControl",

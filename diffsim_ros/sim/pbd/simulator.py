@@ -199,8 +199,15 @@ class PBDSimulator(JointSpaceSimulator):
         self._report_residual(torch.from_numpy(residual).amax(0) if residual.size else torch.zeros(n))
         return q, qd
 
+    def fast_rollout_supported(self):
+        """None if :meth:`rollout` can run in the compiled kernel (when no derivative is
+        needed), else the reason it cannot."""
+        if not self.fast:
+            return "fast=False"
+        return fast_rollout_supported(self.model, self.settings, self.base)
+
     def _fast_rollout_applies(self, *inputs):
-        if not self.fast or fast_rollout_supported(self.model, self.settings, self.base) is not None:
+        if self.fast_rollout_supported() is not None:
             return False
         return not _needs_derivatives((*inputs, *self.model.tensors()))
 

@@ -1,0 +1,125 @@
+"""Time done right: integer-nanosecond grids, torques held as the robot held them, every drop counted."""
+
+import numpy as np
+import pytest
+
+from diffsim_ros.estimation.data import DataError, TorqueSignal, Trajectory
+from diffsim_ros.io.bags import BagTopics, read_bag, write_bag
+from diffsim_ros.io.dataset import DatasetOptions, dataset_from_bag
+from diffsim_ros.io.ros_messages import NS_PER_S, float64_multi_array_msg, joint_state_msg
+from diffsim_ros.io.ros_types import TypestoreMessages
+
+EXACT = 0.0
+MEAN_TOL = 1e-12  # [N·m] exact integrals of piecewise polynomials
+T0_NS = 1_764_000_000 * NS_PER_S
+PERIOD_NS = 10_000_000
+JOINTS = ["j0", "j1"]
+TOPICS = BagTopics(joint_states="/joint_states", commanded_torques="/command")
+FACTORY = TypestoreMessages()
+
+
+def _bag(path, state_ns, command_ns, command_values, positions=None, efforts=None):
+    positions = np.zeros((len(state_ns), 2)) if positions is None else positions
+    efforts = np.zeros((len(state_ns), 2)) if efforts is None else efforts
+    messages = [(TOPICS.joint_states, joint_state_msg(FACTORY, int(ns), JOINTS, q, np.zeros(2), e), int(ns))
+                for ns, q, e in zip(state_ns, positions, efforts)]
+    messages += [(TOPICS.commanded_torques, float64_multi_array_msg(FACTORY, v), int(ns)) for ns, v in zip(command_ns, command_values)]
+    messages.sort(key=lambda m: m[2])
+    return write_bag(path, messages, storage="mcap")
+
+
+def _motion(count):
+    t = np.arange(count) * 0.01
+    return np.stack([0.3 * np.sin(2.0 * t), 0.2 * np.cos(1.3 * t)], 1)
+
+
+def test_a_command_acts_from_its_stamp_on(tmp_path):
+    # States and commands share the stamps k * 10 ms exactly; the command steps at sample 57.
+    # A float grid (np.arange over seconds) lands just before each stamp, and a zero-order
+    # hold then takes the previous command for most samples: the 10 ms shift of the issue.
+    count, step = 200, 57
+    stamps = T0_NS + PERIOD_NS * np.arange(count, dtype=np.int64)
+    values = np.where(np.arange(count)[:, None] >= step, [5.0, -2.0], [1.0, 3.0])
+    path = _bag(tmp_path / "bag", stamps, stamps, values, positions=_motion(count))
+    options = DatasetOptions(torque_source="commanded", torque_hold="zoh")
+    dataset, summary = dataset_from_bag(read_bag(path, JOINTS, topics=TOPICS), options=options)
+    assert summary.torque_source == "commanded" and summary.trajectories == 1
+    traj = dataset.trajectories[0]
+    index = (traj.stamps_ns // PERIOD_NS).astype(int)
+    np.testing.assert_array_equal(traj.torque.at(traj.stamps_ns), values[index])
+    # Per-sample torques are filtered like the accelerations: a symmetric blend around the step.
+    at_step = int(np.flatnonzero(index == step)[0])
+    np.testing.assert_allclose(traj.tau[at_step - 20], [1.0, 3.0], atol=MEAN_TOL)
+    np.testing.assert_allclose(traj.tau[at_step + 20], [5.0, -2.0], atol=MEAN_TOL)
+    assert 1.0 < traj.tau[at_step, 0] < 5.0
+    # Rollout steps of 2.5 ms: the step's interval applies the new command from its stamp on.
+    windows = traj.windows(1, 1, steps_per_sample=4)
+    first = int(np.flatnonzero(index == step)[0])
+    np.testing.assert_allclose(windows["tau"][first - 1], np.repeat([[1.0, 3.0]], 4, 0), atol=MEAN_TOL, rtol=0)
+    np.testing.assert_allclose(windows["tau"][first], np.repeat([[5.0, -2.0]], 4, 0), atol=MEAN_TOL, rtol=0)
+
+
+def test_jittered_stamps_are_resampled_on_an_integer_grid(tmp_path):
+    rng = np.random.default_rng(0)
+    count = 300
+    stamps = T0_NS + PERIOD_NS * np.arange(count, dtype=np.int64) + rng.integers(-1_500_000, 1_500_000, count)
+    stamps[0] = T0_NS
+    command_ns = T0_NS + 4_000_000 + PERIOD_NS * np.arange(count, dtype=np.int64)  # another phase
+    step_ns = command_ns[120]
+    values = np.where(command_ns[:, None] >= step_ns, [5.0, -2.0], [1.0, 3.0])
+    t = (stamps - T0_NS) * 1e-9
+    positions = np.stack([0.3 * np.sin(2.0 * t), 0.2 * np.cos(1.3 * t)], 1)
+    path = _bag(tmp_path / "bag", stamps, command_ns, values, positions=positions)
+    bag = read_bag(path, JOINTS, topics=TOPICS)
+    dataset, _ = dataset_from_bag(bag, options=DatasetOptions(torque_source="commanded", torque_hold="zoh"))
+    traj = dataset.trajectories[0]
+    grid = traj.stamps_ns + bag.t0_ns
+    assert np.all(np.diff(traj.stamps_ns) == traj.period_ns) and abs(traj.period_ns - PERIOD_NS) < 0.002 * PERIOD_NS
+    expected = np.where(grid[:, None] >= step_ns, [5.0, -2.0], [1.0, 3.0])
+    np.testing.assert_array_equal(traj.torque.at(traj.stamps_ns), expected)
+    # The rollout step that contains the command's stamp averages both commands exactly.
+    windows = traj.windows(1, 1, steps_per_sample=1)
+    k = int(np.flatnonzero(grid <= step_ns)[-1])
+    before = (step_ns - grid[k]) / traj.period_ns  # share of the step held by the old command
+    np.testing.assert_allclose(windows["tau"][k, 0], before * np.array([1.0, 3.0]) + (1 - before) * np.array([5.0, -2.0]),
+                               atol=MEAN_TOL, rtol=0)
+    # Filtered positions on the grid follow the true motion.
+    truth = np.stack([0.3 * np.sin(2.0 * traj.stamps_ns * 1e-9), 0.2 * np.cos(1.3 * traj.stamps_ns * 1e-9)], 1)
+    assert np.abs(traj.q - truth).max() < 1e-4
+
+
+def test_dropped_and_reordered_samples_are_counted(tmp_path):
+    count = 200
+    stamps = T0_NS + PERIOD_NS * np.arange(count, dtype=np.int64)
+    positions = _motion(count)
+    positions[[50, 51, 120]] = np.nan
+    messages = [(TOPICS.joint_states, joint_state_msg(FACTORY, int(ns), JOINTS, q, np.zeros(2), np.ones(2)), int(ns))
+                for ns, q in zip(stamps, positions)]
+    messages[10], messages[11] = (messages[11][0], messages[11][1], messages[10][2]), (messages[10][0], messages[10][1], messages[11][2])
+    path = write_bag(tmp_path / "bag", messages, storage="sqlite3")
+    with pytest.raises(Exception, match="--order-policy sort"):
+        read_bag(path, JOINTS, topics=TOPICS)
+    bag = read_bag(path, JOINTS, topics=TOPICS, order_policy="sort")
+    _, summary = dataset_from_bag(bag, options=DatasetOptions(torque_source="effort"))
+    notes = " | ".join(summary.notes)
+    assert "3 of 200 samples with NaN/inf dropped" in notes
+    assert "1 of 200 samples out of order (sorted)" in notes
+    # The gap left by the NaN samples splits the motion; nothing is silently bridged.
+    assert summary.trajectories == 2 or "unused" in notes
+
+
+def test_torque_signal_holds_and_interpolates():
+    stamps = np.array([0, 10, 20, 30], dtype=np.int64) * 1_000_000
+    values = np.array([[0.0], [1.0], [4.0], [9.0]])
+    zoh, linear = TorqueSignal(stamps, values, "zoh"), TorqueSignal(stamps, values, "linear")
+    np.testing.assert_array_equal(zoh.at(np.array([0, 9_999_999, 10_000_000, 45_000_000])), [[0.0], [0.0], [1.0], [9.0]])
+    assert np.isnan(linear.at(np.array([35_000_000]))).all()
+    np.testing.assert_allclose(zoh.means(np.array([5_000_000]), np.array([15_000_000])), [[0.5]], atol=MEAN_TOL)
+    np.testing.assert_allclose(linear.means(np.array([0]), np.array([20_000_000])), [[1.5]], atol=MEAN_TOL)
+    with pytest.raises(DataError, match="strictly increasing"):
+        TorqueSignal(stamps[::-1], values)
+    with pytest.raises(DataError, match="hold"):
+        TorqueSignal(stamps, values, "spline")
+    with pytest.raises(DataError, match="does not cover"):
+        Trajectory(0.01, np.zeros((5, 1)), np.zeros((5, 1)), np.zeros((5, 1)), start_ns=0,
+                   torque=TorqueSignal(stamps + 5_000_000, values, "zoh"))
