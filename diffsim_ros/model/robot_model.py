@@ -303,11 +303,14 @@ class RobotModel:
     @property
     def springs(self):
         """The spring elements with their current parameter values (floats): lever, torsion, point."""
-        p = self.params
-        values = lambda law, i: {  # noqa: E731
-            key: (tuple(float(v) for v in getattr(p, name)[i]) if key in SPRING_LAWS[law].vectors else float(getattr(p, name)[i]))
-            for key, name in SPRING_LAWS[law].fields.items()
-        }
+
+        def values(law, index):
+            out = {}
+            for key, name in SPRING_LAWS[law].fields.items():
+                value = getattr(self.params, name)[index]
+                out[key] = tuple(float(v) for v in value) if key in SPRING_LAWS[law].vectors else float(value)
+            return out
+
         out = [LeverSpring(joint=self.joint_names[j], **values("lever", s)) for s, j in enumerate(self.spring_joints)]
         out += [TorsionSpring(joint=self.joint_names[j], **values("torsion", s)) for s, j in enumerate(self.torsion_joints)]
         out += [

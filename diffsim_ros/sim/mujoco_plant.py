@@ -213,28 +213,42 @@ class MujocoPlant:
         """Noise-free ``(q, qd)`` in model joint order."""
         return self.data.qpos[self._qpos].copy(), self.data.qvel[self._dof].copy()
 
+    def true_acceleration(self):
+        """Joint accelerations [rad/s²] of the last time step: MuJoCo's forward dynamics at the
+        state before it, with the torques applied then (noise free), in model joint order."""
+        return self.data.qacc[self._dof].copy()
+
     def spring_torques(self, q):
         """True elastic torques of every spring element [N·m] at ``q`` (MuJoCo's own for
         torsion springs and tendons, the formula for lever springs), shape (n,)."""
         q = np.asarray(q, float)
         tau = self._lever_torques(q)
         if self._native_springs:
-            scratch = self._scratch
-            scratch.qpos[:] = self.mj_model.qpos0
-            scratch.qpos[self._qpos] = q
-            scratch.qvel[:] = 0.0
-            self._mj.mj_fwdPosition(self.mj_model, scratch)
-            self._mj.mj_fwdVelocity(self.mj_model, scratch)
-            tau += scratch.qfrc_spring[self._dof]
+            tau += self._evaluate(q, np.zeros(len(q))).qfrc_spring[self._dof]
         return tau
+
+    def passive_torques(self, q, qd):
+        """True passive torques [N·m] at ``(q, qd)``: every spring element with its damping plus
+        the joints' viscous damping (not the Coulomb friction, a constraint in MuJoCo), (n,)."""
+        q = np.asarray(q, float)
+        scratch = self._evaluate(q, np.asarray(qd, float))
+        total = scratch.qfrc_spring + scratch.qfrc_damper + (self._cable_damping(scratch) if self._cables else 0.0)
+        return total[self._dof] + self._lever_torques(q)
+
+    def _evaluate(self, q, qd):
+        """The scratch MjData at ``(q, qd)`` after MuJoCo's position and velocity stages."""
+        scratch = self._scratch
+        scratch.qpos[:] = self.mj_model.qpos0
+        scratch.qpos[self._qpos] = q
+        scratch.qvel[:] = 0.0
+        scratch.qvel[self._dof] = qd
+        self._mj.mj_fwdPosition(self.mj_model, scratch)
+        self._mj.mj_fwdVelocity(self.mj_model, scratch)
+        return scratch
 
     def point_spring_lengths(self, q):
         """MuJoCo's tendon length [m] of every point spring at ``q``, in model order, shape (c,)."""
-        scratch = self._scratch
-        scratch.qpos[:] = self.mj_model.qpos0
-        scratch.qpos[self._qpos] = np.asarray(q, float)
-        self._mj.mj_fwdPosition(self.mj_model, scratch)
-        return scratch.ten_length.copy()
+        return self._evaluate(np.asarray(q, float), np.zeros(len(self.joint_names))).ten_length.copy()
 
     def _lever_torques(self, q):
         tau = np.zeros(len(self.joint_names))
@@ -244,9 +258,9 @@ class MujocoPlant:
             tau[index] += -s.stiffness * (length - s.rest_length) * s.l1 * s.l2 * math.sin(phi) / length
         return tau
 
-    def _cable_damping(self):
-        """Generalized forces (nv,) of the tension-only cables' damping at the current state."""
-        mj, model, data = self._mj, self.mj_model, self.data
+    def _cable_damping(self, data):
+        """Generalized forces (nv,) of the tension-only cables' damping at the state of ``data``."""
+        mj, model = self._mj, self.mj_model
         mj.mj_kinematics(model, data)
         mj.mj_comPos(model, data)
         force = np.zeros(model.nv)
@@ -278,7 +292,7 @@ class MujocoPlant:
         self._applied = np.clip(tau, -self.effort_limit, self.effort_limit)
         for _ in range(int(steps)):
             q = self.data.qpos[self._qpos]
-            self.data.qfrc_applied[:] = self._cable_damping() if self._cables else 0.0
+            self.data.qfrc_applied[:] = self._cable_damping(self.data) if self._cables else 0.0
             self.data.qfrc_applied[self._dof] += self._applied + self._external + self._lever_torques(q)
             self._mj.mj_step(self.mj_model, self.data)
 

@@ -8,7 +8,8 @@ thread (``prange`` over the batch), every intermediate in registers or a small p
 work area.
 
 Scope: fixed-base serial chains of revolute joints with the direct solver (every arm this
-package targets; :func:`fast_rollout_supported` says why another setup is not). The
+package targets; :func:`fast_rollout_supported` says why another setup is not), with spring
+elements of every law (:func:`~diffsim_ros.dynamics.fast.spring_torques_into`). The
 phases follow :mod:`.solver` one for one (forces, prediction, the joint rows with their
 implicit damping and limit rows, the block-tridiagonal projection, the velocity update
 and the closing RATTLE half kick); the tests hold the two implementations to 1e-9 of
@@ -306,9 +307,10 @@ _Work = namedtuple(
         "diagonal", "lower", "upper", "reduced", "pivots", "inv_diagonal", "t1", "t2",
         # row right-hand sides, solutions and multipliers (n, 6)
         "rhs", "solution", "lam",
-        # FK scratch: joint axes and origins (n, 3), placements (local and world); joint rates,
-        # spring torques, the diagonal of the springs' damping and a point spring's dL/dq (n,)
-        "z_ang", "origin", "placements", "rate", "spring", "spring_slope", "spring_grad",
+        # FK scratch: joint axes and origins (n, 3), placements (local and world); joint rates
+        # from the chords and from w.spin, spring torques, the diagonal of the springs'
+        # damping and a point spring's dL/dq (n,)
+        "z_ang", "origin", "placements", "rate", "spin_rate", "spring", "spring_slope", "spring_grad",
         # rigid-joint solve: anchors (n, 3), diag(sigma) + R H and its LU (n, n), reduced
         # right-hand side (n,), particle displacements (N, 6), second K^-1 product (n, 6)
         "anchor0", "capacity", "capacity_pivots", "capacity_inv_diagonal", "reduced_rhs", "displacement", "correction",
@@ -333,7 +335,7 @@ def _work(n):
         np.zeros((n, 6)), np.zeros((n, 6)), np.zeros((n, 6)),
         np.zeros((n, 3)), np.zeros((n, 3)),
         (np.zeros((n, 3, 3)), np.zeros((n, 3)), np.zeros((n, 3, 3)), np.zeros((n, 3))),
-        np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n),
+        np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n),
         np.zeros((n, 3)), np.zeros((n, n)), np.zeros(n, dtype=np.int64), np.zeros(n), np.zeros(n),
         np.zeros((particles, 6)), np.zeros((n, 6)),
     )
@@ -348,7 +350,7 @@ def _accelerate(phys, fk, springs, w, tau, h, phase, limits):
 
     Reads the frames at the current poses and ``w.spin``; updates ``w.vel``, ``w.omega``,
     ``w.inertia_w``, ``w.inv_inertia_w``, ``w.q`` (the joints with a joint spring; all of
-    them with point springs or ``limits``), ``w.rate`` and ``w.damping`` (half the implicit
+    them with point springs or ``limits``), ``w.rate``, ``w.spin_rate`` and ``w.damping`` (half the implicit
     damping, as the joint rows take it). The springs' damping splits as in
     dynamics.springs.spring_damping_split: its diagonal joins the implicit damping.
     """
@@ -371,8 +373,9 @@ def _accelerate(phys, fk, springs, w, tau, h, phase, limits):
             w.q[arrays.torsion_joints[s]] = _angle(w, arrays.torsion_joints[s])
     for j in range(n):
         w.rate[j] = _rate(w, w.omega, j)
+        w.spin_rate[j] = _rate(w, w.spin, j)  # a point spring's damping coupling: rates at the state's time
     spring = w.spring
-    spring_torques_into(arrays, fk, w.q, w.rate, spring, w.spring_slope, w.placements, w.spring_grad)
+    spring_torques_into(arrays, fk, w.q, w.spin_rate, spring, w.spring_slope, w.placements, w.spring_grad)
     for j in range(n):
         rate = w.rate[j]
         torque, damping = tau[j] + spring[j], viscous[j]

@@ -36,8 +36,9 @@ def spring_damping(model, q, rate):
     """The springs' damping linearized like the friction: ``(explicit torque, slope)``, each (..., n).
 
     The slope (the diagonal of their damping matrix) joins the implicit dashpot rows; the
-    explicit part (a point spring's coupling between joints) is evaluated at the joint rates
-    of the substep start. Zeros without damped spring elements (torsion or point springs).
+    explicit part (a point spring's coupling between joints) is evaluated at ``rate``, the
+    joint rates at the substep start. Zeros without damped spring elements (torsion or
+    point springs).
     """
     if not (model.torsion_joints or model.point_springs):
         zero = rate.new_zeros(())

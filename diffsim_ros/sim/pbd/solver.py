@@ -117,7 +117,10 @@ def _accelerate(model, system, state, pose, control, h, phase, spin):
     directions = joint_directions(joints, pose.frames)
     rate = joint_rates(joints, directions, state.vel, state.omega)
     friction, slope = friction_split(joints, rate)
-    explicit, spring_slope = spring_damping(model, pose.q, rate)
+    # A point spring's damping couples joints explicitly: at the rates of the state's time
+    # (from ``spin``; second order for revolute joints), not the chords half a substep behind.
+    now = joint_rates(joints, directions, state.vel, spin) if model.point_springs else rate
+    explicit, spring_slope = spring_damping(model, pose.q, now)
     damping = joints.damping + slope + spring_slope
     tau = joint_torques(model, pose.q, control.tau) + friction + explicit
     drive = None
