@@ -13,11 +13,13 @@ import pytest
 import torch
 import torch.autograd.forward_ad as fwad
 
+from diffsim_ros.dynamics import point_spring_lengths
 from diffsim_ros.model import RobotModel, RobotModelError
 from diffsim_ros.sim import PBDConvergenceWarning, PBDError, PBDSimulator
 from diffsim_ros.sim.pbd import FreeBase
 from diffsim_ros.sim.pbd.fast import FastPBD, fast_rollout_supported
 from test_pbd_references import baxter, chain_urdf, random_state
+from test_springs import BAND, sprung_baxter
 
 STEPS = 60  # control periods of 10 ms per comparison
 AGREEMENT_TOL = 1e-9  # [rad, rad/s] kernel vs torch, the starts inside the limits
@@ -42,6 +44,13 @@ def _rollouts(model, q0, qd0, tau, **settings):
         return fast.rollout(q0, qd0, tau), slow.rollout(q0, qd0, tau), slow.rollout(q0 * (1.0 + 2e-16), qd0, tau)
 
 
+def _difference(runs):
+    """Kernel-vs-torch difference and the torch step's one-ulp sensitivity of :func:`_rollouts`' runs."""
+    (q, qd), (q_ref, qd_ref), (q_ulp, qd_ulp) = runs
+    sensitivity = max(float((q_ulp - q_ref).abs().max()), float((qd_ulp - qd_ref).abs().max()), 1e-13)
+    return max(float((q - q_ref).abs().max()), float((qd - qd_ref).abs().max())), sensitivity
+
+
 @pytest.mark.parametrize(
     "settings",
     [
@@ -59,12 +68,28 @@ def test_kernel_matches_torch_step(settings):
     model = baxter()
     model = model.with_parameters({f"{name}.friction": 0.3 for name in model.joint_names})
     q0, qd0, tau = _inputs(model, 3, 10)
-    (q, qd), (q_ref, qd_ref), (q_ulp, qd_ulp) = _rollouts(model, q0, qd0, tau, limits=False, **settings)
-    sensitivity = max(float((q_ulp - q_ref).abs().max()), float((qd_ulp - qd_ref).abs().max()), 1e-13)
-    difference = max(float((q - q_ref).abs().max()), float((qd - qd_ref).abs().max()))
+    runs = _rollouts(model, q0, qd0, tau, limits=False, **settings)
+    difference, sensitivity = _difference(runs)
+    q = runs[0][0]
     assert difference < AGREEMENT_TOL
     assert difference < CHAOS_FACTOR * sensitivity
     assert float((q - q0[:, None]).abs().max()) > 0.5  # the arm moved
+
+
+@pytest.mark.parametrize(
+    "settings", [dict(substeps=2, iterations=2), dict(substeps=3, iterations=3, compliance=1e-7)], ids=["2x2", "3x3-compliant"]
+)
+def test_kernel_matches_torch_step_with_every_spring_law(settings):
+    # Lever, torsion (its dashpot in the implicit rows), a band going slack and taut and a gas
+    # spring from the base (their damping's coupling between joints explicit).
+    model = sprung_baxter()
+    q0, qd0, tau = _inputs(model, 3, 20)
+    runs = _rollouts(model, q0, qd0, tau, limits=False, **settings)
+    difference, sensitivity = _difference(runs)
+    assert difference < AGREEMENT_TOL
+    assert difference < CHAOS_FACTOR * sensitivity
+    band = point_spring_lengths(model, runs[1][0].reshape(-1, model.nq))[:, 0]
+    assert bool((band < BAND.rest_length).any()) and bool((band > BAND.rest_length).any())
 
 
 @pytest.mark.parametrize("substeps", [2, 10])
@@ -76,10 +101,9 @@ def test_kernel_matches_torch_through_limit_contacts(substeps):
     q0, qd0, tau = _inputs(model, 2, 30)
     q0[:, 3] = model.lower[3] + 0.02
     qd0[:, 3] = -2.0
-    (q, qd), (q_ref, qd_ref), (q_ulp, qd_ulp) = _rollouts(model, q0, qd0, tau, substeps=substeps, iterations=2)
-    assert float(q_ref[..., 3].min()) < float(model.lower[3]) + 1e-4  # reached the limit
-    sensitivity = max(float((q_ulp - q_ref).abs().max()), float((qd_ulp - qd_ref).abs().max()), 1e-13)
-    difference = max(float((q - q_ref).abs().max()), float((qd - qd_ref).abs().max()))
+    runs = _rollouts(model, q0, qd0, tau, substeps=substeps, iterations=2)
+    assert float(runs[1][0][..., 3].min()) < float(model.lower[3]) + 1e-4  # reached the limit
+    difference, sensitivity = _difference(runs)
     assert difference < CHAOS_FACTOR * sensitivity
 
 

@@ -123,7 +123,9 @@ class TorqueMapGrid:
 def parameter_hash(model):
     """SHA-256 (hex) of a model's structure and parameter values: identifies what a map is for."""
     digest = hashlib.sha256()
-    digest.update(json.dumps([model.name, list(model.joint_names), model.payload_frame, list(model.spring_joints)]).encode())
+    structure = [model.name, list(model.joint_names), model.payload_frame, list(model.spring_joints)]
+    others = [element for element in model.spring_layout() if element[0] != "lever"]
+    digest.update(json.dumps(structure + ([others] if others else [])).encode())  # lever-only: hashes as before
     tensors = [model.gravity, model.joint_axis, model.joint_origin_rot]
     tensors += [getattr(model.params, f.name) for f in dataclasses.fields(model.params)]
     for tensor in tensors:

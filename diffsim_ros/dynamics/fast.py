@@ -13,6 +13,7 @@ against Pinocchio.
 """
 
 import math
+from collections import namedtuple
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,7 +25,7 @@ from diffsim_ros.dynamics.rnea import body_inertials
 from diffsim_ros._compiled import njit
 
 
-__all__ = ["FastDynamics", "placements_into", "spring_torques_into"]
+__all__ = ["FastDynamics", "SpringArrays", "placements_into", "spring_arrays", "spring_torques_into"]
 
 
 @njit(cache=True)
@@ -217,21 +218,143 @@ def _mass_matrix_diagonal(parents, origin_rot, origin_xyz, axis, is_revolute, ma
     return out
 
 
+SpringArrays = namedtuple(
+    "SpringArrays",
+    [
+        # lever springs (s,): joints, stiffness, offset, alpha1, l1, l2, rest length
+        "lever_joints", "lever_stiffness", "lever_offset", "lever_alpha1", "lever_l1", "lever_l2", "lever_rest_length",
+        # torsion springs (t,): joints, stiffness, rest position, damping
+        "torsion_joints", "torsion_stiffness", "torsion_offset", "torsion_damping",
+        # point springs (c,): end bodies (-1 = base), ends in those body frames (c, 3), stiffness,
+        # rest length, damping, tension only
+        "point_body_a", "point_body_b", "point_a", "point_b",
+        "point_stiffness", "point_rest_length", "point_damping", "point_tension_only",
+    ],
+)
+"""Float64 snapshot of a model's spring elements for the compiled kernels (:func:`spring_arrays`)."""
+
+
+def spring_arrays(model):
+    """:data:`SpringArrays` of ``model``'s current spring values (detached, float64, CPU)."""
+
+    def arr(t):
+        return np.ascontiguousarray(t.detach().to(dtype=torch.float64, device="cpu").numpy())
+
+    p = model.params
+    ends = []
+    for side, anchor in (("a", p.point_anchor_a), ("b", p.point_anchor_b)):
+        local = arr(anchor).reshape(-1, 3)
+        for i, layout in enumerate(model.point_springs):  # link frame -> body frame
+            placement = arr(model.frames[getattr(layout, f"link_{side}")].placement)
+            local[i] = placement[:3, :3] @ local[i] + placement[:3, 3]
+        ends.append(np.ascontiguousarray(local))
+    joints = lambda values: np.array(values, dtype=np.int64)  # noqa: E731
+    return SpringArrays(
+        joints(model.spring_joints),
+        *(arr(t) for t in (p.spring_stiffness, p.spring_offset, p.spring_alpha1, p.spring_l1, p.spring_l2, p.spring_rest_length)),
+        joints(model.torsion_joints),
+        *(arr(t) for t in (p.torsion_stiffness, p.torsion_offset, p.torsion_damping)),
+        joints([e.body_a for e in model.point_springs]),
+        joints([e.body_b for e in model.point_springs]),
+        *ends,
+        *(arr(t) for t in (p.point_stiffness, p.point_rest_length, p.point_damping)),
+        np.array([e.tension_only for e in model.point_springs], dtype=np.bool_),
+    )
+
+
 @njit(cache=True)
-def _springs(spring_joints, stiffness, offset, alpha1, l1, l2, rest_length, q):
-    tau = np.zeros(q.shape[0])
-    spring_torques_into(spring_joints, stiffness, offset, alpha1, l1, l2, rest_length, q, tau)
+def _springs(springs, fk, q, qd):
+    n = q.shape[0]
+    tau, slope, grad = np.empty(n), np.empty(n), np.empty(n)
+    placements = (np.empty((n, 3, 3)), np.empty((n, 3)), np.empty((n, 3, 3)), np.empty((n, 3)))
+    spring_torques_into(springs, fk, q, qd, tau, slope, placements, grad)
+    for j in range(n):
+        tau[j] -= slope[j] * qd[j]
     return tau
 
 
 @njit(cache=True)
-def spring_torques_into(spring_joints, stiffness, offset, alpha1, l1, l2, rest_length, q, tau):
-    """Spring torques [N·m] at ``q`` into ``tau`` (n,), zero on joints without a spring."""
+def _point_end(springs, side, s, rot_w, pos_w, out):
+    """World position of end ``side`` (0: a, 1: b) of point spring ``s`` into ``out`` (3,)."""
+    body = springs.point_body_a[s] if side == 0 else springs.point_body_b[s]
+    local = springs.point_a[s] if side == 0 else springs.point_b[s]
+    for r in range(3):
+        if body < 0:
+            out[r] = local[r]
+        else:
+            out[r] = pos_w[body, r] + rot_w[body, r, 0] * local[0] + rot_w[body, r, 1] * local[1] + rot_w[body, r, 2] * local[2]
+
+
+@njit(cache=True)
+def _add_length_gradient(fk, body, sign, end, unit, rot_w, pos_w, grad):
+    """``grad += sign * d(u . end)/dq`` over the joints that move ``body`` (dynamics.springs._point_geometry)."""
+    parents, _, _, axis, is_revolute = fk
+    j = body
+    while j >= 0:
+        z0 = rot_w[j, 0, 0] * axis[j, 0] + rot_w[j, 0, 1] * axis[j, 1] + rot_w[j, 0, 2] * axis[j, 2]
+        z1 = rot_w[j, 1, 0] * axis[j, 0] + rot_w[j, 1, 1] * axis[j, 1] + rot_w[j, 1, 2] * axis[j, 2]
+        z2 = rot_w[j, 2, 0] * axis[j, 0] + rot_w[j, 2, 1] * axis[j, 1] + rot_w[j, 2, 2] * axis[j, 2]
+        if is_revolute[j]:
+            d0, d1, d2 = end[0] - pos_w[j, 0], end[1] - pos_w[j, 1], end[2] - pos_w[j, 2]
+            z0, z1, z2 = z1 * d2 - z2 * d1, z2 * d0 - z0 * d2, z0 * d1 - z1 * d0
+        grad[j] += sign * (z0 * unit[0] + z1 * unit[1] + z2 * unit[2])
+        j = parents[j]
+
+
+@njit(cache=True)
+def spring_torques_into(springs, fk, q, qd, tau, slope, placements, grad):
+    """Spring element torques at ``(q, qd)`` split for implicit damping (dynamics.springs).
+
+    Fills ``tau`` (n,) [N·m or N] with the elastic torques plus the explicit part of the
+    damping (a point spring's coupling between joints) and ``slope`` (n,) with the diagonal
+    of the damping matrix: the full spring torque is ``tau - slope * qd``.
+
+    Args:
+        springs: :data:`SpringArrays`.
+        fk: ``(parents, origin_rot, origin_xyz, axis, is_revolute)`` of the model.
+        q, qd: Joint positions and velocities, (n,).
+        tau, slope: Outputs, (n,).
+        placements: Scratch ``(rot_local, pos_local, rot_world, pos_world)`` for the point
+            springs' kinematics, shapes (n, 3, 3), (n, 3), (n, 3, 3), (n, 3).
+        grad: Scratch (n,).
+    """
     tau[:] = 0.0
-    for s in range(spring_joints.shape[0]):
-        phi = math.pi - alpha1[s] - offset[s] + q[spring_joints[s]]
-        length = math.sqrt(l1[s] ** 2 + l2[s] ** 2 - 2.0 * l1[s] * l2[s] * math.cos(phi))
-        tau[spring_joints[s]] = -stiffness[s] * (length - rest_length[s]) * l1[s] * l2[s] * math.sin(phi) / length
+    slope[:] = 0.0
+    for s in range(springs.lever_joints.shape[0]):
+        j = springs.lever_joints[s]
+        l1, l2 = springs.lever_l1[s], springs.lever_l2[s]
+        phi = math.pi - springs.lever_alpha1[s] - springs.lever_offset[s] + q[j]
+        length = math.sqrt(l1**2 + l2**2 - 2.0 * l1 * l2 * math.cos(phi))
+        tau[j] += -springs.lever_stiffness[s] * (length - springs.lever_rest_length[s]) * l1 * l2 * math.sin(phi) / length
+    for s in range(springs.torsion_joints.shape[0]):
+        j = springs.torsion_joints[s]
+        tau[j] += -springs.torsion_stiffness[s] * (q[j] - springs.torsion_offset[s])
+        slope[j] += springs.torsion_damping[s]
+    if springs.point_body_a.shape[0] == 0:
+        return
+    parents, origin_rot, origin_xyz, axis, is_revolute = fk
+    rot_local, pos_local, rot_w, pos_w = placements
+    placements_into(parents, origin_rot, origin_xyz, axis, is_revolute, q, rot_local, pos_local, rot_w, pos_w)
+    end_a, end_b, unit = np.empty(3), np.empty(3), np.empty(3)
+    for s in range(springs.point_body_a.shape[0]):
+        _point_end(springs, 0, s, rot_w, pos_w, end_a)
+        _point_end(springs, 1, s, rot_w, pos_w, end_b)
+        length = math.sqrt((end_b[0] - end_a[0]) ** 2 + (end_b[1] - end_a[1]) ** 2 + (end_b[2] - end_a[2]) ** 2)
+        stretch = length - springs.point_rest_length[s]
+        if springs.point_tension_only[s] and not stretch > 0.0:
+            continue  # a slack cable
+        for r in range(3):
+            unit[r] = (end_b[r] - end_a[r]) / length
+        grad[:] = 0.0
+        _add_length_gradient(fk, springs.point_body_b[s], 1.0, end_b, unit, rot_w, pos_w, grad)
+        _add_length_gradient(fk, springs.point_body_a[s], -1.0, end_a, unit, rot_w, pos_w, grad)
+        rate = 0.0
+        for j in range(q.shape[0]):
+            rate += grad[j] * qd[j]
+        elastic, c = -springs.point_stiffness[s] * stretch, springs.point_damping[s]
+        for j in range(q.shape[0]):
+            tau[j] += elastic * grad[j] - c * grad[j] * (rate - grad[j] * qd[j])
+            slope[j] += c * grad[j] * grad[j]
 
 
 @dataclass(frozen=True)
@@ -251,8 +374,7 @@ class FastDynamics:
     first_moment: np.ndarray  # (n, 3) [kg·m]
     inertia_o: np.ndarray  # (n, 3, 3) [kg·m²] about body origins
     up: np.ndarray  # (3,) minus gravity [m/s²]
-    spring_joints: np.ndarray  # (s,) int64
-    spring_params: tuple  # six (s,) arrays: stiffness, offset, alpha1, l1, l2, rest_length
+    springs: tuple  # SpringArrays
 
     @classmethod
     def from_model(cls, model):
@@ -274,11 +396,7 @@ class FastDynamics:
             first_moment=h,
             inertia_o=inertia_o,
             up=-arr(model.gravity),
-            spring_joints=np.array(model.spring_joints, dtype=np.int64),
-            spring_params=tuple(
-                arr(t)
-                for t in (p.spring_stiffness, p.spring_offset, p.spring_alpha1, p.spring_l1, p.spring_l2, p.spring_rest_length)
-            ),
+            springs=spring_arrays(model),
         )
 
     @property
@@ -298,9 +416,17 @@ class FastDynamics:
             self.mass, self.first_moment, self.up, self._vector(q),
         )
 
-    def spring_torques(self, q):
-        """Spring element torques -dV/dtheta [N·m], shape (n,)."""
-        return _springs(self.spring_joints, *self.spring_params, self._vector(q))
+    @property
+    def fk(self):
+        """``(parents, origin_rot, origin_xyz, axis, is_revolute)``: the kinematics the kernels take."""
+        return (self.parents, self.origin_rot, self.origin_xyz, self.axis, self.is_revolute)
+
+    def spring_torques(self, q, qd=None):
+        """Spring element torques [N·m], shape (n,): elastic ``-dV/dq``, plus the springs'
+        damping when ``qd`` [rad/s] is given (as :func:`~diffsim_ros.dynamics.spring_torques`)."""
+        q = self._vector(q)
+        qd = np.zeros_like(q) if qd is None else self._vector(qd)
+        return _springs(self.springs, self.fk, q, qd)
 
     def mass_matrix_diagonal(self, q):
         """Diagonal of the joint-space inertia M(q) [kg·m² or kg], shape (n,): each joint's

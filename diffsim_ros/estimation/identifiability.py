@@ -48,6 +48,9 @@ _RESOLUTION = {
     "spring.l1": 0.005,
     "spring.l2": 0.005,
     "spring.rest_length": 0.005,
+    "spring.damping": 0.02,  # [N·s/m or N·m·s/rad]
+    "spring.point_a": 0.005,
+    "spring.point_b": 0.005,
     "origin.xyz": 0.005,
     "camera.pose": 0.01,  # [m] of the position part
 }
@@ -62,6 +65,8 @@ _HINTS = {
     "friction": "motion of this joint in both directions at varied speeds",
     "spring.stiffness": "motion or rest poses over a wider range of the spring joint",
     "spring.offset": "motion or rest poses over a wider range of the spring joint",
+    "spring.rest_length": "motion or rest poses over a wider range of the spring's stretch",
+    "spring.damping": "motion that stretches the spring at varied speeds",
     "origin.xyz": "camera poses or rest poses over a wider workspace",
     "camera.pose": "camera poses with the tracked link at varied positions and orientations",
 }

@@ -1,7 +1,8 @@
 """Parameter groups -> optimizer coordinates, with physical bounds and parametrizations.
 
-Groups (issue #4): ``payload`` (payload.mass, payload.com), ``spring`` (stiffness and offset
-of every spring element; optionally l1, l2), ``damping``, ``friction``, ``inertia``
+Groups (issue #4): ``payload`` (payload.mass, payload.com), ``spring`` (every spring
+element: stiffness, rest length or offset, and damping where the law has one; optionally the
+geometry: lever l1, l2, point spring ends), ``damping``, ``friction``, ``inertia``
 (mass, COM and inertia of every body through the log-Cholesky parametrization, so every
 iterate is physically consistent), ``camera`` (camera frame in the base frame), and
 ``link_lengths`` (joint origin translations).
@@ -69,7 +70,8 @@ class ParameterSpace:
         model: Nominal RobotModel (initial values).
         groups: Iterable of group names from :data:`GROUPS`.
         camera_guess: Initial camera pose in the base frame, (4, 4), required for ``camera``.
-        spring_geometry: Also identify each spring's l1 and l2 (as the paper does).
+        spring_geometry: Also identify each lever spring's l1 and l2 (as the paper does) and
+            each point spring's ends.
         bounds: :class:`~diffsim_ros.model.plausibility.PlausibilityBounds` of the box
             constraints.
 
@@ -119,16 +121,22 @@ class ParameterSpace:
         block = ParameterBlock("payload", ("payload.mass", "payload.com"), 4, lower, upper)
         yield block, np.concatenate([[mass], moment])
 
+    _SPRING_KEYS = {
+        "lever": (("stiffness", "offset"), ("l1", "l2")),
+        "torsion": (("stiffness", "offset", "damping"), ()),
+        "point": (("stiffness", "rest_length", "damping"), ("point_a", "point_b")),
+    }
+    """Law -> (keys always identified, geometry keys identified with ``spring_geometry``)."""
+
     def _blocks_spring(self, model, spring_geometry, camera_guess):
-        if not model.spring_joints:
+        if not model.has_springs:
             raise ValueError("group 'spring' requested but the model has no spring elements")
-        for index in model.spring_joints:
-            joint = model.joint_names[index]
-            yield self._direct(model, f"{joint}.spring.stiffness")
-            yield self._direct(model, f"{joint}.spring.offset")
-            if spring_geometry:
-                yield self._direct(model, f"{joint}.spring.l1")
-                yield self._direct(model, f"{joint}.spring.l2")
+        for law, name, _ in model.spring_elements():
+            keys, geometry = self._SPRING_KEYS[law]
+            for key in keys + (geometry if spring_geometry else ()):
+                if law == "torsion" and key == "damping" and "damping" in self.groups:
+                    continue  # the same dashpot as the joint's damping: that coordinate carries it
+                yield self._direct(model, f"{name}.spring.{key}")
 
     def _blocks_damping(self, model, spring_geometry, camera_guess):
         for joint in model.joint_names:

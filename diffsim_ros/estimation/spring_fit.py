@@ -22,7 +22,8 @@ def fit_spring_curve(model, poses, joint):
     """Fit stiffness and offset of the spring on ``joint`` to static poses.
 
     Args:
-        model: RobotModel with a spring element on ``joint`` (its other spring values are kept).
+        model: RobotModel with a lever spring (Baxter's law) on ``joint`` (its other spring
+            values are kept; other spring elements are ignored).
         poses: StaticPoses.
         joint: Spring joint name.
 
@@ -30,9 +31,9 @@ def fit_spring_curve(model, poses, joint):
         ``(values, stddev)``: dicts for ``<joint>.spring.stiffness`` and ``<joint>.spring.offset``.
     """
     index = model.joint_index(joint)
-    spring = next((s for s in model.springs if s.joint == joint), None)
+    spring = next((s for s in model.springs if s.law == "lever" and s.joint == joint), None)
     if spring is None:
-        raise ValueError(f"joint '{joint}' has no spring element")
+        raise ValueError(f"joint '{joint}' has no spring element of the lever law (the one this fit knows)")
     q = torch.as_tensor(poses.q, dtype=model.dtype, device=model.device)
     with torch.no_grad():
         residual = (gravity_torques(model, q)[:, index]).cpu().numpy() - poses.effort[:, index]

@@ -57,7 +57,7 @@ def default_groups(model, dataset):
     groups = []
     if dataset.static is not None or dataset.trajectories:
         groups.append("payload")
-        if model.spring_joints:
+        if model.has_springs:
             groups.append("spring")
     if dataset.camera is not None:
         groups.append("camera")

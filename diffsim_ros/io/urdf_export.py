@@ -8,8 +8,9 @@ and everything else stay as in the source:
 * joint ``<dynamics damping friction>`` and changed joint origins are updated;
 * a payload becomes a link welded to the payload frame (a 1 mm solid sphere, i.e. a point
   mass for every practical purpose, since URDF inertias must be positive definite);
-* spring elements, which URDF cannot express, are recorded in a comment (and in
-  ``calibration.yaml``).
+* spring elements (lever, torsion and point springs), which URDF cannot express (its
+  ``<dynamics>`` has damping and friction only, no stiffness or rest position), are
+  recorded with all their values in a comment (and in ``calibration.yaml``).
 """
 
 from pathlib import Path
@@ -104,11 +105,7 @@ def _add_payload(root, model):
 
 
 def _spring_comment(model):
-    lines = [
-        f"{s.joint}: stiffness={s.stiffness:.6g} N/m offset={s.offset:.6g} rad alpha1={s.alpha1:.6g} rad "
-        f"l1={s.l1:.6g} m l2={s.l2:.6g} m rest_length={s.rest_length:.6g} m"
-        for s in model.springs
-    ]
+    lines = [s.describe() for s in model.springs]
     text = "diffsim_ros spring elements (not expressible in URDF; see calibration.yaml):\n  " + "\n  ".join(lines)
     return etree.Comment(" " + text.replace("--", "- -") + " ")
 
@@ -131,7 +128,7 @@ def export_calibrated_urdf(model, nominal, source_urdf, path):
     _update_inertials(root, model, nominal)
     _update_joints(root, model, nominal)
     _add_payload(root, model)
-    if model.spring_joints:
+    if model.has_springs:
         root.insert(0, _spring_comment(model))
     text = etree.tostring(root, pretty_print=True, xml_declaration=True, encoding="utf-8").decode()
     _atomic_write_text(path, text)

@@ -8,7 +8,8 @@ from diffsim_ros.model.inertia import (
     pseudo_inertia,
 )
 from diffsim_ros.model.plausibility import DEFAULT_BOUNDS, PlausibilityBounds, plausibility_violations
-from diffsim_ros.model.robot_model import PRISMATIC, REVOLUTE, Frame, JointSpring, RobotModel, RobotParams
+from diffsim_ros.model.robot_model import PRISMATIC, REVOLUTE, Frame, RobotModel, RobotParams
+from diffsim_ros.model.springs import JointSpring, LeverSpring, PointSpring, TorsionSpring
 
 __all__ = [
     "DEFAULT_BOUNDS",
@@ -18,6 +19,9 @@ __all__ = [
     "REVOLUTE",
     "Frame",
     "JointSpring",
+    "LeverSpring",
+    "PointSpring",
+    "TorsionSpring",
     "RobotModel",
     "RobotConfig",
     "RobotModelError",

@@ -5,6 +5,8 @@ A robot config is plain YAML (not a ROS parameter file). The model layer reads t
 (``topics``, ``camera``, ...) from :attr:`RobotConfig.raw`.
 """
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,7 +14,9 @@ import torch
 import yaml
 
 from diffsim_ros.model.errors import RobotModelError
-from diffsim_ros.model.robot_model import JointSpring, RobotModel
+from diffsim_ros.model.plausibility import plausibility_violations
+from diffsim_ros.model.robot_model import RobotModel
+from diffsim_ros.model.springs import SPRING_LAWS
 from diffsim_ros.resources import resolve_resource
 
 __all__ = ["RobotConfig", "load_robot_config"]
@@ -84,6 +88,62 @@ def _floats(value, length, where, key):
     return out
 
 
+def _mapping(value, where):
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise RobotModelError(f"{where}: expected a mapping, got {value!r}")
+    return value
+
+
+def _number(value, where, key):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise RobotModelError(f"{where}: '{key}' must be a number, got {value!r}")
+    return float(value)
+
+
+def _spring(name, values, where):
+    """A spring element from its config entry (``law`` defaults to Baxter's ``lever``).
+
+    Joint laws act on ``joint`` (default: the entry's name); every value is checked with the
+    plausibility bounds (e.g. stiffness > 0). Joints and links are checked when the model is built.
+    """
+    values = dict(_mapping(values, where))
+    law = values.pop("law", "lever")
+    if law not in SPRING_LAWS:
+        raise RobotModelError(f"{where}: unknown spring law {law!r}; laws: {sorted(SPRING_LAWS)}")
+    spec = SPRING_LAWS[law]
+    structure = {"point": ("link_a", "link_b", "tension_only")}.get(law, ("joint",))
+    allowed = set(spec.fields) | set(structure)
+    unknown = set(values) - allowed
+    if unknown:
+        raise RobotModelError(f"{where}: unknown keys {sorted(unknown)} for law '{law}'; allowed {sorted(allowed | {'law'})}")
+    kwargs = {"name": str(name)} if law == "point" else {"joint": str(values.pop("joint", name))}
+    for key in structure:
+        if key == "tension_only":
+            flag = values.pop(key, False)
+            if not isinstance(flag, bool):
+                raise RobotModelError(f"{where}: 'tension_only' must be true or false, got {flag!r}")
+            kwargs[key] = flag
+        elif key in values:
+            if not isinstance(values[key], str):
+                raise RobotModelError(f"{where}: '{key}' must be a link name, got {values[key]!r}")
+            kwargs[key] = values.pop(key)
+    for key, value in values.items():
+        kwargs[key] = _floats(value, 3, where, key) if key in spec.vectors else _number(value, where, key)
+    fields = {f.name for f in dataclasses.fields(spec.element) if f.default is dataclasses.MISSING}
+    missing = sorted(fields - set(kwargs))
+    if missing:
+        raise RobotModelError(f"{where}: law '{law}' needs {missing}")
+    element = spec.element(**kwargs)
+    named = {f"{element.name}.spring.{key}": getattr(element, key) for key in spec.fields}
+    violations = plausibility_violations(named)
+    if violations:
+        parameter, reason = next(iter(violations.items()))
+        raise RobotModelError(f"{where}: implausible {parameter.rsplit('.', 1)[-1]}: {reason}")
+    return element
+
+
 def load_robot_config(path):
     """Read a robot config YAML file.
 
@@ -116,14 +176,8 @@ def load_robot_config(path):
     if not isinstance(joints, list) or not all(isinstance(j, str) for j in joints):
         raise RobotModelError(f"{where}: 'joints' must be a list of joint names")
 
-    springs = []
-    for joint, values in (raw.get("springs") or {}).items():
-        values = values or {}
-        allowed = set(JointSpring.__dataclass_fields__) - {"joint"}
-        unknown = set(values) - allowed
-        if unknown:
-            raise RobotModelError(f"{path} [springs.{joint}]: unknown keys {sorted(unknown)}; allowed {sorted(allowed)}")
-        springs.append(JointSpring(joint=joint, **{k: float(v) for k, v in values.items()}))
+    entries = _mapping(raw.get("springs"), f"{path} [springs]")
+    springs = tuple(_spring(name, values, f"{path} [springs.{name}]") for name, values in entries.items())
 
     payload = raw.get("payload") or {}
     return RobotConfig(
@@ -133,7 +187,7 @@ def load_robot_config(path):
         tip_link=robot.get("tip_link"),
         joints=tuple(joints),
         gravity=_floats(robot.get("gravity", (0.0, 0.0, -9.81)), 3, where, "gravity"),
-        springs=tuple(springs),
+        springs=springs,
         payload_frame=payload.get("frame"),
         payload_mass=float(payload.get("mass", 0.0)),
         payload_com=_floats(payload.get("com", (0.0, 0.0, 0.0)), 3, f"{path} [payload]", "com"),

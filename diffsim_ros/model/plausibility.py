@@ -19,6 +19,8 @@ parameter                  plausible when
 ``*.spring.offset``        |offset| <= ``spring_offset_max``
 ``*.spring.l1`` / ``l2``   0 < l <= ``spring_length_max`` (also ``rest_length``)
 ``*.spring.alpha1``        |alpha1| <= pi
+``*.spring.damping``       0 <= c <= ``spring_damping_max``
+``*.spring.point_a``       within ``spring_length_max`` of its link frame (also ``point_b``)
 ``<joint>.origin.xyz``     within ``origin_radius`` of the joint's parent frame origin
 ``camera.pose``            position within ``camera_radius`` of the base; unit quaternion
 =========================  ==============================================================
@@ -54,7 +56,9 @@ class PlausibilityBounds:
     spring_offset_max: float = math.pi
     """[rad] spring offset angle magnitude."""
     spring_length_max: float = 5.0
-    """[m] spring levers and rest length."""
+    """[m] spring levers, rest lengths and point spring ends."""
+    spring_damping_max: float = 1e5
+    """[N·s/m or N·m·s/rad] damping of a spring element (gas springs: 1e2-1e4 N·s/m)."""
     origin_radius: float = 5.0
     """[m] joint origin translation length."""
     camera_radius: float = 50.0
@@ -92,7 +96,8 @@ def parameter_kind(name):
     if name in ("payload.mass", "payload.com", "camera.pose"):
         return name
     for suffix in ("spring.stiffness", "spring.offset", "spring.alpha1", "spring.l1", "spring.l2",
-                   "spring.rest_length", "origin.xyz", "damping", "friction", "mass", "com", "inertia"):
+                   "spring.rest_length", "spring.damping", "spring.point_a", "spring.point_b", "origin.xyz",
+                   "damping", "friction", "mass", "com", "inertia"):
         if name.endswith("." + suffix):
             return suffix
     return None
@@ -116,6 +121,7 @@ def scalar_bounds(name, bounds=DEFAULT_BOUNDS):
         "spring.l1": (0.0, bounds.spring_length_max),
         "spring.l2": (0.0, bounds.spring_length_max),
         "spring.rest_length": (0.0, bounds.spring_length_max),
+        "spring.damping": (0.0, bounds.spring_damping_max),
     }.get(kind)
 
 
@@ -153,8 +159,9 @@ def _camera_reason(value, bounds):
     return _radius_reason(value[:3], bounds.camera_radius, "camera")
 
 
-_UNITS = {"payload.mass": "kg", "mass": "kg", "damping": "N·m·s/rad", "friction": "N·m", "spring.stiffness": "N/m",
-          "spring.offset": "rad", "spring.alpha1": "rad", "spring.l1": "m", "spring.l2": "m", "spring.rest_length": "m"}
+_UNITS = {"payload.mass": "kg", "mass": "kg", "damping": "N·m·s/rad", "friction": "N·m", "spring.stiffness": "N/m or N·m/rad",
+          "spring.offset": "rad", "spring.alpha1": "rad", "spring.l1": "m", "spring.l2": "m", "spring.rest_length": "m",
+          "spring.damping": "N·s/m or N·m·s/rad"}
 _STRICT = {"mass", "spring.stiffness", "spring.l1", "spring.l2"}
 
 
@@ -168,6 +175,10 @@ def _reason(name, value, bounds):
         return _radius_reason(value, bounds.body_com_radius, "COM")
     if kind == "origin.xyz":
         return _radius_reason(value, bounds.origin_radius, "joint origin")
+    if kind in ("spring.point_a", "spring.point_b"):
+        if value.shape != (3,):
+            return f"expected 3 values, got {value.size}"
+        return _radius_reason(value, bounds.spring_length_max, "spring end")
     if kind == "inertia":
         return _inertia_reason(value) if value.shape == (6,) else f"expected 6 values, got {value.size}"
     if kind == "camera.pose":

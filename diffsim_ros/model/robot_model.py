@@ -13,15 +13,23 @@ files and logs:
 ``<joint>.origin.xyz``           joint origin translation in the parent body frame [m], (3,)
 ``<joint>.damping``              viscous damping [N·m·s/rad or N·s/m]
 ``<joint>.friction``             Coulomb friction [N·m or N]
-``<joint>.spring.stiffness``     spring element stiffness k [N/m]
-``<joint>.spring.offset``        spring element offset angle alpha2 [rad]
-``<joint>.spring.alpha1``        spring element mounting angle alpha1 [rad]
-``<joint>.spring.l1``            spring element lever l1 [m]
-``<joint>.spring.l2``            spring element lever l2 [m]
-``<joint>.spring.rest_length``   spring rest length x_rest [m]
+``<joint>.spring.stiffness``     lever spring stiffness k [N/m]; torsion spring k [N·m/rad or N/m]
+``<joint>.spring.offset``        lever offset angle alpha2 [rad]; torsion rest position q0 [rad or m]
+``<joint>.spring.alpha1``        lever mounting angle alpha1 [rad]
+``<joint>.spring.l1``            lever l1 [m]
+``<joint>.spring.l2``            lever l2 [m]
+``<joint>.spring.rest_length``   lever spring rest length x_rest [m]
+``<joint>.spring.damping``       torsion spring damping [N·m·s/rad or N·s/m]
+``<name>.spring.stiffness``      point spring stiffness k [N/m]
+``<name>.spring.rest_length``    point spring rest length L0 [m]
+``<name>.spring.damping``        point spring damping c [N·s/m]
+``<name>.spring.point_a``        point spring end on its first link, link frame [m], (3,)
+``<name>.spring.point_b``        point spring end on its second link, link frame [m], (3,)
 ``payload.mass``                 point-mass payload on the payload frame [kg]
 ``payload.com``                  payload position in the payload frame [m], (3,)
 ===============================  =========================================================
+
+Spring elements and their laws: :mod:`diffsim_ros.model.springs`.
 """
 
 import dataclasses
@@ -32,32 +40,34 @@ import torch
 
 from diffsim_ros.model.errors import RobotModelError
 from diffsim_ros.model.inertia import inertia_to_vector
+from diffsim_ros.model.springs import (
+    SPRING_LAWS,
+    JointSpring,
+    LeverSpring,
+    PointSpring,
+    PointSpringLayout,
+    TorsionSpring,
+    valid_spring_name,
+)
 from diffsim_ros.model.urdf import PRISMATIC, REVOLUTE, describe_tree, read_urdf
 
-__all__ = ["REVOLUTE", "PRISMATIC", "Frame", "JointSpring", "RobotParams", "RobotModel"]
-
-
-@dataclass(frozen=True)
-class JointSpring:
-    """A series-elastic spring element acting on one joint (e.g. Baxter's shoulder spring).
-
-    Potential ``V = 0.5 k (x(theta) - x_rest)^2`` with
-    ``x(theta) = sqrt(l1^2 + l2^2 - 2 l1 l2 cos(pi - alpha1 - alpha2 + theta))``, theta the
-    URDF joint angle. Defaults are Baxter's nominal values.
-    """
-
-    joint: str
-    stiffness: float = 8000.0
-    offset: float = 0.10
-    alpha1: float = 0.20
-    l1: float = 0.30
-    l2: float = 0.07
-    rest_length: float = 0.20
+__all__ = [
+    "REVOLUTE",
+    "PRISMATIC",
+    "Frame",
+    "JointSpring",
+    "LeverSpring",
+    "TorsionSpring",
+    "PointSpring",
+    "RobotParams",
+    "RobotModel",
+]
 
 
 @dataclass(frozen=True)
 class RobotParams:
-    """Differentiable physical parameters. n actuated joints (one body each), s springs."""
+    """Differentiable physical parameters: n actuated joints (one body each), s lever springs,
+    t torsion springs, c point springs (:mod:`~diffsim_ros.model.springs`)."""
 
     mass: torch.Tensor
     """Body masses [kg], shape (n,)."""
@@ -72,17 +82,33 @@ class RobotParams:
     friction: torch.Tensor
     """Joint Coulomb friction [N·m], shape (n,)."""
     spring_stiffness: torch.Tensor
-    """Spring stiffness k [N/m], shape (s,)."""
+    """Lever spring stiffness k [N/m], shape (s,)."""
     spring_offset: torch.Tensor
-    """Spring offset angle alpha2 [rad], shape (s,)."""
+    """Lever spring offset angle alpha2 [rad], shape (s,)."""
     spring_alpha1: torch.Tensor
-    """Spring mounting angle alpha1 [rad], shape (s,)."""
+    """Lever spring mounting angle alpha1 [rad], shape (s,)."""
     spring_l1: torch.Tensor
-    """Spring lever l1 [m], shape (s,)."""
+    """Lever spring lever l1 [m], shape (s,)."""
     spring_l2: torch.Tensor
-    """Spring lever l2 [m], shape (s,)."""
+    """Lever spring lever l2 [m], shape (s,)."""
     spring_rest_length: torch.Tensor
-    """Spring rest length x_rest [m], shape (s,)."""
+    """Lever spring rest length x_rest [m], shape (s,)."""
+    torsion_stiffness: torch.Tensor
+    """Torsion spring stiffness [N·m/rad or N/m], shape (t,)."""
+    torsion_offset: torch.Tensor
+    """Torsion spring rest position q0 [rad or m], shape (t,)."""
+    torsion_damping: torch.Tensor
+    """Torsion spring damping [N·m·s/rad or N·s/m], shape (t,)."""
+    point_stiffness: torch.Tensor
+    """Point spring stiffness k [N/m], shape (c,)."""
+    point_rest_length: torch.Tensor
+    """Point spring rest length L0 [m], shape (c,)."""
+    point_damping: torch.Tensor
+    """Point spring damping c [N·s/m], shape (c,)."""
+    point_anchor_a: torch.Tensor
+    """Point spring first end in its link frame [m], shape (c, 3)."""
+    point_anchor_b: torch.Tensor
+    """Point spring second end in its link frame [m], shape (c, 3)."""
     payload_mass: torch.Tensor
     """Payload point mass [kg], shape ()."""
     payload_com: torch.Tensor
@@ -102,14 +128,6 @@ class RobotParams:
 # parameter-name suffix -> (RobotParams field, indexed by 'body' | 'joint' | 'spring' | None)
 _BODY_FIELDS = {"mass": "mass", "com": "com", "inertia": "inertia"}
 _JOINT_FIELDS = {"origin.xyz": "joint_origin_xyz", "damping": "damping", "friction": "friction"}
-_SPRING_FIELDS = {
-    "spring.stiffness": "spring_stiffness",
-    "spring.offset": "spring_offset",
-    "spring.alpha1": "spring_alpha1",
-    "spring.l1": "spring_l1",
-    "spring.l2": "spring_l2",
-    "spring.rest_length": "spring_rest_length",
-}
 _PAYLOAD_FIELDS = {"payload.mass": "payload_mass", "payload.com": "payload_com"}
 
 
@@ -158,13 +176,17 @@ class RobotModel:
     frames: dict
     """Link name -> :class:`Frame` for every URDF link kept in the model."""
     spring_joints: tuple
-    """Joint index of each spring element, length s."""
+    """Joint index of each lever spring (Baxter's law), length s."""
     payload_frame: str
     gravity: torch.Tensor
     """Gravity acceleration in the base frame [m/s²], shape (3,)."""
     params: RobotParams
     support: torch.Tensor = field(repr=False)
     """support[k, j] = 1 if joint j is body k or one of its ancestors, shape (n, n)."""
+    torsion_joints: tuple = ()
+    """Joint index of each torsion spring, length t."""
+    point_springs: tuple = ()
+    """:class:`~diffsim_ros.model.springs.PointSpringLayout` of each point spring, length c."""
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -187,7 +209,8 @@ class RobotModel:
             tip_link: End of a serial sub-chain; default the whole tree (branches allowed).
             dtype: Floating dtype of every tensor (float64 recommended for estimation).
             device: Torch device.
-            springs: :class:`JointSpring` elements on actuated joints.
+            springs: Spring elements (:class:`LeverSpring`, :class:`TorsionSpring`,
+                :class:`PointSpring`); at most one joint spring per joint.
             payload_frame: Link carrying ``payload.*``; default ``tip_link``, else the last body.
             gravity: Gravity in the base frame [m/s²].
 
@@ -212,8 +235,7 @@ class RobotModel:
         def tensor(values):
             return torch.as_tensor(np.asarray(values, dtype=np.float64), dtype=dtype, device=device)
 
-        springs = tuple(springs)
-        spring_joints = _spring_joint_indices(names, tuple(j.type for j in joints), springs)
+        springs = _spring_structure(names, tuple(j.type for j in joints), desc.frames, springs)
 
         if payload_frame is None:
             payload_frame = desc.tip_link if desc.tip_link is not None else joints[-1].body
@@ -227,7 +249,7 @@ class RobotModel:
             joint_origin_xyz=tensor([j.origin[:3, 3] for j in joints]),
             damping=tensor([j.damping for j in joints]),
             friction=tensor([j.friction for j in joints]),
-            **_spring_tensors(springs, dtype, device),
+            **_spring_tensors(springs.elements, dtype, device),
             payload_mass=tensor(0.0),
             payload_com=tensor([0.0, 0.0, 0.0]),
         )
@@ -250,7 +272,9 @@ class RobotModel:
             frames={
                 f.name: Frame(f.name, f.body, tensor(f.placement)) for f in desc.frames.values()
             },
-            spring_joints=spring_joints,
+            spring_joints=springs.lever_joints,
+            torsion_joints=springs.torsion_joints,
+            point_springs=springs.point_springs,
             payload_frame=payload_frame,
             gravity=tensor(gravity),
             params=params,
@@ -278,20 +302,40 @@ class RobotModel:
 
     @property
     def springs(self):
-        """The spring elements with their current parameter values (floats)."""
-        p = self.params
-        return tuple(
-            JointSpring(
-                joint=self.joint_names[j],
-                stiffness=float(p.spring_stiffness[s]),
-                offset=float(p.spring_offset[s]),
-                alpha1=float(p.spring_alpha1[s]),
-                l1=float(p.spring_l1[s]),
-                l2=float(p.spring_l2[s]),
-                rest_length=float(p.spring_rest_length[s]),
-            )
-            for s, j in enumerate(self.spring_joints)
-        )
+        """The spring elements with their current parameter values (floats): lever, torsion, point."""
+
+        def values(law, index):
+            out = {}
+            for key, name in SPRING_LAWS[law].fields.items():
+                value = getattr(self.params, name)[index]
+                out[key] = tuple(float(v) for v in value) if key in SPRING_LAWS[law].vectors else float(value)
+            return out
+
+        out = [LeverSpring(joint=self.joint_names[j], **values("lever", s)) for s, j in enumerate(self.spring_joints)]
+        out += [TorsionSpring(joint=self.joint_names[j], **values("torsion", s)) for s, j in enumerate(self.torsion_joints)]
+        out += [
+            PointSpring(name=e.name, link_a=e.link_a, link_b=e.link_b, tension_only=e.tension_only, **values("point", s))
+            for s, e in enumerate(self.point_springs)
+        ]
+        return tuple(out)
+
+    @property
+    def has_springs(self):
+        """Whether the model has any spring element."""
+        return bool(self.spring_joints or self.torsion_joints or self.point_springs)
+
+    def spring_elements(self):
+        """``(law, name, index in its law)`` of every spring element, in :attr:`springs` order."""
+        out = [("lever", self.joint_names[j], s) for s, j in enumerate(self.spring_joints)]
+        out += [("torsion", self.joint_names[j], s) for s, j in enumerate(self.torsion_joints)]
+        out += [("point", e.name, s) for s, e in enumerate(self.point_springs)]
+        return out
+
+    def spring_layout(self):
+        """The fixed structure of the spring elements, JSON-friendly (what a torque map was built for)."""
+        out = [[law, name] for law, name, _ in self.spring_elements() if law != "point"]
+        out += [["point", e.name, e.link_a, e.link_b, e.tension_only] for e in self.point_springs]
+        return out
 
     def joint_index(self, name):
         """Index of an actuated joint, with a clear error for unknown names."""
@@ -336,7 +380,7 @@ class RobotModel:
         """All parameter names, in a fixed order (bodies, joints, springs, payload)."""
         names = [f"{b}.{s}" for b in self.body_names for s in _BODY_FIELDS]
         names += [f"{j}.{s}" for j in self.joint_names for s in _JOINT_FIELDS]
-        names += [f"{self.joint_names[j]}.{s}" for j in self.spring_joints for s in _SPRING_FIELDS]
+        names += [f"{name}.spring.{key}" for law, name, _ in self.spring_elements() for key in SPRING_LAWS[law].fields]
         names += list(_PAYLOAD_FIELDS)
         return names
 
@@ -344,11 +388,12 @@ class RobotModel:
         """(RobotParams field, index or None) of a parameter name."""
         if name in _PAYLOAD_FIELDS:
             return _PAYLOAD_FIELDS[name], None
-        for suffixes, owners in (
-            (_SPRING_FIELDS, [self.joint_names[j] for j in self.spring_joints]),
-            (_JOINT_FIELDS, self.joint_names),
-            (_BODY_FIELDS, self.body_names),
-        ):
+        owner, _, key = name.rpartition(".spring.")
+        if owner:
+            for law, element, index in self.spring_elements():
+                if element == owner and key in SPRING_LAWS[law].fields:
+                    return SPRING_LAWS[law].fields[key], index
+        for suffixes, owners in ((_JOINT_FIELDS, self.joint_names), (_BODY_FIELDS, self.body_names)):
             for suffix, field_name in suffixes.items():
                 owner = name[: -len(suffix) - 1]
                 if name.endswith("." + suffix) and owner in owners:
@@ -399,11 +444,15 @@ class RobotModel:
         return self.with_parameters({"payload.mass": mass, "payload.com": com})
 
     def with_springs(self, springs):
-        """New model whose spring elements are ``springs`` (a sequence of :class:`JointSpring`)."""
-        springs = tuple(springs)
-        joints = _spring_joint_indices(self.joint_names, self.joint_types, springs)
-        tensors = _spring_tensors(springs, self.dtype, self.device)
-        return self.replace(spring_joints=joints, params=dataclasses.replace(self.params, **tensors))
+        """New model whose spring elements are ``springs`` (lever, torsion and point springs)."""
+        structure = _spring_structure(self.joint_names, self.joint_types, self.frames, springs)
+        tensors = _spring_tensors(structure.elements, self.dtype, self.device)
+        return self.replace(
+            spring_joints=structure.lever_joints,
+            torsion_joints=structure.torsion_joints,
+            point_springs=structure.point_springs,
+            params=dataclasses.replace(self.params, **tensors),
+        )
 
 
 def _support_matrix(parents):
@@ -418,34 +467,96 @@ def _support_matrix(parents):
     return support
 
 
-def _spring_joint_indices(joint_names, joint_types, springs):
-    """Joint index of each spring, validating joint names, types and uniqueness."""
-    indices = []
+@dataclass(frozen=True)
+class _SpringStructure:
+    elements: dict
+    """Law -> tuple of elements of that law."""
+    lever_joints: tuple
+    torsion_joints: tuple
+    point_springs: tuple
+
+
+def _spring_structure(joint_names, joint_types, frames, springs):
+    """Validated spring elements grouped by law, with their joints or bodies.
+
+    Args:
+        joint_names, joint_types: The model's actuated joints.
+        frames: Link name -> object with ``.body`` (-1 for the base).
+        springs: Spring elements.
+
+    Raises:
+        RobotModelError: Unknown element types, joints or links, a lever spring on a prismatic
+            joint, two springs on one joint, repeated or unusable names, both ends on one body.
+    """
+    elements = {law: [] for law in SPRING_LAWS}
+    joints = {law: [] for law in SPRING_LAWS}
+    layouts, names = [], set()
     for spring in springs:
-        if spring.joint not in joint_names:
-            raise RobotModelError(
-                f"spring on unknown joint '{spring.joint}'; actuated joints: {list(joint_names)}"
-            )
-        index = joint_names.index(spring.joint)
-        if joint_types[index] != REVOLUTE:
-            raise RobotModelError(f"spring element on joint '{spring.joint}' needs a revolute joint")
-        indices.append(index)
-    if len(set(indices)) != len(indices):
-        raise RobotModelError("at most one spring element per joint")
-    return tuple(indices)
+        law = getattr(spring, "law", None)
+        if law not in SPRING_LAWS or not isinstance(spring, SPRING_LAWS[law].element):
+            raise RobotModelError(f"unknown spring element {spring!r}; laws: {sorted(SPRING_LAWS)}")
+        if spring.name in names:
+            raise RobotModelError(f"spring '{spring.name}' defined twice (at most one spring element per joint)")
+        names.add(spring.name)
+        if law == "point":
+            layouts.append(_point_layout(spring, joint_names, frames))
+        else:
+            joints[law].append(_joint_spring_index(spring, joint_names, joint_types))
+        elements[law].append(spring)
+    return _SpringStructure(
+        elements={law: tuple(v) for law, v in elements.items()},
+        lever_joints=tuple(joints["lever"]),
+        torsion_joints=tuple(joints["torsion"]),
+        point_springs=tuple(layouts),
+    )
 
 
-def _spring_tensors(springs, dtype, device):
-    """RobotParams spring fields from JointSpring values."""
-    fields = {
-        "spring_stiffness": "stiffness",
-        "spring_offset": "offset",
-        "spring_alpha1": "alpha1",
-        "spring_l1": "l1",
-        "spring_l2": "l2",
-        "spring_rest_length": "rest_length",
-    }
-    return {
-        key: torch.tensor([float(getattr(s, attr)) for s in springs], dtype=dtype, device=device).reshape(len(springs))
-        for key, attr in fields.items()
-    }
+def _joint_spring_index(spring, joint_names, joint_types):
+    if spring.joint not in joint_names:
+        raise RobotModelError(f"spring on unknown joint '{spring.joint}'; actuated joints: {list(joint_names)}")
+    index = joint_names.index(spring.joint)
+    if spring.law == "lever" and joint_types[index] != REVOLUTE:
+        raise RobotModelError(f"spring element on joint '{spring.joint}' needs a revolute joint")
+    return index
+
+
+def _point_layout(spring, joint_names, frames):
+    where = f"point spring '{spring.name}'"
+    if not valid_spring_name(spring.name):
+        raise RobotModelError(f"{where}: a name needs letters, digits, '_' or '-' (it owns parameters '<name>.spring.*')")
+    if spring.name in joint_names:
+        raise RobotModelError(f"{where}: the name is a joint's; joint springs own '<joint>.spring.*'")
+    bodies = []
+    for link in (spring.link_a, spring.link_b):
+        if link not in frames:
+            raise RobotModelError(f"{where}: unknown link '{link}'; links in the model: {sorted(frames)}")
+        bodies.append(frames[link].body)
+    if bodies[0] == bodies[1]:
+        raise RobotModelError(
+            f"{where}: links '{spring.link_a}' and '{spring.link_b}' move as one body, so the spring can do no work"
+        )
+    return PointSpringLayout(spring.name, spring.link_a, spring.link_b, bodies[0], bodies[1], bool(spring.tension_only))
+
+
+def _spring_tensors(elements, dtype, device):
+    """RobotParams spring fields from the elements of every law."""
+    out = {}
+    for law, spec in SPRING_LAWS.items():
+        group = elements.get(law, ())
+        for key, name in spec.fields.items():
+            shape = (3,) if key in spec.vectors else ()
+            values = np.array([_spring_value(s, key, shape) for s in group], dtype=np.float64).reshape(len(group), *shape)
+            out[name] = torch.as_tensor(values, dtype=dtype, device=device)
+    return out
+
+
+def _spring_value(spring, key, shape):
+    value = getattr(spring, key)
+    try:
+        array = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        array = None
+    if array is None or array.shape != shape or not np.isfinite(array).all():
+        what = "3 finite numbers" if shape else "a finite number"
+        raise RobotModelError(f"spring '{spring.name}': {key} must be {what}, got {value!r}")
+    return array

@@ -10,7 +10,7 @@ import torch
 
 from diffsim_ros.dynamics.aba import aba, forward_dynamics
 from diffsim_ros.dynamics.checks import joint_tensor
-from diffsim_ros.dynamics.passive import DEFAULT_FRICTION_VELOCITY_SCALE, passive_torques
+from diffsim_ros.dynamics.passive import DEFAULT_FRICTION_VELOCITY_SCALE, passive_torques, spring_damping_split
 from diffsim_ros.sim.checkpointing import checkpoint_block
 
 __all__ = ["JointSpaceSimulator", "RigidBodySimulator"]
@@ -100,7 +100,8 @@ class RigidBodySimulator(JointSpaceSimulator):
     """Exact rigid-body dynamics integrated in joint space: the reference simulator.
 
     ``"implicit_euler"`` (default) is semi-implicit Euler with the velocity-dependent passive
-    terms (viscous damping and the slope of the smoothed Coulomb friction) taken implicitly,
+    terms (viscous damping, the slope of the smoothed Coulomb friction and the diagonal of the
+    spring elements' damping) taken implicitly,
     ``(M + h B) qd+ = M qd + h (tau - nle + tau_passive)``, like MuJoCo's implicit damping:
     Baxter's joint damping on its light wrist links has time constants far below any
     practical step, so explicit schemes diverge there. ``"rk4"`` is explicit and suited to
@@ -134,6 +135,8 @@ class RigidBodySimulator(JointSpaceSimulator):
             slope = model.params.damping + model.params.friction / DEFAULT_FRICTION_VELOCITY_SCALE * (
                 1.0 - torch.tanh(qd / DEFAULT_FRICTION_VELOCITY_SCALE) ** 2
             )
+            if model.torsion_joints or model.point_springs:  # the diagonal of the springs' damping
+                slope = slope + spring_damping_split(model, q, qd)[1]
             qdd = aba(model, q, qd, tau + passive_torques(model, q, qd), armature=h * slope)
         else:
             qdd = aba(model, q, qd, tau)

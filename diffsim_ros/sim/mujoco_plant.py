@@ -2,20 +2,34 @@
 
 The plant is an independent simulator of the same URDF: MuJoCo computes the kinematics,
 dynamics, joint limits, damping and Coulomb friction (``frictionloss``) itself; the payload
-is a welded MuJoCo body. Only the series-elastic spring law, which MuJoCo has no element for,
-is applied as a generalized force from its defining formula. Estimators are validated on
-this plant, never only on data produced by diffsim_ros's own simulators.
+is a welded MuJoCo body. Spring elements (:mod:`diffsim_ros.model.springs`) are MuJoCo's own
+where MuJoCo has them:
+
+* ``torsion``: joint ``stiffness`` and ``springref``, its damping added to the joint's;
+* ``point``: a spatial tendon between two sites (``stiffness``, ``springlength``,
+  ``damping``); a tension-only cable has the dead band ``springlength = [0, L0]`` (no force
+  while slack). MuJoCo's tendon damping acts even on a slack tendon, so a cable's damping is
+  applied as a generalized force, ``-c dL/dt J_L`` while taut, from MuJoCo's own site
+  positions and Jacobians at the start of every time step;
+* ``lever`` (Baxter's series-elastic law), which MuJoCo has no element for: a generalized
+  force from its defining formula at the start of every time step.
+
+Estimators are validated on this plant, never only on data produced by diffsim_ros's own
+simulators.
 
 Joints of the URDF that are not in the model are welded at their lock position, so a Baxter
 arm is simulated with the rest of the robot rigid, as the model assumes.
 """
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from diffsim_ros.model.springs import SPRING_LAWS
 
 __all__ = ["SensorNoise", "PlantTruth", "MujocoPlant", "random_camera_pose"]
 
@@ -43,8 +57,10 @@ class PlantTruth:
     Attributes:
         payload_mass: Point-mass payload [kg] on the model's payload frame.
         payload_com: Payload position in the payload frame [m], (3,).
-        springs: Mapping joint -> dict of spring values (stiffness, offset, alpha1, l1, l2,
-            rest_length); missing entries take the model's nominal values.
+        springs: Mapping spring element name (a joint spring's name is its joint) -> dict of
+            its law's values (lever: stiffness, offset, alpha1, l1, l2, rest_length; torsion:
+            stiffness, offset, damping; point: stiffness, rest_length, damping, point_a,
+            point_b); missing entries take the model's nominal values.
         damping: Joint viscous damping [N·m·s/rad], (n,), or None for the URDF values.
         friction: Joint Coulomb friction [N·m], (n,), or None for zero.
         camera_pose: Camera frame in the base frame, (4, 4), or None (no camera).
@@ -106,8 +122,8 @@ class MujocoPlant:
     """MuJoCo simulation of a robot model's URDF with hidden true parameters.
 
     Args:
-        model: The nominal RobotModel (its URDF, chain, springs and payload frame are used;
-            its parameter values are not).
+        model: The nominal RobotModel (its URDF, chain, spring elements and payload frame are
+            used; its parameter values are not).
         urdf_path: The URDF file the model was loaded from.
         truth: Hidden true parameters.
         timestep: MuJoCo time step [s] (implicit-fast integrator).
@@ -123,17 +139,23 @@ class MujocoPlant:
         self.truth = truth
         self.noise = noise
         self._rng = np.random.default_rng(seed)
+        springs = _true_springs(model, truth)
         text = Path(urdf_path).read_text()
         xml = _mujoco_urdf(text, set(self.joint_names), model.payload_frame, truth.payload_mass, truth.payload_com)
-        self.mj_model = mujoco.MjModel.from_xml_string(xml)
+        spec = mujoco.MjSpec.from_string(xml)
+        _add_tendons(spec, [s for s in springs if s.law == "point"])
+        self.mj_model = spec.compile()
         self.mj_model.opt.timestep = timestep
         self.mj_model.opt.integrator = mujoco.mjtIntegrator.mjINT_IMPLICITFAST
         self.mj_model.opt.gravity[:] = model.gravity.detach().cpu().numpy()
         self.data = mujoco.MjData(self.mj_model)
+        self._scratch = mujoco.MjData(self.mj_model)
         self._dof = np.array([self._joint_dof(name) for name in self.joint_names])
         self._qpos = np.array([self.mj_model.jnt_qposadr[self._joint_id(name)] for name in self.joint_names])
-        self._configure_joints(model)
-        self._springs = self._spring_table(model)
+        self._configure_joints(model, [s for s in springs if s.law == "torsion"])
+        self._levers = [(self.joint_names.index(s.joint), s) for s in springs if s.law == "lever"]
+        self._cables = [self._cable(s) for s in springs if s.law == "point" and s.tension_only and s.damping != 0.0]
+        self._native_springs = any(s.law != "lever" for s in springs)
         self.effort_limit = model.effort_limit.detach().cpu().numpy().copy()
         self._tracked_bodies = {}
         self._applied = np.zeros(len(self.joint_names))
@@ -150,28 +172,28 @@ class MujocoPlant:
     def _joint_dof(self, name):
         return self.mj_model.jnt_dofadr[self._joint_id(name)]
 
-    def _configure_joints(self, model):
+    def _configure_joints(self, model, torsion):
         n = len(self.joint_names)
         damping = model.params.damping.detach().cpu().numpy() if self.truth.damping is None else np.asarray(self.truth.damping, float)
         friction = np.zeros(n) if self.truth.friction is None else np.asarray(self.truth.friction, float)
         if damping.shape != (n,) or friction.shape != (n,):
             raise ValueError(f"truth damping/friction must have shape ({n},)")
+        damping = damping.copy()
         self.mj_model.dof_damping[:] = 0.0
         self.mj_model.dof_frictionloss[:] = 0.0
         self.mj_model.dof_armature[:] = 0.0
+        self.mj_model.jnt_stiffness[:] = 0.0
+        for spring in torsion:  # MuJoCo's joint spring: -stiffness (q - springref)
+            jid = self._joint_id(spring.joint)
+            self.mj_model.jnt_stiffness[jid] = spring.stiffness
+            self.mj_model.qpos_spring[self.mj_model.jnt_qposadr[jid]] = spring.offset
+            damping[self.joint_names.index(spring.joint)] += spring.damping
         self.mj_model.dof_damping[self._dof] = damping
         self.mj_model.dof_frictionloss[self._dof] = friction
 
-    def _spring_table(self, model):
-        table = []
-        for spring in model.springs:
-            values = dict(spring.__dict__)
-            values.update(self.truth.springs.get(spring.joint, {}))
-            table.append((self.joint_names.index(spring.joint), values))
-        unknown = set(self.truth.springs) - {s.joint for s in model.springs}
-        if unknown:
-            raise ValueError(f"truth springs on joints without a spring element: {sorted(unknown)}")
-        return table
+    def _cable(self, spring):
+        site = lambda end: self._mj.mj_name2id(self.mj_model, self._mj.mjtObj.mjOBJ_SITE, _site_name(spring, end))  # noqa: E731
+        return site("a"), site("b"), spring.rest_length, spring.damping
 
     # ------------------------------------------------------------------ state
     @property
@@ -191,14 +213,68 @@ class MujocoPlant:
         """Noise-free ``(q, qd)`` in model joint order."""
         return self.data.qpos[self._qpos].copy(), self.data.qvel[self._dof].copy()
 
+    def true_acceleration(self):
+        """Joint accelerations [rad/s²] of the last time step: MuJoCo's forward dynamics at the
+        state before it, with the torques applied then (noise free), in model joint order."""
+        return self.data.qacc[self._dof].copy()
+
     def spring_torques(self, q):
-        """True spring torques -dV/dtheta [N·m] at ``q``, shape (n,)."""
-        tau = np.zeros(len(self.joint_names))
-        for index, s in self._springs:
-            phi = math.pi - s["alpha1"] - s["offset"] + q[index]
-            length = math.sqrt(s["l1"] ** 2 + s["l2"] ** 2 - 2 * s["l1"] * s["l2"] * math.cos(phi))
-            tau[index] = -s["stiffness"] * (length - s["rest_length"]) * s["l1"] * s["l2"] * math.sin(phi) / length
+        """True elastic torques of every spring element [N·m] at ``q`` (MuJoCo's own for
+        torsion springs and tendons, the formula for lever springs), shape (n,)."""
+        q = np.asarray(q, float)
+        tau = self._lever_torques(q)
+        if self._native_springs:
+            tau += self._evaluate(q, np.zeros(len(q))).qfrc_spring[self._dof]
         return tau
+
+    def passive_torques(self, q, qd):
+        """True passive torques [N·m] at ``(q, qd)``: every spring element with its damping plus
+        the joints' viscous damping (not the Coulomb friction, a constraint in MuJoCo), (n,)."""
+        q = np.asarray(q, float)
+        scratch = self._evaluate(q, np.asarray(qd, float))
+        total = scratch.qfrc_spring + scratch.qfrc_damper + (self._cable_damping(scratch) if self._cables else 0.0)
+        return total[self._dof] + self._lever_torques(q)
+
+    def _evaluate(self, q, qd):
+        """The scratch MjData at ``(q, qd)`` after MuJoCo's position and velocity stages."""
+        scratch = self._scratch
+        scratch.qpos[:] = self.mj_model.qpos0
+        scratch.qpos[self._qpos] = q
+        scratch.qvel[:] = 0.0
+        scratch.qvel[self._dof] = qd
+        self._mj.mj_fwdPosition(self.mj_model, scratch)
+        self._mj.mj_fwdVelocity(self.mj_model, scratch)
+        return scratch
+
+    def point_spring_lengths(self, q):
+        """MuJoCo's tendon length [m] of every point spring at ``q``, in model order, shape (c,)."""
+        return self._evaluate(np.asarray(q, float), np.zeros(len(self.joint_names))).ten_length.copy()
+
+    def _lever_torques(self, q):
+        tau = np.zeros(len(self.joint_names))
+        for index, s in self._levers:
+            phi = math.pi - s.alpha1 - s.offset + q[index]
+            length = math.sqrt(s.l1**2 + s.l2**2 - 2 * s.l1 * s.l2 * math.cos(phi))
+            tau[index] += -s.stiffness * (length - s.rest_length) * s.l1 * s.l2 * math.sin(phi) / length
+        return tau
+
+    def _cable_damping(self, data):
+        """Generalized forces (nv,) of the tension-only cables' damping at the state of ``data``."""
+        mj, model = self._mj, self.mj_model
+        mj.mj_kinematics(model, data)
+        mj.mj_comPos(model, data)
+        force = np.zeros(model.nv)
+        jac_a, jac_b = np.zeros((3, model.nv)), np.zeros((3, model.nv))
+        for site_a, site_b, rest_length, damping in self._cables:
+            delta = data.site_xpos[site_b] - data.site_xpos[site_a]
+            length = float(np.linalg.norm(delta))
+            if length <= rest_length:
+                continue  # slack
+            mj.mj_jacSite(model, data, jac_a, None, site_a)
+            mj.mj_jacSite(model, data, jac_b, None, site_b)
+            gradient = (delta / length) @ (jac_b - jac_a)
+            force -= damping * float(gradient @ data.qvel) * gradient
+        return force
 
     # ------------------------------------------------------------------ actuation
     def set_external_torque(self, tau_ext):
@@ -216,8 +292,8 @@ class MujocoPlant:
         self._applied = np.clip(tau, -self.effort_limit, self.effort_limit)
         for _ in range(int(steps)):
             q = self.data.qpos[self._qpos]
-            self.data.qfrc_applied[:] = 0.0
-            self.data.qfrc_applied[self._dof] = self._applied + self._external + self.spring_torques(q)
+            self.data.qfrc_applied[:] = self._cable_damping(self.data) if self._cables else 0.0
+            self.data.qfrc_applied[self._dof] += self._applied + self._external + self._lever_torques(q)
             self._mj.mj_step(self.mj_model, self.data)
 
     # ------------------------------------------------------------------ sensors
@@ -254,6 +330,51 @@ class MujocoPlant:
         rotvec = self.noise.camera_rotation * self._rng.standard_normal(3)
         rotation = _axis_angle(rotvec) @ in_camera[:3, :3]
         return position, _matrix_to_quat(rotation)
+
+
+def _true_springs(model, truth):
+    """The model's spring elements with the truth's values, validated (names, keys, shapes)."""
+    springs, names = [], set()
+    for spring in model.springs:
+        names.add(spring.name)
+        values = dict(truth.springs.get(spring.name, {}))
+        allowed = set(SPRING_LAWS[spring.law].fields)
+        unknown = set(values) - allowed
+        if unknown:
+            raise ValueError(f"truth spring '{spring.name}' ({spring.law}): unknown keys {sorted(unknown)}; allowed {sorted(allowed)}")
+        for key in SPRING_LAWS[spring.law].vectors:
+            if key in values:
+                values[key] = tuple(float(v) for v in values[key])
+                if len(values[key]) != 3:
+                    raise ValueError(f"truth spring '{spring.name}': {key} needs 3 numbers")
+        springs.append(dataclasses.replace(spring, **{k: v if isinstance(v, tuple) else float(v) for k, v in values.items()}))
+    unknown = set(truth.springs) - names
+    if unknown:
+        raise ValueError(f"truth springs without a spring element in the model: {sorted(unknown)}")
+    return springs
+
+
+def _site_name(spring, end):
+    return f"diffsim_spring_{spring.name}_{end}"
+
+
+def _add_tendons(spec, springs):
+    """A site at both ends and a spatial tendon for every point spring (MjSpec, before compiling)."""
+    for spring in springs:
+        for end, link, point in (("a", spring.link_a, spring.point_a), ("b", spring.link_b, spring.point_b)):
+            body = spec.body(link)
+            if body is None:
+                raise ValueError(f"point spring '{spring.name}': link '{link}' is not a MuJoCo body")
+            body.add_site(name=_site_name(spring, end), pos=list(point))
+        tendon = spec.add_tendon(
+            name=f"diffsim_spring_{spring.name}",
+            stiffness=spring.stiffness,
+            # A cable's damping acts only while taut: applied by the plant (see the module docstring).
+            damping=0.0 if spring.tension_only else spring.damping,
+            springlength=[0.0, spring.rest_length] if spring.tension_only else [spring.rest_length, spring.rest_length],
+        )
+        tendon.wrap_site(_site_name(spring, "a"))
+        tendon.wrap_site(_site_name(spring, "b"))
 
 
 def _axis_angle(rotvec):

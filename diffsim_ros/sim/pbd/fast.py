@@ -8,7 +8,8 @@ thread (``prange`` over the batch), every intermediate in registers or a small p
 work area.
 
 Scope: fixed-base serial chains of revolute joints with the direct solver (every arm this
-package targets; :func:`fast_rollout_supported` says why another setup is not). The
+package targets; :func:`fast_rollout_supported` says why another setup is not), with spring
+elements of every law (:func:`~diffsim_ros.dynamics.fast.spring_torques_into`). The
 phases follow :mod:`.solver` one for one (forces, prediction, the joint rows with their
 implicit damping and limit rows, the block-tridiagonal projection, the velocity update
 and the closing RATTLE half kick); the tests hold the two implementations to 1e-9 of
@@ -285,7 +286,6 @@ _Physics = namedtuple(
         "gravity", "friction_scale",  # (3,) [m/s^2], friction velocity scale [rad/s]
     ],
 )
-_Springs = namedtuple("_Springs", ["joints", "stiffness", "offset", "alpha1", "l1", "l2", "rest_length"])
 
 _Work = namedtuple(
     "_Work",
@@ -307,8 +307,10 @@ _Work = namedtuple(
         "diagonal", "lower", "upper", "reduced", "pivots", "inv_diagonal", "t1", "t2",
         # row right-hand sides, solutions and multipliers (n, 6)
         "rhs", "solution", "lam",
-        # FK scratch: joint axes and origins (n, 3), placements (local and world), spring torques
-        "z_ang", "origin", "placements", "spring",
+        # FK scratch: joint axes and origins (n, 3), placements (local and world); joint rates
+        # from the chords and from w.spin, spring torques, the diagonal of the springs'
+        # damping and a point spring's dL/dq (n,)
+        "z_ang", "origin", "placements", "rate", "spin_rate", "spring", "spring_slope", "spring_grad",
         # rigid-joint solve: anchors (n, 3), diag(sigma) + R H and its LU (n, n), reduced
         # right-hand side (n,), particle displacements (N, 6), second K^-1 product (n, 6)
         "anchor0", "capacity", "capacity_pivots", "capacity_inv_diagonal", "reduced_rhs", "displacement", "correction",
@@ -332,7 +334,8 @@ def _work(n):
         np.zeros((n, 6), dtype=np.int64), np.zeros((n, 6)), np.zeros((3, 3)), np.zeros((3, 3)),
         np.zeros((n, 6)), np.zeros((n, 6)), np.zeros((n, 6)),
         np.zeros((n, 3)), np.zeros((n, 3)),
-        (np.zeros((n, 3, 3)), np.zeros((n, 3)), np.zeros((n, 3, 3)), np.zeros((n, 3))), np.zeros(n),
+        (np.zeros((n, 3, 3)), np.zeros((n, 3)), np.zeros((n, 3, 3)), np.zeros((n, 3))),
+        np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n),
         np.zeros((n, 3)), np.zeros((n, n)), np.zeros(n, dtype=np.int64), np.zeros(n), np.zeros(n),
         np.zeros((particles, 6)), np.zeros((n, 6)),
     )
@@ -342,40 +345,46 @@ def _work(n):
 
 
 @njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
-def _accelerate(phys, springs, w, tau, h, phase, limits):
+def _accelerate(phys, fk, springs, w, tau, h, phase, limits):
     """Explicit forces and kicks (solver._accelerate for revolute joints without drives).
 
     Reads the frames at the current poses and ``w.spin``; updates ``w.vel``, ``w.omega``,
-    ``w.inertia_w``, ``w.inv_inertia_w``, ``w.q`` (the joints with a spring, all of them
-    when ``limits``) and ``w.damping`` (half the implicit damping, as the joint rows take it).
+    ``w.inertia_w``, ``w.inv_inertia_w``, ``w.q`` (the joints with a joint spring; all of
+    them with point springs or ``limits``), ``w.rate``, ``w.spin_rate`` and ``w.damping`` (half the implicit
+    damping, as the joint rows take it). The springs' damping splits as in
+    dynamics.springs.spring_damping_split: its diagonal joins the implicit damping.
     """
     inertia, inv_inertia, dynamic = phys.inertia, phys.inv_inertia, phys.dynamic
     viscous, coulomb, gravity, friction_scale = phys.damping, phys.friction, phys.gravity, phys.friction_scale
+    arrays = springs
     n = w.q.shape[0]
     kick = 1.0 if phase == _KICK_FULL else 0.5
     for i in range(n + 1):
         _congruence(w.rot[i], inertia[i], w.inertia_w[i])
         _congruence(w.rot[i], inv_inertia[i], w.inv_inertia_w[i])
         w.torque[i, 0], w.torque[i, 1], w.torque[i, 2] = 0.0, 0.0, 0.0
-    if limits:
+    if limits or arrays.point_body_a.shape[0] > 0:
         for j in range(n):
             w.q[j] = _angle(w, j)
     else:
-        for s in range(springs.joints.shape[0]):
-            w.q[springs.joints[s]] = _angle(w, springs.joints[s])
-    spring = w.spring
-    spring_torques_into(
-        springs.joints, springs.stiffness, springs.offset, springs.alpha1, springs.l1, springs.l2, springs.rest_length,
-        w.q, spring,
-    )
+        for s in range(arrays.lever_joints.shape[0]):
+            w.q[arrays.lever_joints[s]] = _angle(w, arrays.lever_joints[s])
+        for s in range(arrays.torsion_joints.shape[0]):
+            w.q[arrays.torsion_joints[s]] = _angle(w, arrays.torsion_joints[s])
     for j in range(n):
-        rate = _rate(w, w.omega, j)
+        w.rate[j] = _rate(w, w.omega, j)
+        w.spin_rate[j] = _rate(w, w.spin, j)  # a point spring's damping coupling: rates at the state's time
+    spring = w.spring
+    spring_torques_into(arrays, fk, w.q, w.spin_rate, spring, w.spring_slope, w.placements, w.spring_grad)
+    for j in range(n):
+        rate = w.rate[j]
         torque, damping = tau[j] + spring[j], viscous[j]
         if coulomb[j] != 0.0:  # smoothed Coulomb friction linearized at the rate (forces.friction_split)
             t = math.tanh(rate / friction_scale)
             slope = coulomb[j] / friction_scale * (1.0 - t * t)
             damping += slope
             torque += slope * rate - coulomb[j] * t
+        damping += w.spring_slope[j]
         if phase == _KICK_FULL:
             torque -= 0.5 * damping * rate
         w.damping[j] = 0.5 * damping
@@ -716,11 +725,11 @@ def _limit_targets(phys, w, h, out):
 
 
 @njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
-def _substep(phys, springs, w, tau, h, phase, iterations, alpha, limits, targets):
+def _substep(phys, fk, springs, w, tau, h, phase, iterations, alpha, limits, targets):
     """One substep from ``w.pos/rot/vel/omega`` (solver.substep); velocities become chords."""
     n = w.q.shape[0]
     _frames(phys.local_parent, phys.local_child, w.pos, w.rot, w)
-    _accelerate(phys, springs, w, tau, h, phase, limits)
+    _accelerate(phys, fk, springs, w, tau, h, phase, limits)
     if limits:
         _limit_targets(phys, w, h, targets)
     _blocks(phys, w, h, limits, targets)
@@ -755,11 +764,11 @@ def _set_spin(w, chords):
 
 
 @njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
-def _finish(phys, springs, w, tau, h, targets):
+def _finish(phys, fk, springs, w, tau, h, targets):
     """Closing half kick and velocity projection (solver.finish_velocities)."""
     n = w.q.shape[0]
     _frames(phys.local_parent, phys.local_child, w.pos, w.rot, w)
-    _accelerate(phys, springs, w, tau, h, _KICK_FINISH, False)
+    _accelerate(phys, fk, springs, w, tau, h, _KICK_FINISH, False)
     _blocks(phys, w, h, False, targets)
     _factor(phys, w, 0.0)
     for j in range(n):
@@ -784,18 +793,18 @@ def _finish(phys, springs, w, tau, h, targets):
 
 
 @njit(cache=True, error_model="numpy", fastmath=_FAST)
-def _integrate(phys, springs, w, tau, dt, substeps, iterations, compliance, limits, targets):
+def _integrate(phys, fk, springs, w, tau, dt, substeps, iterations, compliance, limits, targets):
     """One control period in ``substeps`` substeps plus the closing half kick (solver.integrate)."""
     h = dt / substeps
     alpha = compliance / (h * h)
     w.start[:, :] = w.omega
     for index in range(substeps):
         _set_spin(w, min(index, 2))
-        _substep(phys, springs, w, tau, h, _KICK_START if index == 0 else _KICK_FULL, iterations, alpha, limits, targets)
+        _substep(phys, fk, springs, w, tau, h, _KICK_START if index == 0 else _KICK_FULL, iterations, alpha, limits, targets)
         w.previous[:, :] = w.last
         w.last[:, :] = w.omega
     _set_spin(w, min(substeps, 2))
-    _finish(phys, springs, w, tau, h, targets)
+    _finish(phys, fk, springs, w, tau, h, targets)
 
 
 @njit(cache=True, error_model="numpy", fastmath=_FAST, parallel=True)
@@ -815,7 +824,7 @@ def _rollout(fk, phys, springs, settings, q0, qd0, tau, out_q, out_qd, residual)
         q, qd = q0[b].copy(), qd0[b].copy()
         for t in range(steps):
             _state_from_joints(fk, com, q, qd, w.pos, w.rot, w.vel, w.omega, w.z_ang, w.origin, w.placements)
-            _integrate(phys, springs, w, tau[b, t], dt, substeps, iterations, compliance, limits, targets)
+            _integrate(phys, fk, springs, w, tau[b, t], dt, substeps, iterations, compliance, limits, targets)
             _frames(phys.local_parent, phys.local_child, w.pos, w.rot, w)
             for j in range(n):
                 a, c, e = w.axis_p[j], w.axis_c[j], w.anchor[j]
@@ -851,7 +860,7 @@ class FastPBD:
     inertias, dynamic flags, COMs, joint frame columns of both sides, limits, damping,
     friction, gravity, friction velocity scale."""
     springs: tuple
-    """Spring joints and parameters (a ``_Springs`` named tuple, as FastDynamics.spring_params)."""
+    """Spring elements (dynamics.fast.SpringArrays)."""
 
     @classmethod
     def from_model(cls, model):
@@ -866,7 +875,7 @@ class FastPBD:
         )
         phys = _Physics(*(_array(t) for t in tensors), float(DEFAULT_FRICTION_VELOCITY_SCALE))
         fk = (dynamics.parents, dynamics.origin_rot, dynamics.origin_xyz, dynamics.axis, dynamics.is_revolute)
-        return cls(fk=fk, phys=phys, springs=_Springs(dynamics.spring_joints, *dynamics.spring_params))
+        return cls(fk=fk, phys=phys, springs=dynamics.springs)
 
     @property
     def nq(self):

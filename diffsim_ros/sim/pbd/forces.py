@@ -1,16 +1,19 @@
 """Applied forces: joint torques, springs, external wrenches, and the friction split.
 
-Joint torques act as equal and opposite wrenches on the two particles of a joint. Viscous
-damping and the slope of the smoothed Coulomb friction are not forces here: they are
-implicit dashpot rows of the joint constraints (:mod:`.constraints`), because Baxter's
-damping on its light wrist links has time constants far below any practical substep.
+Joint torques act as equal and opposite wrenches on the two particles of a joint; spring
+elements act through their generalized forces at the joint positions (a point spring's
+force pair between two links is exactly its generalized force when the joints hold). Viscous
+damping, the slope of the smoothed Coulomb friction and the diagonal of the springs' damping
+are not forces here: they are implicit dashpot rows of the joint constraints
+(:mod:`.constraints`), because Baxter's damping on its light wrist links has time constants
+far below any practical substep.
 """
 
 import torch
 
-from diffsim_ros.dynamics.passive import DEFAULT_FRICTION_VELOCITY_SCALE, spring_torques
+from diffsim_ros.dynamics.passive import DEFAULT_FRICTION_VELOCITY_SCALE, spring_damping_split, spring_torques
 
-__all__ = ["joint_torques", "body_wrenches", "friction_split"]
+__all__ = ["joint_torques", "body_wrenches", "friction_split", "spring_damping"]
 
 
 def joint_torques(model, q, tau):
@@ -24,9 +27,23 @@ def joint_torques(model, q, tau):
     Returns:
         Joint torques [N·m or N], shape (..., n).
     """
-    if not model.spring_joints:
+    if not model.has_springs:
         return tau
     return tau + spring_torques(model, q)
+
+
+def spring_damping(model, q, rate):
+    """The springs' damping linearized like the friction: ``(explicit torque, slope)``, each (..., n).
+
+    The slope (the diagonal of their damping matrix) joins the implicit dashpot rows; the
+    explicit part (a point spring's coupling between joints) is evaluated at ``rate``, the
+    joint rates at the substep start. Zeros without damped spring elements (torsion or
+    point springs).
+    """
+    if not (model.torsion_joints or model.point_springs):
+        zero = rate.new_zeros(())
+        return zero, zero
+    return spring_damping_split(model, q, rate)
 
 
 def _scatter(joints, count, child_part, parent_part):

@@ -31,7 +31,7 @@ from diffsim_ros.sim.pbd.constraints import (
     row_velocities,
     scaled_errors,
 )
-from diffsim_ros.sim.pbd.forces import body_wrenches, friction_split, joint_torques
+from diffsim_ros.sim.pbd.forces import body_wrenches, friction_split, joint_torques, spring_damping
 from diffsim_ros.sim.pbd.frames import (
     child_rows,
     frame_coordinates,
@@ -87,7 +87,7 @@ class _Pose:
 def _pose(model, system, state, control, settings):
     rot = quat_to_matrix(state.quat)
     frames = joint_frames(system.joints, state.pos, rot)
-    needs_q = bool(model.spring_joints) or control.has_drive or (settings.limits and system.joints.limited)
+    needs_q = model.has_springs or control.has_drive or (settings.limits and system.joints.limited)
     return _Pose(rot=rot, frames=frames, q=frame_coordinates(system.joints, frames) if needs_q else None)
 
 
@@ -101,7 +101,7 @@ def _accelerate(model, system, state, pose, control, h, phase, spin):
     substep), "full" (a full substep from the previous chord velocities, half a substep
     behind the poses) or "finish" (the closing half kick from the last chord velocities).
     The gyroscopic torque uses ``spin``, the angular velocity estimated at the state's time.
-    Damping (viscous + drive + friction slope) is trapezoidal (second order, A-stable) over
+    Damping (viscous + drive + friction slope + the springs' diagonal) is trapezoidal (second order, A-stable) over
     full substeps and backward Euler over half kicks; a drive's stiffness uses Newmark's
     average acceleration, explicit on the closing kick, where the poses are known.
 
@@ -117,8 +117,12 @@ def _accelerate(model, system, state, pose, control, h, phase, spin):
     directions = joint_directions(joints, pose.frames)
     rate = joint_rates(joints, directions, state.vel, state.omega)
     friction, slope = friction_split(joints, rate)
-    damping = joints.damping + slope
-    tau = joint_torques(model, pose.q, control.tau) + friction
+    # A point spring's damping couples joints explicitly: at the rates of the state's time
+    # (from ``spin``; second order for revolute joints), not the chords half a substep behind.
+    now = joint_rates(joints, directions, state.vel, spin) if model.point_springs else rate
+    explicit, spring_slope = spring_damping(model, pose.q, now)
+    damping = joints.damping + slope + spring_slope
+    tau = joint_torques(model, pose.q, control.tau) + friction + explicit
     drive = None
     if control.has_drive:
         damping = damping + control.drive_damping
