@@ -89,6 +89,8 @@ torque_map_corrupt            unknown grid keys, non-numbers, absurd torques, no
 sigkill_leftovers             hidden temp directories/files of a killed writer are removed by the
                               next write to the same path; a previous version moved aside is restored
 unexpected_error              one line, exit 1 (``DIFFSIM_ROS_TRACEBACK=1`` for the traceback)
+estimator_output_path         an estimator that saves on shutdown refuses an unwritable
+                              ``calibration_output`` at start-up, not after hours of estimation
 wrong_arm_bag                 *lead*
 ============================  =====================================================================
 """
@@ -731,3 +733,13 @@ def test_unexpected_error(capsys, monkeypatch):
     monkeypatch.setenv("DIFFSIM_ROS_TRACEBACK", "1")
     with pytest.raises(ZeroDivisionError):
         cli_main(["torque-map", "show", "x.npz"])
+
+
+def test_estimator_calibration_output_checked_at_start_up(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with EmbeddedRuntime(parameter_files=[PARAMS]) as runtime:
+        with pytest.raises(OutputPathError, match="cannot create calibration_output .*file is not a directory"):
+            runtime.add_node(EstimatorNode, "estimator", parameter_overrides={
+                "calibration_output": str(tmp_path / "file" / "calibration.yaml")})
+        with pytest.raises(OutputPathError, match="calibration_output .* is a directory"):
+            runtime.add_node(EstimatorNode, "estimator2", parameter_overrides={"calibration_output": str(tmp_path)})

@@ -26,7 +26,7 @@ import numpy as np
 
 from diffsim_ros.control import JointStateBounds
 from diffsim_ros.estimation.online import OnlineEstimator, OnlineEstimatorConfig
-from diffsim_ros.io.calibration import Calibration, write_calibration
+from diffsim_ros.io.calibration import Calibration, check_output_path, write_calibration
 from diffsim_ros.io.ros_messages import NS_PER_S, joint_state_msg
 from diffsim_ros.io.ros_types import EMPTY, JOINT_STATE, POSE_STAMPED, FLOAT64_MULTI_ARRAY
 from diffsim_ros.nodes.messages import estimates_msg
@@ -113,6 +113,8 @@ class EstimatorNode:
             raise ValueError(f"node '{handle.name}': invalid estimator parameters: {err}") from None
         self.output_path = resolve_resource(cfg.calibration_output) if cfg.calibration_output else \
             default_calibration_path(self.robot.config.name)
+        if cfg.save_on_shutdown:  # hours of estimation must not end in an unwritable path
+            check_output_path(self.output_path, force=True, kind="file", what="calibration_output")
         self.published, self.saved = 0, []
         joint_topic = robot_topic(self.robot.config, "joint_states", cfg.joint_states_topic) or "/joint_states"
         logger = handle.get_logger()

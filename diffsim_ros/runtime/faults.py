@@ -228,7 +228,7 @@ class InputMonitor:
             self.counters.dropped_invalid += 1
             text = str(err)  # conversions may already name the input
             self.last_error = text if text.startswith(f"{self.what}:") else f"{self.what}: {text}"
-            self._note("invalid", "error", f"{self.last_error}; message dropped", now_ns)
+            self._note(f"invalid:{type(err).__name__}", "error", f"{self.last_error}; message dropped", now_ns)
             return None
         if sample is None:
             self.counters.ignored += 1
