@@ -37,7 +37,7 @@ setup(
     ],
     extras_require={
         "sim": ["mujoco>=3.1"],
-        "test": ["pytest", "pin>=3", "mujoco>=3.1", "example-robot-data"],
+        "test": ["pytest", "pin>=3", "mujoco>=3.1", "example-robot-data", "hypothesis>=6"],
     },
     zip_safe=True,
     maintainer="diffsim_ros maintainers",

@@ -230,3 +230,154 @@ def test_timer_jitter_is_not_late():
     safety.filter(0.0, q, q, q)
     assert not safety.filter(0.0102, q, q, q)[1].late  # 0.2 ms of jitter at 100 Hz
     assert safety.filter(0.0302, q, q, q)[1].late  # a missed cycle
+
+
+# --- issue 16: the zone bounds the final command, implausible states, clock jumps, stop ramps -----
+
+
+def test_the_limit_zone_fades_the_clipped_command_not_the_request(model, q_mid):
+    """At 0.01 rad from s0's upper limit a +1000 N·m request must not go out as full effort into the limit."""
+    margin, stiffness = 0.1, 50.0
+    layer = _fast_layer(model, output="effort_controller", limit_margin=margin, limit_stiffness=stiffness)
+    q, qd = q_mid
+    q = q.copy()
+    q[0] = model.upper[0].item() - 0.01
+    tau = np.zeros(7)
+    tau[0] = 1000.0
+    out, status = _engaged(layer, q, qd, tau)
+    fade = 0.01 / margin
+    expected = URDF_EFFORT[0] * fade - stiffness * (margin - 0.01)  # clip, fade, then the spring pushes back
+    np.testing.assert_allclose(out[0], expected, atol=EXACT)
+    assert out[0] <= URDF_EFFORT[0] * fade and "left_s0" in status.near_limit and "left_s0" in status.clipped
+    q[0] = model.upper[0].item()  # at the limit: no push into it at all, only the restoring spring
+    out, _ = layer.filter(2 * DT, tau, q, qd)
+    np.testing.assert_allclose(out[0], -stiffness * margin, atol=EXACT)
+
+
+def test_the_rate_limit_never_holds_a_push_into_a_limit(model, q_mid):
+    """Rate limit and zone conflict when a joint enters the zone fast: the zone wins, the push is cut at once."""
+    rate = 200.0
+    layer = SafetyLayer(model, SafetyConfig(output="effort_controller", torque_rate_limit=rate))
+    q, qd = q_mid
+    tau = np.full(7, 40.0)
+    layer.filter(0.0, tau, q, qd)
+    for k in range(1, 400):
+        out, _ = layer.filter(k * DT, tau, q, qd)
+    np.testing.assert_allclose(out[[0, 2, 3]], 40.0)  # ramped in: 40 N·m towards every upper limit
+    at_limit = q.copy()
+    at_limit[0] = model.upper[0].item()  # the joint reaches its limit between two cycles
+    out, status = layer.filter(400 * DT, tau, at_limit, qd)
+    assert out[0] <= 0.0 and "left_s0" in status.near_limit  # no push into the limit, although 40 -> 0 exceeds 0.2 N·m
+    assert abs(out[2] - 40.0) <= EXACT  # other joints unchanged
+    out2, _ = layer.filter(401 * DT, tau, at_limit, qd)
+    assert abs(out2[0] - out[0]) <= rate * DT + EXACT  # the restoring push itself ramps in
+
+
+@pytest.mark.parametrize("field, joint, value, match", [
+    ("q", 0, 1e6, r"left_s0 position 1e\+06 rad is more than 0.25 rad outside its limits"),
+    ("q", 3, -0.5, r"left_e1 position -0.5 rad is more than 0.25 rad outside its limits \[-0.05, 2.618\]"),
+    ("qd", 4, 1e3, r"left_w0 speed 1000 rad/s exceeds 4 x its velocity limit 4"),
+    ("qd", 1, -7.0, r"left_s1 speed 7 rad/s exceeds 4 x its velocity limit 1.5"),
+])
+def test_implausible_joint_states_are_sensor_faults_not_commands(model, q_mid, field, joint, value, match):
+    import re
+
+    layer = _fast_layer(model)
+    q, qd = (x.copy() for x in q_mid)
+    _engaged(layer, q, qd, np.ones(7))
+    (q if field == "q" else qd)[joint] = value
+    out, status = layer.filter(2 * DT, np.ones(7), q, qd)
+    assert out is None and status.reason == "implausible_state" and status.faults == 1
+    assert re.search(match, status.detail), status.detail
+    out, status = layer.filter(3 * DT, np.ones(7), *q_mid)
+    assert status.active  # the next plausible state is commanded again
+
+
+def test_a_state_from_the_future_is_not_fresh(model, q_mid):
+    layer = _fast_layer(model)
+    out, status = layer.filter(1.0, np.ones(7), *q_mid, state_time=101.0)
+    assert out is None and status.reason == "stale_state"
+
+
+@pytest.mark.parametrize("output", ["baxter", "effort_controller"])
+def test_clock_jumping_back_counts_as_no_time_and_never_locks_out(model, q_mid, output):
+    rate = 100.0
+    layer = SafetyLayer(model, SafetyConfig(output=output, torque_rate_limit=rate))
+    q, qd = q_mid
+    for k in range(200):
+        out, _ = layer.filter(10.0 + k * DT, np.full(7, 5.0), q, qd, state_time=10.0 + k * DT)
+    np.testing.assert_allclose(out, 5.0)
+    out, status = layer.filter(5.0, np.full(7, -5.0), q, qd, state_time=5.0)  # /clock jumped back 5 s
+    assert status.active and status.clock_jumped and not status.engaged and not status.late
+    np.testing.assert_allclose(out, 5.0)  # no time elapsed: no change
+    for k in range(1, 101):
+        out, status = layer.filter(5.0 + k * DT, np.full(7, -5.0), q, qd, state_time=5.0 + k * DT)
+        assert status.active and not status.clock_jumped
+    np.testing.assert_allclose(out, 5.0 - rate * 100 * DT)  # ramps at the rate limit from the jump on
+    assert layer.clock_jumps == 1
+
+
+def test_clock_jumping_forward_does_not_release_the_rate_limit(model, q_mid):
+    from diffsim_ros.control.safety import MAX_RATE_INTERVAL
+
+    rate = 100.0
+    effort = SafetyLayer(model, SafetyConfig(output="effort_controller", torque_rate_limit=rate))
+    q, qd = q_mid
+    effort.filter(0.0, np.zeros(7), q, qd)
+    out, status = effort.filter(100.0, np.full(7, 40.0), q, qd)  # 100 s later (clock jump or a paused process)
+    np.testing.assert_allclose(out, rate * MAX_RATE_INTERVAL)  # not a 40 N·m step
+    assert "left_s0" in status.rate_limited
+    baxter = SafetyLayer(model, SafetyConfig(output="baxter", torque_rate_limit=rate))
+    baxter.filter(0.0, np.full(7, 3.0), q, qd)
+    out, status = baxter.filter(100.0, np.full(7, 40.0), q, qd, engage_torque=np.full(7, 2.0))
+    assert status.engaged  # the robot has left torque mode long ago: engage again
+    np.testing.assert_allclose(out, 2.0)
+
+
+def test_effort_controller_stop_ramps_to_the_hold_command_and_shutdown_holds_at_once(model, q_mid):
+    rate = 100.0
+    hold = np.array([0.0, 3.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+    layer = SafetyLayer(model, SafetyConfig(output="effort_controller", hold_command=hold, torque_rate_limit=rate))
+    q, qd = q_mid
+    for k in range(200):
+        out, _ = layer.filter(k * DT, np.full(7, 10.0), q, qd)
+    np.testing.assert_allclose(out, 10.0)
+    previous = out
+    for k in range(200, 400):
+        out, status = layer.filter(k * DT, np.full(7, 10.0), q, qd, state_time=0.0)  # joint states stopped
+        assert status.reason == "stale_state" and status.publish and not status.active
+        assert np.all(np.abs(out - previous) <= rate * DT + EXACT)
+        previous = out
+    np.testing.assert_allclose(out, hold)  # 10 N·m at 100 N·m/s: there after 0.1 s
+    out, status = layer.filter(0.4, np.full(7, 10.0), q, qd)  # active again: ramps from the hold command
+    assert status.active and np.all(np.abs(out - hold) <= rate * DT + EXACT)
+    out, status = layer.stop(0.401)
+    np.testing.assert_array_equal(out, hold)  # shutdown: the last command the controller keeps
+    assert status.reason == "stopped"
+
+
+def test_hold_command_is_bounded_by_the_zone_of_the_last_valid_state(model, q_mid):
+    hold = np.array([20.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])  # pushes s0 towards its upper limit
+    layer = SafetyLayer(model, SafetyConfig(output="effort_controller", hold_command=hold))
+    q, qd = q_mid
+    q = q.copy()
+    q[0] = model.upper[0].item() - 0.02
+    layer.filter(0.0, np.zeros(7), q, qd)
+    bad = q.copy()
+    bad[2] = np.nan
+    for k in range(1, 200):  # ramping to the hold command while the state is bad: bounded by the last valid one
+        out, status = layer.filter(k * DT, np.zeros(7), bad, qd)
+        assert status.reason == "bad_state" and out[0] <= URDF_EFFORT[0] * 0.2 + EXACT
+    out, status = layer.stop(0.2)
+    assert status.publish and out[0] == pytest.approx(URDF_EFFORT[0] * 0.2, abs=EXACT)
+
+
+def test_non_finite_time_stops_without_a_traceback(model, q_mid):
+    for output in ("baxter", "effort_controller"):
+        layer = _fast_layer(model, output=output)
+        _engaged(layer, *q_mid, np.ones(7))
+        out, status = layer.filter(float("nan"), np.ones(7), *q_mid)
+        assert status.reason == "bad_time" and not status.active
+        assert out is None if output == "baxter" else np.all(np.isfinite(out))
+        out, status = layer.filter(3 * DT, np.ones(7), *q_mid)
+        assert status.active

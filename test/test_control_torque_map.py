@@ -171,7 +171,7 @@ def test_cli_build_and_show(model, tmp_path, capsys):
     assert tmap.grid.angle_points == 3 and tmap.simulator.startswith("PBDSimulator")
     assert tmap.max_goal_residual < GOAL_TOL
     assert cli_main(args + small) == 2  # exists, no --force
-    assert "pass --force" in capsys.readouterr().err
+    assert "exists; use --force" in capsys.readouterr().err
     assert cli_main(["torque-map", "show", str(out), "--png", str(tmp_path / "heat.png")]) == 0
     assert (tmp_path / "heat.png").stat().st_size > 10_000
     assert cli_main(["torque-map", "show", str(out), "--config", str(BAXTER_LEFT)]) == 2  # nominal model: refused

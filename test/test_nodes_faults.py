@@ -34,6 +34,7 @@ EFFORT_LIMIT = np.array([50.0, 100.0, 50.0, 50.0, 15.0, 15.0, 15.0])  # [N·m] U
 BAXTER_COMMAND = "/robot/limb/left/joint_command"
 EFFORT_COMMAND = "/effort_controller/commands"
 STATE_TIMEOUT = 0.05  # [s] params file safety.state_timeout
+RATE_LIMIT = 1000.0  # [N·m/s] params file safety.torque_rate_limit
 CYCLE = 0.005  # [s] controller period (200 Hz)
 STATE_PERIOD = 0.01  # [s] sim joint states (100 Hz)
 HOLD_DRIFT = 0.05  # [rad] largest motion while Baxter holds in position mode
@@ -135,7 +136,8 @@ def test_baxter_stale_joint_states_stop_the_commands_and_the_robot_holds_in_posi
     assert logs(runtime, "info").count("joint states fresh: commanding torque") == 2
 
 
-def test_ros2_control_stale_joint_states_publish_the_hold_command():
+def test_ros2_control_stale_joint_states_ramp_to_the_hold_command():
+    """The effort controller keeps its last command: stale states ramp it to the hold command at the rate limit."""
     hold = [0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0]  # [N·m] model order
     with EmbeddedRuntime(parameter_files=[PARAMS]) as runtime:
         sim, controller, monitor = graph(runtime, "ros2_control", controller={"safety.hold_command": hold})
@@ -145,7 +147,10 @@ def test_ros2_control_stale_joint_states_publish_the_hold_command():
     commands = np.array([c for _, c in monitor.commands])
     stale = (times > 0.5 - STATE_PERIOD + STATE_TIMEOUT + CYCLE) & (times < 0.8)
     assert stale.sum() > 40  # the effort controller keeps getting a command every cycle
-    assert np.all(commands[stale] == hold)
+    steps = np.abs(np.diff(commands, axis=0)).max(axis=1)
+    assert np.all(steps <= RATE_LIMIT * np.diff(times) + 1e-9)  # no torque step, also when stopping
+    ramped = stale & (times > 0.5 + STATE_TIMEOUT + 0.1)  # 0.1 s at 1000 N·m/s covers every holding torque
+    assert ramped.sum() > 20 and np.all(commands[ramped] == hold)
     assert not np.allclose(commands[times > 0.95], hold)  # commanding again
     assert not monitor.unsafe and sim.rejected_commands == 0
 

@@ -298,7 +298,7 @@ def test_config_declares_every_law(tmp_path):
         ("  left_w1:\n    law: torsion", "  left_w9:\n    law: torsion", "spring on unknown joint 'left_w9'"),
         ("stiffness: 300.0", "stiffness: -300.0", "implausible stiffness"),
         ("damping: 20.0", "damping: -1.0", "implausible damping"),
-        ("rest_length: 0.75", "rest_length: long", "'rest_length' must be a number"),
+        ("rest_length: 0.75", "rest_length: long", "'rest_length' must be a finite number"),
         ("point_a: [0.05, 0.02, 0.1]", "point_a: [0.05, 0.02]", "'point_a' must have 3 numbers"),
         ("tension_only: true", "tension_only: 1", "'tension_only' must be true or false"),
         ("    stiffness: 3.0\n", "    stiffness: 3.0\n    alpha1: 0.2\n", "unknown keys ['alpha1'] for law 'torsion'"),
@@ -306,7 +306,7 @@ def test_config_declares_every_law(tmp_path):
         ("  band:\n", "  left_e1:\n", "the name is a joint's"),
         ("link_b: left_lower_forearm", "link_b: left_upper_shoulder", "move as one body"),
         ("  left_w1:\n    law: torsion\n", "  left_w1:\n    law: torsion\n    joint: left_s1\n", "defined twice"),
-        ("    stiffness: 8000.0\n", "    stiffness: true\n", "'stiffness' must be a number"),
+        ("    stiffness: 8000.0\n", "    stiffness: true\n", "'stiffness' must be a finite number"),
     ],
 )
 def test_config_errors_are_named(tmp_path, old, new, words):

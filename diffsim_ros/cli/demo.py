@@ -29,7 +29,7 @@ import torch
 
 from diffsim_ros.dynamics.crba import mass_matrix
 from diffsim_ros.io.bags import STORAGES
-from diffsim_ros.io.calibration import atomic_directory
+from diffsim_ros.io.calibration import OutputPathError, atomic_directory
 from diffsim_ros.io.ros_messages import NS_PER_S, seconds_to_ns
 from diffsim_ros.io.ros_types import EMPTY, FLOAT64_MULTI_ARRAY, JOINT_STATE
 from diffsim_ros.io.urdf_export import export_calibrated_urdf
@@ -105,14 +105,14 @@ def add_parser(subparsers):
 
 def demo_command(args):
     """Handler: returns the exit code (0 ok, 2 bad arguments or existing output)."""
-    if args.seconds < CALIBRATION_SEGMENT:
+    if not args.seconds >= CALIBRATION_SEGMENT:  # NaN too
         print(f"diffsim-ros demo: error: --seconds must be at least {CALIBRATION_SEGMENT:g}", file=sys.stderr)
         return 2
     set_threads(args.threads)
     try:
         result = run_demo(args.out, seconds=args.seconds, force=args.force, storage=args.storage, seed=args.seed,
                           log=print)
-    except FileExistsError as err:
+    except (FileExistsError, OutputPathError) as err:  # both raised before any work
         print(f"diffsim-ros demo: error: {err}", file=sys.stderr)
         return 2
     print(summary_text(result))

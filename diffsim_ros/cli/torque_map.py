@@ -2,22 +2,29 @@
 
     diffsim-ros torque-map build --config CONFIG [--calibration FILE] --out MAP.npz [--force]
     diffsim-ros torque-map show MAP.npz [--png OUT.png] [--config CONFIG [--calibration FILE]]
+
+Every argument, input file and output path is checked before the build starts (a bad one
+exits with code 2 and one line naming it); the map is written atomically at the end.
 """
 
+import math
 import sys
 from pathlib import Path
 
 import torch
 
+from diffsim_ros.cli.exits import BAD_INPUT, OK
 from diffsim_ros.control.errors import ControlError
 from diffsim_ros.control.plots import plot_torque_map
 from diffsim_ros.control.simulators import SIMULATOR_KINDS, default_simulator
 from diffsim_ros.control.torque_map import TorqueMap, TorqueMapGrid, build_torque_map, validate_torque_map
 from diffsim_ros.dynamics.fast import FastDynamics
-from diffsim_ros.io.calibration import CalibrationError, apply_calibration, load_calibration
+from diffsim_ros.io.calibration import CalibrationError, apply_calibration, check_output_path, load_calibration
 from diffsim_ros.model import RobotModelError, load_robot_config
 
 __all__ = ["add_parser", "build_command", "load_model", "show_command"]
+
+_ERRORS = (ControlError, CalibrationError, RobotModelError, FileExistsError, ValueError, OSError)
 
 def add_parser(subparsers):
     """Register ``torque-map`` with its ``build`` and ``show`` subcommands."""
@@ -57,57 +64,79 @@ def load_model(config_path, calibration_path=None):
     """The robot model of a config, with a calibration file's parameters applied.
 
     Raises:
-        CalibrationError: Unreadable calibration, or parameters the model does not have.
+        CalibrationError: Unreadable or implausible calibration, one made for another robot,
+            or parameters the model does not have.
         RobotModelError: Config or URDF problems.
     """
-    model = load_robot_config(config_path).build_model()
+    config = load_robot_config(config_path)
+    model = config.build_model()
     if calibration_path is None:
         return model
-    return apply_calibration(model, load_calibration(calibration_path))
+    return apply_calibration(model, load_calibration(calibration_path), robot=config.name, bounds=config.bounds)
+
+
+def _check_arguments(args):
+    """Named errors for arguments no build could use (before any work)."""
+    for name in ("dt", "max_angle_step", "max_velocity"):
+        value = getattr(args, name)
+        if not (math.isfinite(value) and value > 0):
+            raise ControlError(f"--{name.replace('_', '-')} must be a positive number, got {value}")
+    for name, least in (("angle_points", 2), ("velocity_points", 2), ("contexts", 1), ("validate", 0), ("threads", 1)):
+        if getattr(args, name) < least:
+            raise ControlError(f"--{name.replace('_', '-')} must be at least {least}, got {getattr(args, name)}")
+    if args.substeps is not None and args.substeps < 1:
+        raise ControlError(f"--substeps must be at least 1, got {args.substeps}")
+    grid = TorqueMapGrid(dt=args.dt, max_angle_step=args.max_angle_step, max_velocity=args.max_velocity,
+                         angle_points=args.angle_points, velocity_points=args.velocity_points,
+                         inertia_contexts=args.contexts)
+    grid.check()
+    return grid
+
+
+def _error(err):
+    print(f"diffsim-ros torque-map: error: {err}", file=sys.stderr)
+    return BAD_INPUT
 
 
 def build_command(args):
     """Handler of ``torque-map build``; returns the exit code."""
     try:
-        if args.out.exists() and not args.force:
-            raise ControlError(f"{args.out} exists; pass --force to overwrite it")
-        torch.set_num_threads(max(1, args.threads))
+        check_output_path(args.out, force=args.force, kind="file", what="torque map")
+        grid = _check_arguments(args)
         model = load_model(args.config, args.calibration)
-        grid = TorqueMapGrid(
-            dt=args.dt,
-            max_angle_step=args.max_angle_step,
-            max_velocity=args.max_velocity,
-            angle_points=args.angle_points,
-            velocity_points=args.velocity_points,
-            inertia_contexts=args.contexts,
-        )
+    except _ERRORS as err:
+        return _error(err)
+    torch.set_num_threads(args.threads)
+    try:
         simulator = default_simulator(model, args.dt, substeps=args.substeps, kind=args.simulator)
         tmap = build_torque_map(simulator, grid, progress=_progress)
         report = validate_torque_map(tmap, simulator, FastDynamics.from_model(model), args.validate) if args.validate else None
         tmap.save(args.out)
-    except (ControlError, CalibrationError, RobotModelError, OSError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    except _ERRORS as err:
+        return _error(err)
     print(f"wrote {args.out}: {_summary(tmap)}")
     if report is not None:
         _print_validation(tmap, report)
-    return 0
+    return OK
 
 
 def show_command(args):
     """Handler of ``torque-map show``; returns the exit code."""
     try:
+        if args.calibration is not None and args.config is None:
+            raise ControlError("--calibration needs --config (the robot the calibration is applied to)")
+        png = args.png or args.map.with_suffix(".png")
+        check_output_path(png, force=True, kind="file", what="PNG")
         model = load_model(args.config, args.calibration) if args.config else None
         tmap = TorqueMap.load(args.map, model)
-        png = plot_torque_map(tmap, args.png or args.map.with_suffix(".png"))
-    except (ControlError, CalibrationError, RobotModelError, OSError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        png = plot_torque_map(tmap, png)
+    except _ERRORS as err:
+        return _error(err)
     print(f"{args.map}: {_summary(tmap)}")
     if model is not None:
         print("matches the given model (parameter hash)")
     print(f"wrote {png}")
-    return 0
+    return OK
 
 
 def _progress(done, total):

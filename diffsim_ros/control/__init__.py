@@ -17,9 +17,10 @@ compensation then); ``status.reason``/``faults``/``late`` are for logging.
 from diffsim_ros.control.errors import ControlError, TorqueMapError
 from diffsim_ros.control.gravity import GravityCompensation, holding_torques
 from diffsim_ros.control.impedance import MODEL_TERMS, JointImpedanceController
+from diffsim_ros.control.loop import ControlLoop, EstimateDecision
 from diffsim_ros.control.mpc import INITIALIZATIONS, ModelPredictiveController, MPCInfo, MPCSettings
-from diffsim_ros.control.references import MinimumJerkMove, SetPoint
-from diffsim_ros.control.safety import OUTPUT_TYPES, OutputType, SafetyConfig, SafetyLayer, SafetyStatus
+from diffsim_ros.control.references import MinimumJerkMove, SetPoint, check_within_limits
+from diffsim_ros.control.safety import OUTPUT_TYPES, JointStateBounds, OutputType, SafetyConfig, SafetyLayer, SafetyStatus
 from diffsim_ros.control.simulators import SIMULATOR_KINDS, default_simulator, mpc_simulator
 from diffsim_ros.control.torque_map import (
     TorqueMap,
@@ -37,8 +38,11 @@ __all__ = [
     "OUTPUT_TYPES",
     "SIMULATOR_KINDS",
     "ControlError",
+    "ControlLoop",
+    "EstimateDecision",
     "GravityCompensation",
     "JointImpedanceController",
+    "JointStateBounds",
     "MPCInfo",
     "MPCSettings",
     "MinimumJerkMove",
@@ -52,6 +56,7 @@ __all__ = [
     "TorqueMapError",
     "TorqueMapGrid",
     "build_torque_map",
+    "check_within_limits",
     "default_simulator",
     "holding_torques",
     "joint_inertias",

@@ -4,6 +4,8 @@ from pathlib import Path
 
 import numpy as np
 
+from diffsim_ros.outputs import atomic_file
+
 __all__ = ["plot_torque_map"]
 
 
@@ -42,6 +44,9 @@ def plot_torque_map(tmap, path, context=None):
     fig.suptitle(f"Torque map of {tmap.robot}: dt = {tmap.dt} s, {tmap.simulator}", fontsize=9)
     fig.tight_layout()
     path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        with atomic_file(path, "wb") as handle:  # never a half-written PNG (Ctrl-C, full disk)
+            fig.savefig(handle, dpi=110, format="png")
+    finally:
+        plt.close(fig)
     return path

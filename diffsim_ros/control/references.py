@@ -2,14 +2,45 @@
 
 A reference is any callable ``reference(t) -> (q_d, qd_d, qdd_d)`` returning float64 arrays
 of shape (n,) [rad, rad/s, rad/s²]; these two cover set-points and point-to-point moves.
+
+Targets are checked against the joint limits where they enter (:func:`check_within_limits`):
+a set-point or a move between targets inside the limits stays inside them (a minimum-jerk move
+never overshoots its end points).
 """
 
 import numpy as np
 
 from diffsim_ros.control.errors import ControlError
+from diffsim_ros.control.vectors import to_numpy
 from diffsim_ros.sim.scenarios import quintic_profile as quintic_factors
 
-__all__ = ["SetPoint", "MinimumJerkMove"]
+__all__ = ["MinimumJerkMove", "SetPoint", "check_within_limits"]
+
+
+def check_within_limits(targets, model, what="reference"):
+    """Raise ControlError naming every target outside the model's joint limits.
+
+    Args:
+        targets: Joint positions [rad], shape (n,) or (k, n).
+        model: RobotModel (joint names, ``lower``/``upper`` limits).
+        what: Name of the targets, for the message.
+
+    Returns:
+        ``targets`` as a float64 array of shape (k, n).
+    """
+    names = list(model.joint_names)
+    lower, upper = to_numpy(model.lower), to_numpy(model.upper)
+    targets = np.atleast_2d(np.asarray(targets, dtype=np.float64))
+    if targets.shape[-1] != len(names) or targets.ndim != 2:
+        raise ControlError(f"{what}: expected targets of {len(names)} joints, got shape {targets.shape}")
+    problems = []
+    for k, row in enumerate(targets):
+        for j in np.flatnonzero(~((row >= lower) & (row <= upper))):
+            problems.append(f"#{k} {names[j]} = {row[j]:.6g} rad outside [{lower[j]:.6g}, {upper[j]:.6g}]")
+    if problems:
+        shown = "; ".join(problems[:6]) + (f"; and {len(problems) - 6} more" if len(problems) > 6 else "")
+        raise ControlError(f"{what}: targets outside the joint limits: {shown}")
+    return targets
 
 
 class SetPoint:

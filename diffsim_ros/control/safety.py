@@ -3,28 +3,39 @@
 Each control cycle the node calls :meth:`SafetyLayer.filter` with the controller's torques
 and the joint state they were computed from. In order:
 
-1. **Input watchdog**: no joint state yet, or a state older than ``state_timeout``, stops
-   torque commanding (what "stop" means depends on the output type, below).
-2. **NaN/inf and shape guard** on the state and the torques: a bad sample stops commanding
-   for that cycle and is counted; NaN or inf is never returned.
-3. **Joint-limit proximity**: within ``limit_margin`` of a position limit, the part of the
+1. **Clock**: time running backwards (``/clock`` reset, bag loop) counts as no time elapsed;
+   a forward jump lets the rate limit move at most ``MAX_RATE_INTERVAL`` worth of torque.
+2. **Input watchdog**: no joint state yet, or a state older (or newer) than
+   ``state_timeout``, stops torque commanding (what "stop" means depends on the output
+   type, below).
+3. **Input guard** on the state and the torques: NaN/inf, a wrong shape, a position more than
+   ``position_slack`` beyond a joint limit or a speed above ``speed_factor`` times the URDF
+   velocity limit (a sensor fault, not a motion) stop commanding for that cycle and are
+   counted; NaN or inf is never returned.
+4. **Effort limits** on the request: the smaller of the URDF limit and the configured one.
+5. **Joint-limit zone**: within ``limit_margin`` of a position limit, the part of the clipped
    command that drives the joint further towards the limit fades out linearly (zero at the
    limit) and a spring-damper pushes the joint back; the command may always move a joint
-   away from a limit.
-4. **Effort limits**: the smaller of the URDF limit and the configured limit, per joint.
-5. **Torque-rate limit** against the torque the hardware applies now (zero after the
+   away from a limit. The sum is clipped to the effort limits again.
+6. **Torque-rate limit** against the torque the hardware applies now (zero after the
    hardware has dropped out of torque mode, so every (re-)engagement ramps in).
-6. A final check (finite, within the effort limits) before anything is returned.
+7. **Zone bound on the final command**: inside a zone, the rate-limited command may not push
+   towards the limit more than step 5 asked for. This is the one change the rate limit does
+   not bound: a push into a limit is cut at once (towards safety), never held.
+8. A final check (finite, within the effort limits) before anything is returned.
 
 Output types (issue 6, section 2-3):
 
 - ``"baxter"`` (``baxter_core_msgs/JointCommand``, TORQUE_MODE): "stop" returns ``None``,
   i.e. do not publish; the robot keeps the last command for at most ``robot_timeout`` =
-  0.2 s and then falls back to position mode, so a later command ramps in from zero. The
+  0.2 s and then falls back to position mode, so a later command ramps in again. The
   robot needs commands at >= 100 Hz: a longer gap between cycles is flagged ``late``.
 - ``"effort_controller"`` (ros2_control ``JointGroupEffortController``): the controller keeps
-  applying its last command forever, so "stop" returns the configured hold command (default
-  zeros), which is published.
+  applying its last command forever, so "stop" publishes a command every cycle that ramps
+  from the last one to the configured hold command (default zeros) at the torque-rate limit
+  and then stays there (bounded by the joint-limit zone of the last valid state).
+  :meth:`SafetyLayer.stop` (shutdown) publishes the hold command at once: it is the last
+  command the controller will keep.
 """
 
 import math
@@ -38,7 +49,9 @@ from diffsim_ros.control.vectors import per_joint, to_numpy
 
 from diffsim_ros._compiled import njit
 
-__all__ = ["OUTPUT_TYPES", "OutputType", "SafetyConfig", "SafetyLayer", "SafetyStatus"]
+__all__ = [
+    "MAX_RATE_INTERVAL", "OUTPUT_TYPES", "JointStateBounds", "OutputType", "SafetyConfig", "SafetyLayer", "SafetyStatus",
+]
 
 
 @dataclass(frozen=True)
@@ -63,6 +76,10 @@ OUTPUT_TYPES = {
     "effort_controller": OutputType("effort_controller", publish_on_stop=True, robot_timeout=None, min_rate=None),
 }
 
+MAX_RATE_INTERVAL = 0.1
+"""[s] Longest interval the torque-rate limit credits between two commands: after a longer gap
+(a paused process, a clock jumping forward) a command still moves by at most rate x 0.1 s."""
+
 
 @dataclass(frozen=True)
 class SafetyConfig:
@@ -84,6 +101,10 @@ class SafetyConfig:
         state_timeout: Oldest accepted joint state [s].
         hold_command: Torques [N·m] published when stopped (effort controller only);
             None: zeros.
+        position_slack: A measured position further than this [rad] beyond a joint limit is a
+            sensor fault: no command is computed from it.
+        speed_factor: A measured speed above this multiple of the URDF velocity limit is a
+            sensor fault (joints without a positive finite velocity limit are not checked).
     """
 
     output: str = "baxter"
@@ -94,6 +115,43 @@ class SafetyConfig:
     limit_damping: float = 5.0
     state_timeout: float = 0.05
     hold_command: object = None
+    position_slack: float = 0.25
+    speed_factor: float = 4.0
+
+
+class JointStateBounds:
+    """Which joint measurements are plausible: a position beyond a limit by more than a slack, or
+    a speed above a multiple of the URDF velocity limit, is a sensor fault, not a motion.
+
+    One definition for the safety layer and the nodes' joint-state inputs.
+
+    Args:
+        model: RobotModel (joint names, position and velocity limits).
+        position_slack: [rad] allowed beyond each position limit.
+        speed_factor: Multiple of the URDF velocity limit (joints without a positive finite
+            velocity limit are not checked).
+    """
+
+    def __init__(self, model, position_slack=0.25, speed_factor=4.0):
+        self.joint_names = tuple(model.joint_names)
+        self.lower, self.upper = to_numpy(model.lower), to_numpy(model.upper)
+        self.velocity_limit = to_numpy(model.velocity_limit)
+        self.position_slack, self.speed_factor = float(position_slack), float(speed_factor)
+        self.q_low, self.q_high = self.lower - self.position_slack, self.upper + self.position_slack
+        known = np.isfinite(self.velocity_limit) & (self.velocity_limit > 0)
+        self.max_speed = np.where(known, self.speed_factor * self.velocity_limit, np.inf)
+
+    def violation(self, q, qd=None):
+        """Why ``(q [rad], qd [rad/s])`` (finite, shape (n,); qd may be None) is implausible, or None."""
+        speed = np.zeros_like(q) if qd is None else qd
+        j = _implausible_joint(q, speed, self.q_low, self.q_high, self.max_speed)
+        if j < 0:
+            return None
+        name = self.joint_names[j]
+        if not self.q_low[j] <= q[j] <= self.q_high[j]:
+            return (f"{name} position {q[j]:.6g} rad is more than {self.position_slack:g} rad outside its limits "
+                    f"[{self.lower[j]:.6g}, {self.upper[j]:.6g}]")
+        return f"{name} speed {abs(speed[j]):.6g} rad/s exceeds {self.speed_factor:g} x its velocity limit {self.velocity_limit[j]:.6g}"
 
 
 class SafetyStatus(NamedTuple):
@@ -103,8 +161,9 @@ class SafetyStatus(NamedTuple):
         active: The controller's command (filtered) is being sent.
         publish: There is a message to publish (False: Baxter stopped, publish nothing).
         reason: ``"ok"``, or why commanding stopped: ``"no_state"``, ``"stale_state"``,
-            ``"bad_state"``, ``"no_command"``, ``"bad_command"``, ``"unsafe_output"``,
-            ``"stopped"``.
+            ``"bad_state"`` (non-finite or malformed), ``"implausible_state"`` (beyond the
+            position slack or speed factor), ``"no_command"``, ``"bad_command"``,
+            ``"bad_time"``, ``"unsafe_output"``, ``"stopped"``.
         clipped: Joints held at their effort limit.
         rate_limited: Joints whose torque change was limited.
         near_limit: Joints inside the joint-limit zone.
@@ -112,7 +171,9 @@ class SafetyStatus(NamedTuple):
         late: The gap since the previous cycle exceeded the hardware's minimum rate.
         engaged: Torque mode starts this cycle (the output ramps in from ``engage_torque``,
             or from what the hardware applies when none is given).
-        faults: Cumulative count of rejected (non-finite or malformed) inputs.
+        faults: Cumulative count of rejected (non-finite, malformed or implausible) inputs.
+        clock_jumped: Time ran backwards since the previous cycle (counted as no time elapsed).
+        detail: What was wrong with a rejected input ("" otherwise), for the log.
     """
 
     active: bool
@@ -125,6 +186,8 @@ class SafetyStatus(NamedTuple):
     late: bool = False
     engaged: bool = False
     faults: int = 0
+    clock_jumped: bool = False
+    detail: str = ""
 
 
 class SafetyLayer:
@@ -133,6 +196,10 @@ class SafetyLayer:
     Args:
         model: RobotModel giving joint names and URDF position, velocity and effort limits.
         config: :class:`SafetyConfig`.
+
+    Attributes:
+        state_bounds: JointStateBounds of the measurements commanded from.
+        clock_jumps: Times the clock ran backwards between cycles.
 
     Raises:
         ControlError: Unknown output type, a joint without any finite effort limit,
@@ -153,6 +220,7 @@ class SafetyLayer:
         self.effort_limit = np.minimum(urdf, configured)
         self.rate_limit = per_joint(config.torque_rate_limit, self.joint_names, "safety torque_rate_limit", math.inf)
         self._validate()
+        self.state_bounds = JointStateBounds(model, config.position_slack, config.speed_factor)
         hold = per_joint(config.hold_command, self.joint_names, "safety hold_command", 0.0)
         if not np.all(np.isfinite(hold)) or np.any(np.abs(hold) > self.effort_limit):
             raise ControlError(f"safety hold_command {hold.tolist()} is not finite or exceeds the effort limits")
@@ -166,13 +234,18 @@ class SafetyLayer:
         bad = [n for n, v in zip(self.joint_names, self.rate_limit) if not v > 0]
         if bad:
             raise ControlError(f"safety torque_rate_limit must be positive for joints {bad}")
+        bad = [n for n, lo, hi in zip(self.joint_names, self.lower, self.upper) if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi)]
+        if bad:
+            raise ControlError(f"joints {bad} have no finite position limits lower < upper (URDF)")
         c = self.config
-        for name in ("limit_margin", "state_timeout"):
-            if not getattr(c, name) > 0:
-                raise ControlError(f"safety {name} must be positive, got {getattr(c, name)}")
-        for name in ("limit_stiffness", "limit_damping"):
-            if not getattr(c, name) >= 0:
-                raise ControlError(f"safety {name} must be >= 0, got {getattr(c, name)}")
+        for name in ("limit_margin", "state_timeout", "speed_factor"):
+            value = getattr(c, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ControlError(f"safety {name} must be a positive number, got {value!r}")
+        for name in ("limit_stiffness", "limit_damping", "position_slack"):
+            value = getattr(c, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise ControlError(f"safety {name} must be a finite number >= 0, got {value!r}")
 
     # ------------------------------------------------------------------ state
     def reset(self):
@@ -180,7 +253,9 @@ class SafetyLayer:
         self._published = None  # torque last published [N·m], (n,)
         self._published_time = None
         self._last_cycle = None
+        self._last_q = None  # last valid measured positions [rad]: bounds the stop ramp
         self.faults = 0
+        self.clock_jumps = 0
 
     @property
     def nq(self):
@@ -190,8 +265,7 @@ class SafetyLayer:
         """Torque [N·m] the hardware applies at time ``t`` [s] as far as we know, shape (n,)."""
         if self._published is None:
             return self.hold_command.copy() if self.output.publish_on_stop else np.zeros(self.nq)
-        timeout = self.output.robot_timeout
-        if timeout is not None and t - self._published_time > timeout:
+        if self._left_torque_mode(t):
             return np.zeros(self.nq)  # the robot has left torque mode
         return self._published.copy()
 
@@ -219,34 +293,62 @@ class SafetyLayer:
             ``(command, status)``: command is a finite float64 array (n,) within the
             limits, or None when nothing must be published; status a :class:`SafetyStatus`.
         """
-        late = self._late(t)
-        self._last_cycle = t
-        reason, inputs = self._inputs(t, tau, q, qd, state_time)
+        if not _finite_scalar(t):
+            self.faults += 1
+            return self._stop(None, "bad_time", False, False, f"time {t!r} is not finite")
+        jumped, late = self._clock(t)
+        reason, inputs, detail = self._inputs(t, tau, q, qd, state_time)
         if reason is not None:
-            return self._stop(t, reason, late)
+            return self._stop(t, reason, late, jumped, detail)
         tau, q, qd = inputs
         engaged = self.needs_engagement(t)
-        dt = 0.0 if engaged else max(t - self._published_time, 0.0)  # < 0: the clock jumped back
         base = self._published if not engaged else self._engagement_base(t, engage_torque)
         c = self.config
         out, flags, ok = _make_safe(
-            tau, q, qd, base, self.rate_limit, dt, self.lower, self.upper, self.effort_limit,
-            self.velocity_limit, c.limit_margin, c.limit_stiffness, c.limit_damping,
+            tau, q, qd, base, self.rate_limit, self._rate_interval(t, engaged), self.lower, self.upper,
+            self.effort_limit, self.velocity_limit, c.limit_margin, c.limit_stiffness, c.limit_damping,
         )
         if not ok:
             self.faults += 1
-            return self._stop(t, "unsafe_output", late)
+            return self._stop(t, "unsafe_output", late, jumped, "the filtered command was not finite or within limits")
         self._published, self._published_time = out, t
         names = self._flag_names(flags)
-        return out.copy(), SafetyStatus(True, True, "ok", *names, late=late, engaged=engaged, faults=self.faults)
+        return out.copy(), SafetyStatus(True, True, "ok", *names, late=late, engaged=engaged, faults=self.faults,
+                                        clock_jumped=jumped)
 
     def stop(self, t, reason="stopped"):
-        """Stop commanding torque (e.g. on shutdown); same return value as :meth:`filter`."""
-        late = self._late(t)
-        self._last_cycle = t
-        return self._stop(t, reason, late)
+        """Stop commanding torque for good (shutdown); same return value as :meth:`filter`.
+
+        The effort controller gets the hold command at once (bounded by the joint-limit zone of
+        the last valid state): it keeps the last command it received.
+        """
+        jumped, late = self._clock(t) if _finite_scalar(t) else (False, False)
+        if not self.output.publish_on_stop:
+            return None, SafetyStatus(active=False, publish=False, reason=reason, late=late, faults=self.faults,
+                                      clock_jumped=jumped)
+        out = self._zone_bounded(self.hold_command)
+        self._published, self._published_time = out.copy(), t if _finite_scalar(t) else self._published_time
+        return out, SafetyStatus(active=False, publish=True, reason=reason, late=late, faults=self.faults,
+                                 clock_jumped=jumped)
 
     # ------------------------------------------------------------------ steps
+    def _clock(self, t):
+        """``(jumped, late)`` at time ``t``; a backward jump counts as no time elapsed."""
+        jumped = self._last_cycle is not None and t < self._last_cycle
+        if jumped:
+            self.clock_jumps += 1
+            if self._published_time is not None:
+                self._published_time = t
+            late = False
+        else:
+            late = self._late(t)
+        self._last_cycle = t
+        return jumped, late
+
+    def _rate_interval(self, t, engaged):
+        """Interval [s] the rate limit credits since the last command (0 when engaging)."""
+        return 0.0 if engaged else min(max(t - self._published_time, 0.0), MAX_RATE_INTERVAL)
+
     def _engagement_base(self, t, engage_torque):
         if engage_torque is not None:
             engage = self._vector(engage_torque)
@@ -265,22 +367,27 @@ class SafetyLayer:
         return timeout is not None and t - self._published_time > timeout
 
     def _inputs(self, t, tau, q, qd, state_time):
-        """``(reason, (tau, q, qd))``: reason None when the inputs are usable float64 vectors."""
+        """``(reason, (tau, q, qd), detail)``: reason None when the inputs are usable float64 vectors."""
         if q is None or qd is None:
-            return "no_state", None
-        if state_time is not None and not (t - state_time <= self.config.state_timeout):
-            return "stale_state", None
+            return "no_state", None, ""
+        if state_time is not None and not abs(t - state_time) <= self.config.state_timeout:
+            return "stale_state", None, f"joint state from {state_time:.6g} s at {t:.6g} s"
         q, qd = self._vector(q), self._vector(qd)
         if q is None or qd is None:
             self.faults += 1
-            return "bad_state", None
+            return "bad_state", None, "joint state not finite or of the wrong shape"
+        b = self.state_bounds
+        if _implausible_joint(q, qd, b.q_low, b.q_high, b.max_speed) >= 0:
+            self.faults += 1
+            return "implausible_state", None, b.violation(q, qd)
+        self._last_q = q
         if tau is None:
-            return "no_command", None
+            return "no_command", None, ""
         tau = self._vector(tau)
         if tau is None:
             self.faults += 1
-            return "bad_command", None
-        return None, (tau, q, qd)
+            return "bad_command", None, "controller torques not finite or of the wrong shape"
+        return None, (tau, q, qd), ""
 
     def _vector(self, x):
         """``x`` as a finite float64 vector of shape (n,), or None."""
@@ -291,12 +398,25 @@ class SafetyLayer:
                 return None
         return x if x.shape == (self.nq,) and _all_finite(x) else None
 
-    def _stop(self, t, reason, late):
-        if self.output.publish_on_stop:
-            out = self.hold_command.copy()
+    def _stop(self, t, reason, late, jumped, detail):
+        """No controller command this cycle: Baxter publishes nothing; the effort controller ramps to hold."""
+        status = dict(active=False, reason=reason, late=late, faults=self.faults, clock_jumped=jumped, detail=detail)
+        if not self.output.publish_on_stop:
+            return None, SafetyStatus(publish=False, **status)
+        if self._published is None or t is None:
+            out = self._zone_bounded(self.hold_command if self._published is None else self._published)
+        else:
+            step = self.rate_limit * self._rate_interval(t, False)
+            out = self._zone_bounded(self._published + np.clip(self.hold_command - self._published, -step, step))
+        if t is not None:
             self._published, self._published_time = out.copy(), t
-            return out, SafetyStatus(active=False, publish=True, reason=reason, late=late, faults=self.faults)
-        return None, SafetyStatus(active=False, publish=False, reason=reason, late=late, faults=self.faults)
+        return out, SafetyStatus(publish=True, **status)
+
+    def _zone_bounded(self, command):
+        """``command`` with no more push into a limit than the zone of the last valid state allows."""
+        if self._last_q is None:
+            return command.copy()
+        return _zone_bound(command, self._last_q, self.lower, self.upper, self.effort_limit, self.config.limit_margin)
 
     def _flag_names(self, flags):
         """Joint names per flag bit: ``(clipped, rate_limited, near_limit, overspeed)``."""
@@ -317,6 +437,10 @@ CLIPPED, RATE_LIMITED, NEAR_LIMIT, OVERSPEED = 1, 2, 4, 8
 """Bits of the per-joint flags of :func:`_make_safe`."""
 
 
+def _finite_scalar(t):
+    return isinstance(t, (int, float, np.floating, np.integer)) and math.isfinite(t)
+
+
 @njit(cache=True)
 def _all_finite(x):
     for v in x:
@@ -326,8 +450,33 @@ def _all_finite(x):
 
 
 @njit(cache=True)
+def _implausible_joint(q, qd, q_low, q_high, max_speed):
+    """Index of the first joint with an implausible position or speed, -1 when all are plausible."""
+    for j in range(q.shape[0]):
+        if not (q_low[j] <= q[j] <= q_high[j]) or abs(qd[j]) > max_speed[j]:
+            return j
+    return -1
+
+
+@njit(cache=True)
+def _fades(q, lower, upper, margin):
+    """Fade factors ``(towards lower, towards upper)`` in [0, 1] of one joint: 0 at or past the limit."""
+    return min(max((q - lower) / margin, 0.0), 1.0), min(max((upper - q) / margin, 0.0), 1.0)
+
+
+@njit(cache=True)
+def _zone_bound(command, q, lower, upper, effort, margin):
+    """``command`` [N·m] with every push towards a limit at most ``effort * fade`` (n,)."""
+    out = command.copy()
+    for j in range(out.shape[0]):
+        fade_lower, fade_upper = _fades(q[j], lower[j], upper[j], margin)
+        out[j] = min(max(out[j], -effort[j] * fade_lower), effort[j] * fade_upper)
+    return out
+
+
+@njit(cache=True)
 def _make_safe(tau, q, qd, base, rate, dt, lower, upper, effort, max_speed, margin, stiffness, damping):
-    """Joint-limit zone, effort clip and rate limit of one command (compiled: a few µs).
+    """Effort clip, joint-limit zone, rate limit and zone bound of one command (compiled: a few µs).
 
     Returns:
         ``(out (n,), flags (n,) of CLIPPED | RATE_LIMITED | NEAR_LIMIT | OVERSPEED, ok)``;
@@ -338,12 +487,16 @@ def _make_safe(tau, q, qd, base, rate, dt, lower, upper, effort, max_speed, marg
     flags = np.zeros(n, dtype=np.int64)
     ok = True
     for j in range(n):
-        to_lower, to_upper = q[j] - lower[j], upper[j] - q[j]
-        value = tau[j]
-        # Within the zone: fade the push into the limit, add a spring-damper pushing back.
-        fade = to_lower / margin if value < 0.0 else to_upper / margin
-        value *= min(max(fade, 0.0), 1.0)
-        depth_lower, depth_upper = max(margin - to_lower, 0.0), max(margin - to_upper, 0.0)
+        e = effort[j]
+        value = min(max(tau[j], -e), e)
+        if value != tau[j]:
+            flags[j] |= CLIPPED
+        # The zone: fade the clipped push into the limit, add a spring-damper pushing back.
+        fade_lower, fade_upper = _fades(q[j], lower[j], upper[j], margin)
+        value *= fade_lower if value < 0.0 else fade_upper
+        depth_lower, depth_upper = margin * (1.0 - fade_lower), margin * (1.0 - fade_upper)
+        depth_lower += max(lower[j] - q[j], 0.0)  # past the limit: the spring keeps growing
+        depth_upper += max(q[j] - upper[j], 0.0)
         if depth_lower > 0.0 or depth_upper > 0.0:
             flags[j] |= NEAR_LIMIT
             value += stiffness * (depth_lower - depth_upper)
@@ -353,13 +506,18 @@ def _make_safe(tau, q, qd, base, rate, dt, lower, upper, effort, max_speed, marg
                 value -= damping * qd[j]
         if abs(qd[j]) > max_speed[j]:
             flags[j] |= OVERSPEED
-        clipped = min(max(value, -effort[j]), effort[j])
-        if clipped != value:
+        wanted = min(max(value, -e), e)
+        if wanted != value:
             flags[j] |= CLIPPED
         step = rate[j] * dt
-        limited = base[j] + min(max(clipped - base[j], -step), step)
-        if abs(limited - clipped) > 1e-12:
+        limited = base[j] + min(max(wanted - base[j], -step), step)
+        if abs(limited - wanted) > 1e-12:
             flags[j] |= RATE_LIMITED
+        # Inside a zone the rate limit may not hold a push into the limit above what the zone allows.
+        if fade_upper < 1.0:
+            limited = min(limited, max(wanted, 0.0))
+        if fade_lower < 1.0:
+            limited = max(limited, min(wanted, 0.0))
         out[j] = limited
-        ok = ok and np.isfinite(limited) and abs(limited) <= effort[j] * (1.0 + 1e-12)
+        ok = ok and np.isfinite(limited) and abs(limited) <= e * (1.0 + 1e-12)
     return out, flags, ok

@@ -32,8 +32,6 @@ are clamped to its edges (the grid bounds the torque the map can ask for).
 import dataclasses
 import hashlib
 import json
-import os
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +44,7 @@ from diffsim_ros.control.errors import TorqueMapError
 from diffsim_ros.control.gravity import holding_torques
 from diffsim_ros.control.jacobians import rowwise_jacobian
 from diffsim_ros.control.vectors import to_numpy
+from diffsim_ros.outputs import atomic_file
 from diffsim_ros.sim.scenarios import random_poses
 
 from diffsim_ros._compiled import njit
@@ -53,6 +52,7 @@ from diffsim_ros._compiled import njit
 
 __all__ = [
     "FORMAT_VERSION",
+    "MAX_MAP_TORQUE",
     "TorqueMap",
     "TorqueMapGrid",
     "build_torque_map",
@@ -64,6 +64,8 @@ __all__ = [
 ]
 
 FORMAT_VERSION = 1
+MAX_MAP_TORQUE = 1e5
+"""[N·m] Largest plausible net torque in a map (a corrupted or hand-edited file holds more)."""
 INERTIA_EXTRAPOLATION = 0.1
 """Largest linear extrapolation along the inertia axis, as a fraction of its span."""
 
@@ -424,19 +426,18 @@ class TorqueMap:
             "max_goal_residual": self.max_goal_residual,
         }
         arrays = {"inertia_axis": self.inertia_axis, "contexts": self.contexts, "residual": self.residual}
-        directory = path.parent if str(path.parent) else Path(".")
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                np.savez(handle, metadata=np.array(json.dumps(metadata)), **arrays)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic_file(path, "wb") as handle:
+            np.savez(handle, metadata=np.array(json.dumps(metadata)), **arrays)
 
     @classmethod
     def load(cls, path, model=None):
-        """Read a map; with ``model``, refuse (TorqueMapError) a map built for another model."""
+        """Read and check a map; with ``model``, refuse (TorqueMapError) a map built for another model.
+
+        Raises:
+            TorqueMapError: Missing file, not a torque map, metadata of the wrong types, a grid
+                that cannot be used, arrays that do not match it, non-finite or implausible
+                values (each named).
+        """
         path = Path(path)
         if not path.is_file():
             raise TorqueMapError(f"torque map not found: {path}")
@@ -444,32 +445,60 @@ class TorqueMap:
             with np.load(path, allow_pickle=False) as data:
                 metadata = json.loads(str(data["metadata"]))
                 arrays = {k: np.array(data[k], dtype=np.float64) for k in ("inertia_axis", "contexts", "residual")}
-        except (OSError, ValueError, KeyError) as err:
+        except (OSError, ValueError, KeyError, TypeError, EOFError) as err:
             raise TorqueMapError(f"{path} is not a diffsim_ros torque map: {err}") from None
-        if metadata.get("format_version") != FORMAT_VERSION:
-            raise TorqueMapError(f"{path}: unsupported torque map format {metadata.get('format_version')}")
-        tmap = cls(
-            robot=metadata["robot"],
-            joint_names=tuple(metadata["joint_names"]),
-            parameter_hash=metadata["parameter_hash"],
-            grid=TorqueMapGrid(**metadata["grid"]),
-            simulator=metadata["simulator"],
-            build_seconds=float(metadata["build_seconds"]),
-            max_goal_residual=float(metadata["max_goal_residual"]),
-            **arrays,
-        )
-        tmap._check_shapes(path)
+        if not isinstance(metadata, dict) or metadata.get("format_version") != FORMAT_VERSION:
+            version = metadata.get("format_version") if isinstance(metadata, dict) else None
+            raise TorqueMapError(f"{path}: unsupported torque map format {version}")
+        try:
+            tmap = cls(
+                robot=str(metadata["robot"]),
+                joint_names=tuple(str(name) for name in metadata["joint_names"]),
+                parameter_hash=str(metadata["parameter_hash"]),
+                grid=_grid_from_metadata(metadata["grid"]),
+                simulator=str(metadata["simulator"]),
+                build_seconds=float(metadata["build_seconds"]),
+                max_goal_residual=float(metadata["max_goal_residual"]),
+                **arrays,
+            )
+        except (KeyError, TypeError, ValueError) as err:
+            raise TorqueMapError(f"{path}: invalid torque map metadata: {type(err).__name__}: {err}") from None
+        tmap.grid.check()
+        tmap._check_arrays(path)
         if model is not None:
             tmap.check_model(model)
         return tmap
 
-    def _check_shapes(self, where):
+    def _check_arrays(self, where):
         n, g = len(self.joint_names), self.grid
         expected = (n, g.inertia_contexts, g.angle_points, g.velocity_points)
         if self.residual.shape != expected or self.inertia_axis.shape != expected[:2]:
             raise TorqueMapError(f"{where}: torque map arrays do not match its grid {expected}")
-        if not (np.all(np.isfinite(self.residual)) and np.all(np.diff(self.inertia_axis, axis=1) >= 0)):
+        if not (np.all(np.isfinite(self.residual)) and np.all(np.isfinite(self.inertia_axis))
+                and np.all(np.diff(self.inertia_axis, axis=1) >= 0)):
             raise TorqueMapError(f"{where}: torque map contains non-finite values or an unsorted inertia axis")
+        if not np.all(self.inertia_axis > 0):
+            raise TorqueMapError(f"{where}: torque map inertia axis has non-positive joint inertias")
+        worst = float(np.abs(self.residual).max(initial=0.0))
+        if worst > MAX_MAP_TORQUE:
+            raise TorqueMapError(f"{where}: torque map holds a torque of {worst:.4g} N·m, beyond any plausible "
+                                 f"joint torque ({MAX_MAP_TORQUE:g} N·m)")
+
+
+def _grid_from_metadata(raw):
+    """TorqueMapGrid of a map's metadata (unknown keys or non-numbers: TypeError/ValueError)."""
+    if not isinstance(raw, dict):
+        raise TypeError(f"grid must be a mapping, got {raw!r}")
+    known = {f.name: f.type for f in dataclasses.fields(TorqueMapGrid)}
+    unknown = sorted(set(raw) - set(known))
+    if unknown:
+        raise ValueError(f"unknown grid settings {unknown}")
+    values = {}
+    for key, value in raw.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+            raise ValueError(f"grid.{key} must be a finite number, got {value!r}")
+        values[key] = int(value) if known[key] in (int, "int") else float(value)
+    return TorqueMapGrid(**values)
 
 
 # ---------------------------------------------------------------------- building

@@ -18,12 +18,19 @@ Format::
       static torques [N·m]:
         before: {left_s0: 0.01, ...}
         after: {left_s0: 0.005, ...}
+
+Reading validates before anything uses the file: :func:`load_calibration` checks the
+structure and that every value is a finite number or list of numbers (standard deviations
+>= 0 or NaN for unknown); :func:`apply_calibration` checks that the file was made for this
+robot, that every parameter exists in the model and that every value is inside the
+plausibility bounds (:mod:`diffsim_ros.model.plausibility`, as identification and the
+controller use them).
+
+Output directories and files are written atomically (:mod:`diffsim_ros.outputs`).
 """
 
 import datetime
-import os
-import shutil
-import tempfile
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,8 +38,19 @@ import numpy as np
 import yaml
 
 from diffsim_ros.model.errors import RobotModelError
+from diffsim_ros.model.plausibility import DEFAULT_BOUNDS, describe_violations, plausibility_violations
+from diffsim_ros.outputs import OutputPathError, atomic_directory, atomic_file, check_output_path
 
-__all__ = ["Calibration", "CalibrationError", "write_calibration", "load_calibration", "apply_calibration", "atomic_directory"]
+__all__ = [
+    "Calibration",
+    "CalibrationError",
+    "OutputPathError",
+    "apply_calibration",
+    "atomic_directory",
+    "check_output_path",
+    "load_calibration",
+    "write_calibration",
+]
 
 CAMERA_POSE = "camera.pose"
 
@@ -96,23 +114,10 @@ def _to_yaml(calibration):
     }
 
 
-def _umask():
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def _atomic_write_text(path, text):
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; outputs follow the umask
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write a text file atomically (also used by the URDF export)."""
+    with atomic_file(path, "w") as handle:
+        handle.write(text)
 
 
 def write_calibration(path, calibration):
@@ -121,78 +126,87 @@ def write_calibration(path, calibration):
     return Path(path)
 
 
+def _values(raw, key, path, stddev=False):
+    """A name -> float or list of floats mapping, every value checked (named errors)."""
+    section = raw.get(key)
+    if section is None and key != "parameters":
+        return {}
+    if not isinstance(section, dict):
+        raise CalibrationError(f"{path}: '{key}' must be a mapping of parameter names to numbers, got {section!r}")
+    out = {}
+    for name, value in section.items():
+        where = f"{path}: {key}.{name}"
+        if not isinstance(name, str):
+            raise CalibrationError(f"{path}: {key}: parameter names must be strings, got {name!r}")
+        items = value if isinstance(value, list) else [value]
+        if not items or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in items):
+            raise CalibrationError(f"{where} must be a number or a list of numbers, got {value!r}")
+        numbers = [float(v) for v in items]
+        if stddev and any(v < 0 or math.isinf(v) for v in numbers):
+            raise CalibrationError(f"{where}: a standard deviation must be >= 0 (or .nan for unknown), got {value!r}")
+        if not stddev and not all(math.isfinite(v) for v in numbers):
+            raise CalibrationError(f"{where} must be finite, got {value!r}")
+        out[name] = numbers if isinstance(value, list) else numbers[0]
+    return out
+
+
 def load_calibration(path):
-    """Read a calibration file.
+    """Read and check a calibration file (module docstring).
 
     Raises:
-        CalibrationError: Missing file, invalid YAML, or missing ``robot``/``parameters``.
+        CalibrationError: Missing or unreadable file, invalid YAML, missing ``robot`` /
+            ``parameters``, or a value that is not a finite number (named).
     """
     path = Path(path)
     if not path.is_file():
         raise CalibrationError(f"calibration file not found: {path}")
     try:
         raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise CalibrationError(f"invalid YAML in {path}: {err}") from None
+    except (yaml.YAMLError, UnicodeDecodeError, OSError) as err:
+        raise CalibrationError(f"cannot read {path} as YAML: {err}") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("parameters"), dict) or "robot" not in raw:
         raise CalibrationError(f"{path}: expected 'robot' and a 'parameters' mapping")
+    if not isinstance(raw["robot"], str) or not raw["robot"]:
+        raise CalibrationError(f"{path}: 'robot' must be the robot config's name, got {raw['robot']!r}")
+    groups = raw.get("groups") or []
+    if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
+        raise CalibrationError(f"{path}: 'groups' must be a list of group names, got {groups!r}")
+    for key in ("unidentifiable", "metrics"):
+        if not isinstance(raw.get(key) or {}, dict):
+            raise CalibrationError(f"{path}: '{key}' must be a mapping, got {raw.get(key)!r}")
     return Calibration(
-        robot=str(raw["robot"]),
-        parameters=dict(raw["parameters"]),
-        stddev=dict(raw.get("stddev") or {}),
-        groups=tuple(raw.get("groups") or ()),
+        robot=raw["robot"],
+        parameters=_values(raw, "parameters", path),
+        stddev=_values(raw, "stddev", path, stddev=True),
+        groups=tuple(groups),
         unidentifiable=dict(raw.get("unidentifiable") or {}),
         metrics=dict(raw.get("metrics") or {}),
         created=str(raw.get("created", "")),
     )
 
 
-def apply_calibration(model, calibration):
+def apply_calibration(model, calibration, robot=None, bounds=DEFAULT_BOUNDS):
     """The model with the calibrated parameters (``camera.pose`` is not a model parameter).
 
+    Args:
+        model: RobotModel.
+        calibration: Calibration.
+        robot: Name of the robot config the model is of; when given, a calibration made for
+            another robot is refused.
+        bounds: PlausibilityBounds every value must satisfy.
+
     Raises:
-        CalibrationError: A parameter the model does not have (a calibration of another robot).
+        CalibrationError: A calibration of another robot, a parameter the model does not have,
+            or an implausible value (each named).
     """
+    if robot is not None and calibration.robot != robot:
+        raise CalibrationError(f"calibration was made for robot '{calibration.robot}', not '{robot}'")
+    violations = plausibility_violations(calibration.parameters, bounds)
+    if violations:
+        raise CalibrationError(f"calibration for '{calibration.robot}' has implausible values: "
+                               f"{describe_violations(violations)}")
     values = {k: v for k, v in calibration.parameters.items() if k != CAMERA_POSE}
     try:
         return model.with_parameters(values)
-    except RobotModelError as err:
+    except (RobotModelError, ValueError, TypeError) as err:
         raise CalibrationError(f"calibration for '{calibration.robot}' does not fit this model: {err}") from None
-
-
-class atomic_directory:
-    """Create an output directory atomically: files go to a hidden sibling, renamed on success.
-
-    Args:
-        path: Final directory.
-        force: Replace an existing directory (only after everything was written).
-
-    Raises:
-        FileExistsError: ``path`` exists and ``force`` is False (raised on entry, before any work).
-    """
-
-    def __init__(self, path, force=False):
-        self.path = Path(path)
-        self.force = force
-        if self.path.exists() and not force:
-            raise FileExistsError(f"output directory {self.path} exists; use --force to replace it")
-        self.tmp = None
-
-    def __enter__(self):
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.tmp-", dir=self.path.parent))
-        os.chmod(self.tmp, 0o777 & ~_umask())
-        return self.tmp
-
-    def __exit__(self, exc_type, exc, tb):
-        if exc_type is not None:
-            shutil.rmtree(self.tmp, ignore_errors=True)
-            return False
-        if self.path.exists():
-            backup = self.path.with_name(f".{self.path.name}.old-{os.getpid()}")
-            os.replace(self.path, backup)
-            os.replace(self.tmp, self.path)
-            shutil.rmtree(backup, ignore_errors=True)
-        else:
-            os.replace(self.tmp, self.path)
-        return False

@@ -1,11 +1,18 @@
 """Robot configuration files (``config/baxter_left.yaml`` ...): which URDF, chain, springs, payload.
 
 A robot config is plain YAML (not a ROS parameter file). The model layer reads the
-``robot``, ``springs`` and ``payload`` sections; other layers read their own sections
-(``topics``, ``camera``, ...) from :attr:`RobotConfig.raw`.
+``robot``, ``springs``, ``payload`` and ``plausibility`` sections; other layers read their
+own sections (``topics``, ``camera``, ...) from :attr:`RobotConfig.raw`.
+
+Everything is validated when the file is loaded, before any work: types (a string where a
+number belongs is a named error), finite gravity, and spring and payload values inside the
+plausibility bounds (:mod:`diffsim_ros.model.plausibility`; the optional ``plausibility``
+section overrides them). :meth:`RobotConfig.build_model` checks the URDF's parameters with
+the same bounds.
 """
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +21,13 @@ import torch
 import yaml
 
 from diffsim_ros.model.errors import RobotModelError
-from diffsim_ros.model.plausibility import plausibility_violations
+from diffsim_ros.model.plausibility import (
+    DEFAULT_BOUNDS,
+    PlausibilityBounds,
+    describe_violations,
+    model_violations,
+    plausibility_violations,
+)
 from diffsim_ros.model.robot_model import RobotModel
 from diffsim_ros.model.springs import SPRING_LAWS
 from diffsim_ros.resources import resolve_resource
@@ -38,6 +51,7 @@ class RobotConfig:
     payload_com: tuple = (0.0, 0.0, 0.0)
     path: Path | None = None
     raw: dict = field(default_factory=dict, repr=False)
+    bounds: PlausibilityBounds = DEFAULT_BOUNDS
 
     def build_model(self, dtype=torch.float64, device="cpu"):
         """Load the URDF and check that its chain has exactly the configured joints.
@@ -46,7 +60,8 @@ class RobotConfig:
             RobotModel with the configured springs and payload.
 
         Raises:
-            RobotModelError: URDF problems, or configured joints that do not match the chain.
+            RobotModelError: URDF problems, configured joints that do not match the chain, or
+                URDF parameters outside the plausibility bounds.
         """
         model = RobotModel.from_urdf(
             self.urdf,
@@ -63,7 +78,12 @@ class RobotConfig:
                 f"{self._where()}: robot.joints {list(self.joints)} do not match the actuated joints "
                 f"of the URDF chain {self.base_link} -> {self.tip_link}: {list(model.joint_names)}"
             )
-        return model.with_payload(self.payload_mass, self.payload_com)
+        model = model.with_payload(self.payload_mass, self.payload_com)
+        violations = model_violations(model, self.bounds)
+        if violations:
+            raise RobotModelError(f"{self._where()}: implausible model parameters (URDF {self.urdf}): "
+                                  f"{describe_violations(violations)}")
+        return model
 
     def _where(self):
         return str(self.path) if self.path else "robot config"
@@ -78,37 +98,50 @@ def _require(section, key, where, kind=None):
     return value
 
 
-def _floats(value, length, where, key):
-    try:
-        out = tuple(float(v) for v in value)
-    except (TypeError, ValueError):
-        raise RobotModelError(f"{where}: '{key}' must be a list of {length} numbers, got {value!r}") from None
-    if len(out) != length:
-        raise RobotModelError(f"{where}: '{key}' must have {length} numbers, got {len(out)}")
-    return out
-
-
-def _mapping(value, where):
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise RobotModelError(f"{where}: expected a mapping, got {value!r}")
-    return value
-
-
 def _number(value, where, key):
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise RobotModelError(f"{where}: '{key}' must be a number, got {value!r}")
+    """A finite float; strings, booleans, None and NaN/inf are named errors."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise RobotModelError(f"{where}: '{key}' must be a finite number, got {value!r}")
     return float(value)
 
 
-def _spring(name, values, where):
+def _floats(value, length, where, key):
+    if not isinstance(value, (list, tuple)):
+        raise RobotModelError(f"{where}: '{key}' must be a list of {length} numbers, got {value!r}")
+    if len(value) != length:
+        raise RobotModelError(f"{where}: '{key}' must have {length} numbers, got {len(value)}")
+    return tuple(_number(v, where, key) for v in value)
+
+
+def _mapping(value, where, key):
+    """The mapping under ``key`` (None: empty); anything else is a named error."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise RobotModelError(f"{where}: '{key}' must be a mapping, got {value!r}")
+    return value
+
+
+def _optional_str(section, key, where):
+    value = section.get(key)
+    if value is not None and not isinstance(value, str):
+        raise RobotModelError(f"{where}: '{key}' must be a string, got {value!r}")
+    return value
+
+
+def _check_plausible(values, where, bounds):
+    violations = plausibility_violations(values, bounds)
+    if violations:
+        raise RobotModelError(f"{where}: implausible values: {describe_violations(violations)}")
+
+
+def _spring(name, values, where, bounds):
     """A spring element from its config entry (``law`` defaults to Baxter's ``lever``).
 
     Joint laws act on ``joint`` (default: the entry's name); every value is checked with the
     plausibility bounds (e.g. stiffness > 0). Joints and links are checked when the model is built.
     """
-    values = dict(_mapping(values, where))
+    values = dict(_mapping(values, where, name))
     law = values.pop("law", "lever")
     if law not in SPRING_LAWS:
         raise RobotModelError(f"{where}: unknown spring law {law!r}; laws: {sorted(SPRING_LAWS)}")
@@ -137,7 +170,7 @@ def _spring(name, values, where):
         raise RobotModelError(f"{where}: law '{law}' needs {missing}")
     element = spec.element(**kwargs)
     named = {f"{element.name}.spring.{key}": getattr(element, key) for key in spec.fields}
-    violations = plausibility_violations(named)
+    violations = plausibility_violations(named, bounds)
     if violations:
         parameter, reason = next(iter(violations.items()))
         raise RobotModelError(f"{where}: implausible {parameter.rsplit('.', 1)[-1]}: {reason}")
@@ -145,7 +178,7 @@ def _spring(name, values, where):
 
 
 def load_robot_config(path):
-    """Read a robot config YAML file.
+    """Read and validate a robot config YAML file (module docstring).
 
     Args:
         path: Path of the YAML file. ``robot.urdf`` may be ``package://diffsim_ros/...``,
@@ -155,14 +188,15 @@ def load_robot_config(path):
         RobotConfig.
 
     Raises:
-        RobotModelError: Missing file, invalid YAML, or missing/invalid entries (named).
+        RobotModelError: Missing file, invalid YAML, or missing/invalid/implausible entries
+            (named).
     """
     path = Path(path)
     if not path.is_file():
         raise RobotModelError(f"robot config not found: {path}")
     try:
         raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
         raise RobotModelError(f"invalid YAML in {path}: {err}") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("robot"), dict):
         raise RobotModelError(f"{path}: expected a mapping with a 'robot' section")
@@ -175,22 +209,36 @@ def load_robot_config(path):
     joints = robot.get("joints", [])
     if not isinstance(joints, list) or not all(isinstance(j, str) for j in joints):
         raise RobotModelError(f"{where}: 'joints' must be a list of joint names")
-
-    entries = _mapping(raw.get("springs"), f"{path} [springs]")
-    springs = tuple(_spring(name, values, f"{path} [springs.{name}]") for name, values in entries.items())
-
-    payload = raw.get("payload") or {}
+    try:
+        bounds = PlausibilityBounds.from_mapping(raw.get("plausibility"), f"{path} [plausibility]")
+    except ValueError as err:
+        raise RobotModelError(str(err)) from None
+    gravity = _floats(robot.get("gravity", [0.0, 0.0, -9.81]), 3, where, "gravity")
+    if math.hypot(*gravity) > _GRAVITY_MAX:
+        raise RobotModelError(f"{where}: 'gravity' {list(gravity)} is stronger than {_GRAVITY_MAX:g} m/s²")
+    entries = _mapping(raw.get("springs"), str(path), "springs")
+    springs = [_spring(name, values, f"{path} [springs.{name}]", bounds) for name, values in entries.items()]
+    payload = _mapping(raw.get("payload"), str(path), "payload")
+    payload_where = f"{path} [payload]"
+    payload_mass = _number(payload.get("mass", 0.0), payload_where, "mass")
+    payload_com = _floats(payload.get("com", [0.0, 0.0, 0.0]), 3, payload_where, "com")
+    _check_plausible({"payload.mass": payload_mass, "payload.com": payload_com}, payload_where, bounds)
     return RobotConfig(
         name=str(robot.get("name", path.stem)),
         urdf=urdf,
-        base_link=robot.get("base_link"),
-        tip_link=robot.get("tip_link"),
+        base_link=_optional_str(robot, "base_link", where),
+        tip_link=_optional_str(robot, "tip_link", where),
         joints=tuple(joints),
-        gravity=_floats(robot.get("gravity", (0.0, 0.0, -9.81)), 3, where, "gravity"),
-        springs=springs,
-        payload_frame=payload.get("frame"),
-        payload_mass=float(payload.get("mass", 0.0)),
-        payload_com=_floats(payload.get("com", (0.0, 0.0, 0.0)), 3, f"{path} [payload]", "com"),
+        gravity=gravity,
+        springs=tuple(springs),
+        payload_frame=_optional_str(payload, "frame", payload_where),
+        payload_mass=payload_mass,
+        payload_com=payload_com,
         path=path,
         raw=raw,
+        bounds=bounds,
     )
+
+
+_GRAVITY_MAX = 100.0
+"""[m/s²] a configured gravity stronger than ~10 g is a typo (e.g. in mm/s²)."""

@@ -32,7 +32,10 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-__all__ = ["PlausibilityBounds", "DEFAULT_BOUNDS", "parameter_kind", "plausibility_violations", "scalar_bounds"]
+__all__ = [
+    "PlausibilityBounds", "DEFAULT_BOUNDS", "describe_violations", "model_violations", "parameter_kind",
+    "plausibility_violations", "scalar_bounds",
+]
 
 
 @dataclass(frozen=True)
@@ -215,3 +218,13 @@ def plausibility_violations(values, bounds=DEFAULT_BOUNDS):
         if reason is not None:
             out[name] = reason
     return out
+
+
+def model_violations(model, bounds=DEFAULT_BOUNDS):
+    """:func:`plausibility_violations` of every parameter of a RobotModel (empty dict: plausible)."""
+    return plausibility_violations(model.named_parameters(), bounds)
+
+
+def describe_violations(violations):
+    """One line naming every implausible parameter and why (``name: reason; ...``)."""
+    return "; ".join(f"{name}: {reason}" for name, reason in violations.items())

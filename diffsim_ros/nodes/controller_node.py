@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from diffsim_ros.control import (
+    ControlLoop,
     GravityCompensation,
     JointImpedanceController,
     ModelPredictiveController,
@@ -32,13 +33,11 @@ from diffsim_ros.control import (
     SafetyConfig,
     SafetyLayer,
     TorqueMap,
-    holding_torques,
+    check_within_limits,
 )
 from diffsim_ros.control.simulators import mpc_simulator
-from diffsim_ros.dynamics.fast import FastDynamics
 from diffsim_ros.io.ros_messages import MessageConversionError, NS_PER_S, joint_state_msg
 from diffsim_ros.io.ros_types import FLOAT64_MULTI_ARRAY, JOINT_STATE
-from diffsim_ros.model import RobotModelError
 from diffsim_ros.nodes.messages import estimates_from_msg
 from diffsim_ros.nodes.outputs import BAXTER, CommandOutput, safety_output
 from diffsim_ros.nodes.references import make_reference, waypoint_array
@@ -151,9 +150,11 @@ class ControllerNode:
         self.model = self.robot.model
         self.joint_names = self.robot.joint_names
         self.waypoints = waypoint_array(cfg.waypoints, len(self.joint_names))
+        check_within_limits(self.waypoints, self.model, "reference.waypoints")
         self.reference = _DeferredReference()
         self.controller = self._controller(self.model)
         self.safety = SafetyLayer(self.model, self._safety_config(cfg))
+        self.loop = ControlLoop(self.controller, self.safety, self.model, self.robot.config.bounds)
         self.output = CommandOutput(handle, cfg.output, self.joint_names, cfg.side, cfg.controller_name,
                                     cfg.controller_joints)
         self.status, self.model_updates, self.stopped = None, 0, False
@@ -161,7 +162,8 @@ class ControllerNode:
         self._state = None  # (q [rad], qd [rad/s]) of the newest accepted joint state
         self._epoch_ns = None  # node time of control time 0
         topic = robot_topic(self.robot.config, "joint_states", cfg.joint_states_topic) or "/joint_states"
-        self.joints = joint_state_input(self.joint_names, cfg.state_timeout, topic)
+        self.joints = joint_state_input(self.joint_names, cfg.state_timeout, topic, bounds=self.safety.state_bounds,
+                                        logger=handle.get_logger())
         handle.create_subscription(JOINT_STATE, topic, self._on_joint_state, SENSOR_QOS)
         if cfg.follow_estimates:
             handle.create_subscription(FLOAT64_MULTI_ARRAY, cfg.estimates_topic, self._on_estimates, LATCHED_QOS)
@@ -214,39 +216,35 @@ class ControllerNode:
     def _on_joint_state(self, msg):
         if self.stopped:
             return
-        before = self.joints.counters.dropped_invalid
-        sample = self.joints.update(msg, self.handle.now_ns())
-        if self.joints.counters.dropped_invalid > before:
-            self.handle.get_logger().error(self.joints.last_error, throttle_duration_sec=5.0)
+        sample = self.joints.update(msg, self.handle.now_ns())  # logs what it drops
         if sample is None:
             return
         self._state = (sample.positions, self._velocities(sample))
         if self.reference.target is None:
             cfg = self.config
-            self.reference.target = make_reference(sample.positions, self.waypoints, self.control_time(self.handle.now_ns()),
+            start = np.clip(sample.positions, self.safety.lower, self.safety.upper)  # never hold beyond a limit
+            t_start = self.loop.reference_time(self.control_time(self.handle.now_ns()))
+            self.reference.target = make_reference(start, self.waypoints, t_start,
                                                    cfg.move_duration, cfg.hold_duration, cfg.loop)
 
     def _on_estimates(self, msg):
+        logger = self.handle.get_logger()
         try:
             values, _ = estimates_from_msg(msg, self.config.estimates_topic)
-            known = set(self.robot.nominal.parameter_names())
-            model = self.robot.model.with_parameters({k: v for k, v in values.items() if k in known})
-            self.controller.update_model(model)
-        except (MessageConversionError, RobotModelError, ValueError) as err:
-            # Keep commanding from the current model: a bad estimate must not reach the arm.
-            self.handle.get_logger().error(f"estimates not applied: {err}")
+        except MessageConversionError as err:
+            logger.error(f"estimates not applied: {err}")
             return
-        self.model, self.model_updates = model, self.model_updates + 1
-        summary = ", ".join(f"{k}={np.round(v, 4).tolist()}" for k, v in values.items() if k in known)
-        self.handle.get_logger().info(f"model updated from estimates: {summary}")
+        decision = self.loop.apply_estimates(values)  # only plausible estimates; a bad one must not reach the arm
+        (logger.info if decision.applied else logger.error)(decision.message)
+        self.model, self.model_updates = self.loop.model, self.loop.model_updates
 
     def _velocities(self, sample):
         """Measured velocities [rad/s], or a difference of the last two samples when none are published."""
         stamp = self.control_time(sample.stamp_ns or self.joints.watchdog.last_ns)
-        previous, self._previous = self._previous, (stamp, sample.positions)
+        previous, self._previous = self._previous, (stamp, sample.positions, self.joints.epoch)
         if sample.velocities is not None:
             return sample.velocities
-        if previous is None:
+        if previous is None or previous[2] != self.joints.epoch:  # never difference across a time jump
             return np.zeros_like(sample.positions)
         return (sample.positions - previous[1]) / (stamp - previous[0])  # stamps strictly increase
 
@@ -257,31 +255,20 @@ class ControllerNode:
         now_ns = self.handle.now_ns()
         t = self.control_time(now_ns)
         self._log_watchdog(now_ns)
-        tau = q = qd = state_time = None
+        q = qd = state_time = None
         if self._state is not None:
             q, qd = self._state
             state_time = self.control_time(self.joints.watchdog.last_ns)
-            if self.joints.is_fresh(now_ns):
-                tau = self._compute(t, q, qd)
-        engage = None
-        if q is not None and tau is not None and self.safety.needs_engagement(t):
-            engage = holding_torques(FastDynamics.from_model(self.model), q)  # what held the arm until now
-        command, status = self.safety.filter(t, tau, q, qd, state_time, engage_torque=engage)
+        command, status = self.loop.step(t, q, qd, state_time, fresh=self.joints.is_fresh(now_ns))
+        if self.loop.error is not None:
+            self.handle.get_logger().error(f"{self.config.mode} failed: {self.loop.error}", throttle_duration_sec=1.0)
         self._log_status(status)
         if command is not None:
             self.output.publish(command)
             if status.active and self.gravity_active:
                 self.output.suppress_gravity_compensation()
         if self.reference.target is not None and self.config.mode != "gravity_compensation":
-            self._publish_reference(now_ns, t)
-
-    def _compute(self, t, q, qd):
-        try:
-            return self.controller.compute(t, q, qd)
-        except Exception as err:  # a failing controller must stop the torque, not the node
-            self.handle.get_logger().error(f"{self.config.mode} failed: {type(err).__name__}: {err}",
-                                           throttle_duration_sec=1.0)
-            return None
+            self._publish_reference(now_ns, self.loop.reference_time(t))
 
     def _publish_reference(self, now_ns, t):
         q_d, qd_d, _ = self.reference(t)
@@ -299,7 +286,10 @@ class ControllerNode:
     def _log_status(self, status):
         previous, self.status = self.status, status
         if status.reason not in ("ok", "stale_state", "no_state") and (previous is None or previous.reason != status.reason):
-            self.handle.get_logger().warning(f"safety layer stopped the command: {status.reason} (faults {status.faults})")
+            detail = f": {status.detail}" if status.detail else ""
+            self.handle.get_logger().warning(f"safety layer stopped the command: {status.reason}{detail} (faults {status.faults})")
+        if status.clock_jumped:
+            self.handle.get_logger().warning("clock jumped backwards: counted as no time elapsed, commanding on")
         if status.late:
             self.handle.get_logger().warning("command cycle late for the hardware's minimum rate", throttle_duration_sec=5.0)
 

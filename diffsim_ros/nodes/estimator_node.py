@@ -24,15 +24,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from diffsim_ros.control import JointStateBounds
 from diffsim_ros.estimation.online import OnlineEstimator, OnlineEstimatorConfig
-from diffsim_ros.io.calibration import Calibration, write_calibration
+from diffsim_ros.io.calibration import Calibration, check_output_path, write_calibration
 from diffsim_ros.io.ros_messages import NS_PER_S, joint_state_msg
 from diffsim_ros.io.ros_types import EMPTY, JOINT_STATE, POSE_STAMPED, FLOAT64_MULTI_ARRAY
 from diffsim_ros.nodes.messages import estimates_msg
 from diffsim_ros.nodes.robot import DEFAULT_ROBOT_CONFIG, default_calibration_path, load_robot, robot_topic, set_threads
 from diffsim_ros.resources import resolve_resource
 from diffsim_ros.runtime import COMMAND_QOS, LATCHED_QOS, SENSOR_QOS, declare_config, param
-from diffsim_ros.runtime.faults import STALE, joint_state_input, pose_input
+from diffsim_ros.runtime.faults import STALE, PoseWorkspace, joint_state_input, pose_input
 from diffsim_ros.runtime.rclpy_backend import run_node
 
 __all__ = ["EstimatorNode", "EstimatorNodeConfig", "main"]
@@ -112,14 +113,19 @@ class EstimatorNode:
             raise ValueError(f"node '{handle.name}': invalid estimator parameters: {err}") from None
         self.output_path = resolve_resource(cfg.calibration_output) if cfg.calibration_output else \
             default_calibration_path(self.robot.config.name)
+        if cfg.save_on_shutdown:  # hours of estimation must not end in an unwritable path
+            check_output_path(self.output_path, force=True, kind="file", what="calibration_output")
         self.published, self.saved = 0, []
         joint_topic = robot_topic(self.robot.config, "joint_states", cfg.joint_states_topic) or "/joint_states"
-        self.joints = joint_state_input(self.robot.joint_names, cfg.input_timeout, joint_topic)
+        logger = handle.get_logger()
+        self.joints = joint_state_input(self.robot.joint_names, cfg.input_timeout, joint_topic,
+                                        bounds=JointStateBounds(self.robot.model), logger=logger)
         handle.create_subscription(JOINT_STATE, joint_topic, self._on_joint_state, SENSOR_QOS)
         self.camera = None
         if use_camera:
             camera_topic = robot_topic(self.robot.config, "camera_pose", cfg.camera_topic) or "/camera/pose"
-            self.camera = pose_input(cfg.input_timeout, camera_topic)
+            self.camera = pose_input(cfg.input_timeout, camera_topic, logger=logger,
+                                     workspace=PoseWorkspace.from_config(raw_camera.get("workspace"), "camera.workspace"))
             handle.create_subscription(POSE_STAMPED, camera_topic, self._on_camera_pose, SENSOR_QOS)
         handle.create_subscription(EMPTY, "~/save", self._on_save, COMMAND_QOS)
         self.estimates = handle.create_publisher(FLOAT64_MULTI_ARRAY, "~/estimates", LATCHED_QOS)
@@ -137,10 +143,7 @@ class EstimatorNode:
         return (sample.stamp_ns or self.handle.now_ns()) / NS_PER_S
 
     def _on_joint_state(self, msg):
-        before = self.joints.counters.dropped_invalid
-        sample = self.joints.update(msg, self.handle.now_ns())
-        if self.joints.counters.dropped_invalid > before:
-            self.handle.get_logger().error(self.joints.last_error, throttle_duration_sec=5.0)
+        sample = self.joints.update(msg, self.handle.now_ns())  # logs what it drops
         if sample is not None:
             self.estimator.add_joint_state(self._stamp(sample), sample.positions, sample.velocities, sample.efforts)
 

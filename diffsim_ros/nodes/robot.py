@@ -59,14 +59,15 @@ def load_robot(robot_config, calibration_file=""):
 
     Raises:
         RobotModelError: Missing or invalid robot config or URDF.
-        CalibrationError: Missing or invalid calibration, or one made for another model.
+        CalibrationError: Missing, invalid or implausible calibration, or one made for another robot.
     """
     config = load_robot_config(resolve_resource(robot_config))
     nominal = config.build_model()
     if not calibration_file:
         return LoadedRobot(config, nominal, nominal)
     calibration = load_calibration(resolve_resource(calibration_file))
-    return LoadedRobot(config, nominal, apply_calibration(nominal, calibration), calibration)
+    model = apply_calibration(nominal, calibration, robot=config.name, bounds=config.bounds)
+    return LoadedRobot(config, nominal, model, calibration)
 
 
 def robot_topic(config, key, override=""):

@@ -8,7 +8,8 @@ against realistic behaviour:
   model: it knows nothing of a payload) unless ``suppress_gravity_compensation`` messages
   keep arriving; when torque commands stop for ``command_timeout`` (0.2 s) it falls back to
   position mode, holding the position it had then. It starts in position mode (enabled,
-  holding its start pose).
+  holding its start pose). Its timeouts run on elapsed time, as the robot's own monotonic
+  clock does: a ROS clock jumping backwards does not keep it in torque mode.
 * :class:`EffortControllerEmulator` — a ros2_control ``JointGroupEffortController``: applies
   the last command forever. Before its first command the arm is held in position, as by a
   position controller that is switched to the effort controller when commanding starts.
@@ -80,25 +81,38 @@ class BaxterLimbEmulator:
         self.mode = POSITION
         self.fallbacks = 0
         self._command = np.zeros(len(start))
-        self._command_time = self._suppress_time = -np.inf
+        self._since_command = self._since_suppress = np.inf  # elapsed time [s]
+        self._last_t = None
+
+    def _advance(self, t):
+        """Count the time elapsed since the last call; a clock running backwards counts as none."""
+        t = float(t)
+        if self._last_t is not None and t > self._last_t:
+            self._since_command += t - self._last_t
+            self._since_suppress += t - self._last_t
+        self._last_t = t
 
     def command(self, t, tau):
         """A TORQUE_MODE command [N·m], shape (n,), received at ``t`` [s]."""
+        self._advance(t)
         self._command = np.asarray(tau, dtype=np.float64).copy()
-        self._command_time = float(t)
+        self._since_command = 0.0
         self.mode = TORQUE
 
     def suppress_gravity_compensation(self, t):
         """A ``suppress_gravity_compensation`` message received at ``t`` [s]."""
-        self._suppress_time = float(t)
+        self._advance(t)
+        self._since_suppress = 0.0
 
     def gravity_suppressed(self, t):
         """Whether the robot's own gravity compensation is off at ``t`` [s]."""
-        return t - self._suppress_time <= self.suppress_timeout
+        self._advance(t)
+        return self._since_suppress <= self.suppress_timeout
 
     def torques(self, t, q, qd):
         """Motor torques [N·m], shape (n,), at ``t`` [s] for the state ``(q [rad], qd [rad/s])``."""
-        if self.mode == TORQUE and t - self._command_time > self.command_timeout:
+        self._advance(t)
+        if self.mode == TORQUE and self._since_command > self.command_timeout:
             self.mode = POSITION
             self.fallbacks += 1
             self.position.hold(q)
