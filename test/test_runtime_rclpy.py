@@ -42,7 +42,7 @@ def test_missing_message_package_names_the_package():
         raise ModuleNotFoundError(f"No module named '{name}'", name=name.split(".")[0])
 
     with pytest.raises(MessagePackageMissingError, match=r"'baxter_core_msgs' is not installed \(needed for "
-                                                         r"baxter_core_msgs/msg/JointCommand\); build the ROS 2 port"):
+                                                         r"baxter_core_msgs/msg/JointCommand\); build it with `python -m diffsim_ros.runtime.interfaces"):
         message_class(JOINT_COMMAND, importer=importer)
     with pytest.raises(MessagePackageMissingError, match="sudo apt install ros-\\$ROS_DISTRO-diffsim-nonexistent-msgs"):
         message_class("diffsim_nonexistent_msgs/msg/Thing")

@@ -262,7 +262,7 @@ class SimRobotNode:
 
 def main(args=None):
     """Entry point of ``ros2 run diffsim_ros sim_robot_node``."""
-    run_node(SimRobotNode, "sim_robot", args)
+    return run_node(SimRobotNode, "sim_robot", args)
 
 
 if __name__ == "__main__":
