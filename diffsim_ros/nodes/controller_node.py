@@ -65,7 +65,7 @@ from diffsim_ros.runtime.diagnostics import DIAGNOSTIC_ARRAY, ERROR, OK, WARN, I
     input_status, status
 from diffsim_ros.runtime.faults import FRESH, STALE, joint_state_input
 from diffsim_ros.runtime.params import ParameterError, config_values, group, per_joint_value, updated_config
-from diffsim_ros.runtime.rclpy_backend import run_node
+from diffsim_ros.runtime.rclpy_backend import exit_process, run_node
 
 __all__ = ["MODES", "TRIGGERS", "TUNABLE", "ControllerNode", "ControllerNodeConfig", "main"]
 
@@ -416,8 +416,8 @@ def _retuned(old, new):
 
 
 def main(args=None):
-    """Entry point of ``ros2 run diffsim_ros controller_node``."""
-    return run_node(ControllerNode, "controller", args)
+    """Entry point of ``ros2 run diffsim_ros controller_node`` (ends the process: exit code 0, or 1 after a start-up error)."""
+    exit_process(run_node(ControllerNode, "controller", args))
 
 
 if __name__ == "__main__":

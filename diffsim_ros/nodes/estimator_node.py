@@ -47,7 +47,7 @@ from diffsim_ros.runtime.diagnostics import DIAGNOSTIC_ARRAY, OK, WARN, InputRat
     input_status, status
 from diffsim_ros.runtime.faults import STALE, joint_state_input, pose_input
 from diffsim_ros.runtime.params import group
-from diffsim_ros.runtime.rclpy_backend import run_node
+from diffsim_ros.runtime.rclpy_backend import exit_process, run_node
 
 __all__ = ["EstimatorNode", "EstimatorNodeConfig", "TRIGGER", "main"]
 
@@ -298,8 +298,8 @@ class EstimatorNode:
 
 
 def main(args=None):
-    """Entry point of ``ros2 run diffsim_ros estimator_node``."""
-    return run_node(EstimatorNode, "estimator", args)
+    """Entry point of ``ros2 run diffsim_ros estimator_node`` (ends the process: exit code 0, or 1 after a start-up error)."""
+    exit_process(run_node(EstimatorNode, "estimator", args))
 
 
 if __name__ == "__main__":
