@@ -27,8 +27,8 @@ import pytest
 
 from oracles import REPO
 
-__all__ = ["NodeProcess", "Probe", "ROS_SKIP_REASON", "dds_environment", "executable", "next_domain_id",
-           "requires_ros"]
+__all__ = ["NodeProcess", "Probe", "ROS_SKIP_REASON", "baxter_msgs", "dds_environment", "executable",
+           "next_domain_id", "requires_ros"]
 
 FASTDDS_PROFILE = REPO / "config" / "fastdds_localhost.xml"
 PARAMS = REPO / "config"
@@ -47,6 +47,25 @@ def _skip_reason():
 ROS_SKIP_REASON = _skip_reason()
 requires_ros = pytest.mark.skipif(ROS_SKIP_REASON is not None, reason=ROS_SKIP_REASON or "")
 _DOMAINS = itertools.count()
+
+
+def _interface_cache():
+    """Where built interface packages are kept between test sessions (per interpreter prefix)."""
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return root / "diffsim_ros" / "ros_interfaces"
+
+
+@pytest.fixture(scope="session")
+def baxter_msgs():
+    """baxter_core_msgs built from the shipped .msg files (ament_cmake + rosidl + colcon, ~17 s;
+    cached across sessions), importable in this process; ``.environment(env)`` for node processes."""
+    if ROS_SKIP_REASON is not None:
+        pytest.skip(ROS_SKIP_REASON)
+    from diffsim_ros.runtime.interfaces import baxter_core_msgs
+
+    package = baxter_core_msgs(_interface_cache())
+    package.load_in_process()
+    return package
 
 
 def next_domain_id():

@@ -62,7 +62,7 @@ from diffsim_ros.nodes.robot import DEFAULT_ROBOT_CONFIG, load_robot, robot_topi
 from diffsim_ros.resources import resolve_resource
 from diffsim_ros.runtime import LATCHED_QOS, SENSOR_QOS, declare_config, param
 from diffsim_ros.runtime.diagnostics import DIAGNOSTIC_ARRAY, ERROR, OK, WARN, InputRates, diagnostic_array_msg, \
-    input_status, status
+    input_status, node_label, status
 from diffsim_ros.runtime.faults import FRESH, STALE, joint_state_input
 from diffsim_ros.runtime.params import ParameterError, config_values, group, per_joint_value, updated_config
 from diffsim_ros.runtime.rclpy_backend import exit_process, run_node
@@ -381,7 +381,7 @@ class ControllerNode:
     # ------------------------------------------------------------------ diagnostics
     def _publish_diagnostics(self):
         now_ns = self.handle.now_ns()
-        name = self.handle.name
+        name = node_label(self.handle)
         joints = input_status(f"{name}: {self.joints.what}", self.joints, self._rates, now_ns)
         self.diagnostics.publish(diagnostic_array_msg(self.handle.messages, now_ns, [joints, self._control_status()]))
 
@@ -402,7 +402,7 @@ class ControllerNode:
                            "receipt->publish p99 [ms]": f"{np.percentile(latency, 99):.3f}",
                            "receipt->publish max [ms]": f"{latency.max():.3f}"})
         message = f"{state}, {cfg.mode}: " + ("commanding torque" if level == OK else reason)
-        return status(level, f"{self.handle.name}: control", message, values)
+        return status(level, f"{node_label(self.handle)}: control", message, values)
 
 
 def _retuned(old, new):

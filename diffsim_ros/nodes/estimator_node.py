@@ -44,7 +44,7 @@ from diffsim_ros.nodes.robot import DEFAULT_ROBOT_CONFIG, default_calibration_pa
 from diffsim_ros.resources import resolve_resource
 from diffsim_ros.runtime import COMMAND_QOS, LATCHED_QOS, SENSOR_QOS, declare_config, param
 from diffsim_ros.runtime.diagnostics import DIAGNOSTIC_ARRAY, OK, WARN, InputRates, diagnostic_array_msg, \
-    input_status, status
+    input_status, node_label, status
 from diffsim_ros.runtime.faults import STALE, joint_state_input, pose_input
 from diffsim_ros.runtime.params import group
 from diffsim_ros.runtime.rclpy_backend import exit_process, run_node
@@ -274,7 +274,7 @@ class EstimatorNode:
 
     # ------------------------------------------------------------------ diagnostics
     def _publish_diagnostics(self):
-        now_ns, name = self.handle.now_ns(), self.handle.name
+        now_ns, name = self.handle.now_ns(), node_label(self.handle)
         statuses = [input_status(f"{name}: {self.joints.what}", self.joints, self._rates["joints"], now_ns)]
         if self.camera is not None:
             statuses.append(input_status(f"{name}: {self.camera.what}", self.camera, self._rates["camera"], now_ns))
@@ -288,13 +288,13 @@ class EstimatorNode:
         if not self.busy:
             values["rest poses"] = self.estimator.pose_count
         if last is None:
-            return status(WARN if not self.published else OK, f"{self.handle.name}: estimator",
+            return status(WARN if not self.published else OK, f"{node_label(self.handle)}: estimator",
                           "no update yet (collecting rests)", values)
         values.update({"last update [s]": f"{last.time:.3f}", "last update accepted": last.accepted,
                        "held-back RMS before [N·m]": f"{last.holdout_rms_before:.4g}",
                        "held-back RMS after [N·m]": f"{last.holdout_rms_after:.4g}"})
         level = OK if last.accepted or self.published else WARN
-        return status(level, f"{self.handle.name}: estimator", last.reason, values)
+        return status(level, f"{node_label(self.handle)}: estimator", last.reason, values)
 
 
 def main(args=None):

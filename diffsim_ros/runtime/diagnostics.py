@@ -14,7 +14,7 @@ from diffsim_ros.io.ros_messages import NS_PER_S, header_fields
 from diffsim_ros.runtime.faults import FRESH, STALE
 
 __all__ = ["DIAGNOSTIC_ARRAY", "ERROR", "InputRates", "OK", "STALE_LEVEL", "Status", "WARN",
-           "diagnostic_array_msg", "input_status", "status"]
+           "diagnostic_array_msg", "input_status", "node_label", "status"]
 
 DIAGNOSTIC_ARRAY = "diagnostic_msgs/msg/DiagnosticArray"
 OK, WARN, ERROR, STALE_LEVEL = 0, 1, 2, 3  # DiagnosticStatus levels
@@ -29,6 +29,12 @@ class Status:
     message: str
     values: dict = field(default_factory=dict)
     hardware_id: str = ""
+
+
+def node_label(handle):
+    """The node's name for status names: ``ns/name`` in a namespace, else ``name``."""
+    namespace = handle.namespace.strip("/")
+    return f"{namespace}/{handle.name}" if namespace else handle.name
 
 
 def status(level, name, message, values=None, hardware_id=""):

@@ -526,7 +526,7 @@ class _Managed:
         try:
             self.obj = self.node_class(self.handle, **self.kwargs)
         except _STARTUP_ERRORS as err:
-            self.handle.get_logger().fatal(f"configure failed: {err}")
+            self.handle.get_logger().fatal(str(err))
             self.handle.destroy_entities()
             return self.failure
         return self.ok
@@ -578,9 +578,9 @@ def run_node(node_class, node_name, args=None, *, namespace=None, **kwargs):
     code = 0
     with _Stop() as stop:
         try:
-            if managed:
-                _start_managed(node, handle, node_class, kwargs)
-            else:
+            if managed and not _start_managed(node, handle, node_class, kwargs):
+                stop.requested, code = True, 1
+            elif not managed:
                 node_class(handle, **kwargs)
             executor.add_node(node)
             while not stop.requested:
@@ -643,13 +643,21 @@ def _create_node(rclpy, node_name, namespace, managed):
 
 
 def _start_managed(node, handle, node_class, kwargs):
-    """Wire the lifecycle transitions; with ``autostart`` configure and activate now."""
+    """Wire the lifecycle transitions; with ``autostart`` configure and activate now.
+
+    Returns:
+        False when autostart's configure failed (logged): the node exits with code 1.
+    """
     from rclpy.lifecycle import TransitionCallbackReturn
 
     _Managed(node, handle, node_class, kwargs)
     autostart = handle.declare_parameter("autostart", True, "configure and activate at start-up (lifecycle node)")
-    if autostart and node.trigger_configure() == TransitionCallbackReturn.SUCCESS:
-        node.trigger_activate()
+    if not autostart:
+        return True
+    if node.trigger_configure() != TransitionCallbackReturn.SUCCESS:
+        return False
+    node.trigger_activate()
+    return True
 
 
 def _shut_down(rclpy, executor, node, handle, managed):
