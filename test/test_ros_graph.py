@@ -30,15 +30,18 @@ pytestmark = pytest.mark.skipif(ROS_SKIP_REASON is not None, reason=ROS_SKIP_REA
 
 SIM_PARAMS = PARAMS / "baxter_sim.params.yaml"
 START_TIMEOUT = 90.0  # [s] wall: three Python nodes importing torch, numba and MuJoCo on 2 busy cores
+# [s] wall: 5 rests of 2.3 simulated seconds and one update; simulation time runs slower than
+# the wall clock on a loaded machine (measured ~40 s at load average 8 on 2 cores).
+CONVERGE_TIMEOUT = 180.0
 EXIT_TIMEOUT = 2.0  # [s] wall: what the issue demands after SIGINT
 TRUE_PAYLOAD = 1.3  # [kg] truth.payload_mass of config/baxter_sim.params.yaml
 PAYLOAD_TOLERANCE = 0.15  # [kg] online estimate from a dozen short rests
-RATE_TOLERANCE = 0.15  # relative: commands per simulated second vs rate_hz
+RATE_TOLERANCE = 0.25  # relative: commands per simulated second vs rate_hz (timers skip periods under load)
 STATE_TIMEOUT = 0.05  # [s] safety.state_timeout of the params file
 # Slack for "stops within state_timeout" measured at the probe: one controller cycle (5 ms at
 # 200 Hz) plus DDS delivery and scheduling on a loaded 2-core machine.
 STOP_SLACK = 0.1  # [s]
-# Fast rests: the estimator needs min_poses (6) + a few; 2.2 s per waypoint.
+# Rest poses visited in a loop (2.3 simulated seconds each).
 WAYPOINTS = np.array([
     [0.0, -0.55, 0.0, 1.3, 0.0, 0.8, 0.0], [0.3, -0.3, -0.2, 1.0, 0.3, 1.0, 0.2],
     [-0.3, -0.7, 0.3, 1.5, -0.3, 0.6, -0.2], [0.5, -0.2, 0.1, 0.8, 0.5, 1.2, 0.4],
@@ -100,13 +103,15 @@ def test_sim_time_graph_converges_commands_baxter_and_saves_on_sigint(domain, ba
 
     env = baxter_msgs.environment(dds_environment(domain))
     calibration = tmp_path / "calibration.yaml"
-    sim = {"output": "baxter", "publish_clock": True, "step_rate_hz": 250.0}
+    sim = {"output": "baxter", "publish_clock": True, "step_rate_hz": 500.0, "camera_rate_hz": 0.0}
     nodes("sim_robot_node", env, sim)
+    # Few, short rests: 5 poses (1 held back) are enough for payload and spring.
     estimator = nodes("estimator_node", env, {"use_sim_time": True, "calibration_output": str(calibration),
-                                              "groups": ["payload"], "update_period": 1.0})
+                                              "groups": ["payload", "spring"], "update_period": 1.0,
+                                              "min_poses": 5, "holdout": 1})
     nodes("controller_node", env, {"use_sim_time": True, "output": "baxter", "rate_hz": 200.0,
-                                   "reference.waypoints": WAYPOINTS.ravel().tolist(), "reference.move_duration": 1.0,
-                                   "reference.hold_duration": 1.2, "reference.loop": True})
+                                   "reference.waypoints": WAYPOINTS.ravel().tolist(), "reference.move_duration": 0.8,
+                                   "reference.hold_duration": 1.5, "reference.loop": True})
     probe.subscribe(JointCommand, "/robot/limb/left/joint_command")
     probe.subscribe(Clock, "/clock", QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_EFFORT))
     latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
@@ -134,7 +139,7 @@ def test_sim_time_graph_converges_commands_baxter_and_saves_on_sigint(domain, ba
         return estimates_from_msg(estimates[-1][1])[0].get("payload.mass") if estimates else None
 
     probe.wait_for(lambda: payload() is not None and abs(payload() - TRUE_PAYLOAD) < PAYLOAD_TOLERANCE,
-                   START_TIMEOUT, f"a payload estimate within {PAYLOAD_TOLERANCE} kg of {TRUE_PAYLOAD} kg")
+                   CONVERGE_TIMEOUT, f"a payload estimate within {PAYLOAD_TOLERANCE} kg of {TRUE_PAYLOAD} kg")
 
     # SIGINT: clean exit within 2 s, calibration saved.
     estimator.signal(signal.SIGINT)
