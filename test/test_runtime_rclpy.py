@@ -142,16 +142,15 @@ def rclpy_handle():
     if ROS_SKIP_REASON is not None:
         pytest.skip(ROS_SKIP_REASON)
     import rclpy
-    from rclpy.executors import SingleThreadedExecutor
 
-    from diffsim_ros.runtime.rclpy_backend import RclpyNodeHandle
+    from diffsim_ros.runtime.rclpy_backend import RclpyNodeHandle, node_executor
 
     domain = next_domain_id()
     os.environ.update(dds_environment(domain))
     context = rclpy.Context()
     rclpy.init(context=context, domain_id=domain)
     node = rclpy.create_node("diffsim_ros_test_node", context=context)
-    executor = SingleThreadedExecutor(context=context)
+    executor = node_executor(context)  # the nodes' own (the EventsExecutor)
     executor.add_node(node)
 
     def spin(predicate, timeout=10.0):
