@@ -123,7 +123,18 @@ def message_class(type_name, importer=importlib.import_module):
         MessagePackageMissingError: The package's Python module is not importable.
         MessageTypeError: The package has no such message.
     """
-    type_name = normalize_type_name(type_name)
+    return _interface_class(normalize_type_name(type_name), "message", importer)
+
+
+def service_class(type_name, importer=importlib.import_module):
+    """The rclpy service class of ``pkg/srv/Type`` (errors as :func:`message_class`)."""
+    parts = str(type_name).split("/")
+    if len(parts) != 3 or parts[1] != "srv" or not all(parts):
+        raise MessageTypeError(f"invalid service type name {type_name!r}; expected 'package/srv/Type'")
+    return _interface_class(str(type_name), "service", importer)
+
+
+def _interface_class(type_name, what, importer):
     package, kind, name = type_name.split("/")
     try:
         module = importer(f"{package}.{kind}")
@@ -133,22 +144,7 @@ def message_class(type_name, importer=importlib.import_module):
         raise
     cls = getattr(module, name, None)
     if cls is None:
-        raise MessageTypeError(f"package '{package}' has no message '{name}' (looking for {type_name})")
-    return cls
-
-
-def service_class(type_name, importer=importlib.import_module):
-    """The rclpy service class of ``pkg/srv/Type`` (MessagePackageMissingError when the package is missing)."""
-    package, kind, name = str(type_name).split("/")
-    try:
-        module = importer(f"{package}.{kind}")
-    except ModuleNotFoundError as err:
-        if err.name in (package, f"{package}.{kind}"):
-            raise MessagePackageMissingError(package, type_name) from None
-        raise
-    cls = getattr(module, name, None)
-    if cls is None:
-        raise MessageTypeError(f"package '{package}' has no service '{name}' (looking for {type_name})")
+        raise MessageTypeError(f"package '{package}' has no {what} '{name}' (looking for {type_name})")
     return cls
 
 
