@@ -5,7 +5,6 @@ poses, the waypoint reference, and the emulated hardware command interfaces.
 """
 
 import ast
-import importlib.util
 import sys
 
 import numpy as np

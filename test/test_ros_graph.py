@@ -167,7 +167,11 @@ def test_faults_lifecycle_parameters_and_diagnostics(domain, baxter_msgs, probe,
                                             "follow_estimates": False})
     baxter = nodes("controller_node", env, {"output": "baxter", "mode": "gravity_compensation",
                                             "follow_estimates": False}, remaps=["__ns:=/baxter"])
+    interrupted = nodes("controller_node", env, {"output": "ros2_control", "mode": "gravity_compensation",
+                                                 "controller_name": "second_controller", "safety.hold_command": [0.5],
+                                                 "follow_estimates": False}, remaps=["__ns:=/second"])
     probe.subscribe(Float64MultiArray, "/effort_controller/commands")
+    probe.subscribe(Float64MultiArray, "/second_controller/commands")
     probe.subscribe(JointCommand, "/robot/limb/left/joint_command")
     probe.subscribe(DiagnosticArray, "/diagnostics")
     efforts = lambda: probe.messages("/effort_controller/commands")  # noqa: E731
@@ -216,6 +220,17 @@ def test_faults_lifecycle_parameters_and_diagnostics(domain, baxter_msgs, probe,
                           ChangeState.Request(transition=Transition(id=Transition.TRANSITION_ACTIVATE)))
     assert response.success
     probe.wait_for(lambda: len(efforts()) > count + 20, 10.0, "commands after activation")
+
+    # SIGINT while commanding: the hold command is the last message, sent before the node left ROS.
+    second = lambda: probe.messages("/second_controller/commands")  # noqa: E731
+    probe.wait_for(lambda: len(second()) > 50, 10.0, "commands of the second controller")
+    assert list(second()[-1][1].data) != [0.5] * 7  # gravity compensation, not the hold
+    signalled = time.monotonic()
+    interrupted.signal(signal.SIGINT)
+    assert interrupted.wait(EXIT_TIMEOUT + 1.0) == 0
+    assert time.monotonic() - signalled < EXIT_TIMEOUT
+    time.sleep(0.2)
+    assert second()[-1][0] > signalled and list(second()[-1][1].data) == [0.5] * 7
 
     # Kill the simulator: Baxter commands stop within state_timeout of the last joint state,
     # the ros2_control output publishes its hold command.

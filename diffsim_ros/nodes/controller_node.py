@@ -173,6 +173,9 @@ class ControllerNode:
                                     cfg.controller_joints)
         self.status, self.model_updates, self.stopped, self.active = None, 0, False, False
         self.latencies = deque(maxlen=_LATENCY_WINDOW)
+        # Wall-clock gaps between consecutive commands (a deliberate stop restarts the count).
+        self.command_gaps = {"largest [ms]": 0.0, "over 50 ms": 0}
+        self._last_publish = None
         self._previous = None  # (stamp [s], q) for velocities when the state has none
         self._state = None  # (q [rad], qd [rad/s]) of the newest accepted joint state
         self._epoch_ns = None  # node time of control time 0
@@ -332,10 +335,20 @@ class ControllerNode:
             self.output.publish(command)
             if status.active and self.gravity_active:
                 self.output.suppress_gravity_compensation()
+        self._count_gap(status.active)
         self._log_status(status)
         if self.reference.target is not None and self.config.mode != "gravity_compensation":
             self._publish_reference(now_ns, t)
         return command is not None
+
+    def _count_gap(self, commanding):
+        """Track the wall-clock gaps between consecutive torque commands (diagnostics)."""
+        now = time.monotonic()
+        if commanding and self._last_publish is not None:
+            gap = (now - self._last_publish) * 1e3
+            self.command_gaps["largest [ms]"] = max(self.command_gaps["largest [ms]"], gap)
+            self.command_gaps["over 50 ms"] += gap > 50.0
+        self._last_publish = now if commanding else None
 
     def _compute(self, t, q, qd):
         try:
@@ -392,7 +405,9 @@ class ControllerNode:
         reason = last.reason if last is not None else "no cycle yet"
         values = {"lifecycle": state, "mode": cfg.mode, "output": self.output.topic, "trigger": cfg.control_trigger,
                   "commands published": self.output.published, "safety": reason,
-                  "safety faults": last.faults if last else 0, "model updates": self.model_updates}
+                  "safety faults": last.faults if last else 0, "model updates": self.model_updates,
+                  "largest command gap [ms]": f"{self.command_gaps['largest [ms]']:.1f}",
+                  "command gaps > 50 ms": self.command_gaps["over 50 ms"]}
         if last is not None:
             values.update({"clipped": ",".join(last.clipped), "near limit": ",".join(last.near_limit),
                            "late": last.late})
