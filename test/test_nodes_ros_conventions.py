@@ -154,6 +154,13 @@ def test_estimator_queues_samples_while_an_update_runs():
     assert fed == [] and len(estimator._pending) == 1
     estimator._update_done(None, None)
     assert len(fed) == 1 and estimator._pending == [] and not estimator.busy
+    # A reset requested during an update discards the update and the queued samples.
+    estimator.busy = True
+    estimator._feed("add_joint_state", 2.0, np.zeros(7), None, None)
+    assert runtime.call_service("/estimator/reset")["message"] == "estimator reset when the running update ends"
+    old = estimator.estimator
+    estimator._update_done(object(), None)  # (an update result that must not be published)
+    assert estimator.estimator is not old and estimator.published == 0 and estimator.last_update is None
     runtime.shutdown()
 
 

@@ -191,16 +191,15 @@ class EstimatorNode:
         """Back on the node's callbacks: catch up on queued samples, then publish an accepted update."""
         self.busy = False
         pending, self._pending = self._pending, []
-        if self._reset_requested:
+        if self._reset_requested:  # requested while the update ran: its result is discarded too
             self._reset()
-        else:
-            for method, args in pending:
-                getattr(self.estimator, method)(*args)
+            return
+        for method, args in pending:
+            getattr(self.estimator, method)(*args)
         if error is not None:
             self.handle.get_logger().error(f"estimator update failed: {type(error).__name__}: {error}")
             return
-        if update is None or self._reset_requested:
-            self._reset_requested = False
+        if update is None:
             return
         self.last_update = update
         if not update.accepted:
