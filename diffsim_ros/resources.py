@@ -20,7 +20,7 @@ def share_directory():
 
         try:
             return Path(get_package_share_directory(PACKAGE))
-        except PackageNotFoundError:
+        except (PackageNotFoundError, OSError):  # OSError: no AMENT_PREFIX_PATH (ROS wheels, nothing sourced)
             pass
     except ImportError:
         pass

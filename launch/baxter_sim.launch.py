@@ -1,9 +1,14 @@
 """Simulated Baxter: sim_robot (MuJoCo, hidden true payload and spring) + estimator + controller.
 
-    ros2 launch diffsim_ros baxter_sim.launch.py [mode:=impedance|gravity_compensation|mpc]
-        [params_file:=...] [calibration_output:=/tmp/calibration.yaml] [use_sim_time:=false]
+    ros2 launch diffsim_ros baxter_sim.launch.py [output:=ros2_control|baxter]
+        [mode:=impedance|gravity_compensation|mpc] [params_file:=...]
+        [calibration_output:=/tmp/calibration.yaml] [use_sim_time:=false]
 
-The same graph ``diffsim-ros demo`` runs without ROS. Node parameters: config/baxter_sim.params.yaml.
+Commands go through a ros2_control effort controller interface by default (standard messages
+only); ``output:=baxter`` uses Baxter's JointCommand and needs the baxter_core_msgs package
+(``python -m diffsim_ros.runtime.interfaces baxter_core_msgs``). With ``use_sim_time:=true``
+sim_robot publishes ``/clock`` and the other nodes follow it. The same graph runs without ROS
+as ``diffsim-ros demo``. Node parameters: config/baxter_sim.params.yaml.
 """
 
 import os
@@ -29,19 +34,23 @@ def generate_launch_description():
     arguments = [
         DeclareLaunchArgument("params_file", default_value=os.path.join(share, "config", "baxter_sim.params.yaml"),
                               description="node parameters (one ros__parameters block per node)"),
+        DeclareLaunchArgument("output", default_value="ros2_control", choices=["ros2_control", "baxter"],
+                              description="command interface (baxter needs baxter_core_msgs)"),
         DeclareLaunchArgument("mode", default_value="impedance",
                               description="controller mode: gravity_compensation, impedance or mpc"),
         DeclareLaunchArgument("calibration_output", default_value="",
                               description="where the estimator saves calibration.yaml ('' for $ROS_HOME/diffsim_ros/)"),
-        DeclareLaunchArgument("use_sim_time", default_value="false", description="take node time from /clock"),
+        DeclareLaunchArgument("use_sim_time", default_value="false",
+                              description="sim_robot publishes /clock; the other nodes take their time from it"),
     ]
+    output = {"output": _text("output")}
     nodes = [
         Node(package="diffsim_ros", executable="sim_robot_node", name="sim_robot", output="screen",
-             parameters=[params_file, {"use_sim_time": use_sim_time}]),
+             parameters=[params_file, output, {"publish_clock": use_sim_time}]),
         Node(package="diffsim_ros", executable="estimator_node", name="estimator", output="screen",
              parameters=[params_file, {"calibration_output": _text("calibration_output"),
                                        "use_sim_time": use_sim_time}]),
         Node(package="diffsim_ros", executable="controller_node", name="controller", output="screen",
-             parameters=[params_file, {"mode": _text("mode"), "use_sim_time": use_sim_time}]),
+             parameters=[params_file, output, {"mode": _text("mode"), "use_sim_time": use_sim_time}]),
     ]
     return LaunchDescription(arguments + nodes)

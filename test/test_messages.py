@@ -71,9 +71,9 @@ def test_baxter_types_registered_with_definitions(factory):
     assert ts.hash_rihs01(JOINT_COMMAND).startswith("RIHS01_")
     assert ts.types[JOINT_COMMAND].TORQUE_MODE == TORQUE_MODE
     assert (BAXTER_MSG_DIR / "LICENSE").read_text().startswith("Copyright (c) 2013-2015, Rethink Robotics")
-    sea = factory.new(SEA_JOINT_STATE, name=["left_s1"], actual_effort=[1.5], hystState=0.25)
+    sea = factory.new(SEA_JOINT_STATE, name=["left_s1"], actual_effort=[1.5], hyst_state=0.25)
     back = roundtrip(factory, sea)
-    assert list(back.name) == ["left_s1"] and back.actual_effort[0] == 1.5 and back.hystState == 0.25
+    assert list(back.name) == ["left_s1"] and back.actual_effort[0] == 1.5 and back.hyst_state == 0.25
 
 
 def test_factory_defaults_and_errors(factory):

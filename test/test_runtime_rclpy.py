@@ -2,8 +2,11 @@
 
 import array
 import importlib.util
+import os
 import re
 import sys
+import threading
+import time
 import types
 from pathlib import Path
 
@@ -13,7 +16,7 @@ import pytest
 import diffsim_ros
 from diffsim_ros.io.ros_messages import JointNameMap, joint_command_msg, joint_state_msg, joint_state_to_sample
 from diffsim_ros.io.ros_types import JOINT_COMMAND, JOINT_STATE, MessageTypeError
-from diffsim_ros.runtime import SENSOR_QOS, QosProfile
+from diffsim_ros.runtime import LOG_LEVELS, SENSOR_QOS, QosProfile
 from diffsim_ros.runtime.rclpy_backend import (
     MessagePackageMissingError,
     RclpyMessages,
@@ -24,6 +27,8 @@ from diffsim_ros.runtime.rclpy_backend import (
     qos_policy_names,
     run_node,
 )
+
+from ros_graph import ROS_SKIP_REASON, dds_environment, next_domain_id
 
 HAVE_RCLPY = importlib.util.find_spec("rclpy") is not None
 
@@ -42,7 +47,7 @@ def test_missing_message_package_names_the_package():
         raise ModuleNotFoundError(f"No module named '{name}'", name=name.split(".")[0])
 
     with pytest.raises(MessagePackageMissingError, match=r"'baxter_core_msgs' is not installed \(needed for "
-                                                         r"baxter_core_msgs/msg/JointCommand\); build the ROS 2 port"):
+                                                         r"baxter_core_msgs/msg/JointCommand\); build it with `python -m diffsim_ros.runtime.interfaces"):
         message_class(JOINT_COMMAND, importer=importer)
     with pytest.raises(MessagePackageMissingError, match="sudo apt install ros-\\$ROS_DISTRO-diffsim-nonexistent-msgs"):
         message_class("diffsim_nonexistent_msgs/msg/Thing")
@@ -131,24 +136,90 @@ def test_run_node_without_ros_says_what_to_do(monkeypatch):
         run_node(object, "n")
 
 
-def test_real_rclpy_round_trip():
-    rclpy = pytest.importorskip("rclpy", reason="rclpy only exists on a ROS 2 workstation (not pip-installable)")
-    from diffsim_ros.runtime.rclpy_backend import RclpyNodeHandle
+@pytest.fixture
+def rclpy_handle():
+    """An RclpyNodeHandle on a real rclpy node (loopback-only DDS, own domain), spun by ``spin(predicate)``."""
+    if ROS_SKIP_REASON is not None:
+        pytest.skip(ROS_SKIP_REASON)
+    import rclpy
 
-    rclpy.init()
-    try:
-        node = rclpy.create_node("diffsim_ros_test_node")
-        handle = RclpyNodeHandle(node)
-        received = []
-        handle.create_subscription(JOINT_STATE, "/diffsim_ros_test/joint_states", received.append, 10)
-        publisher = handle.create_publisher(JOINT_STATE, "/diffsim_ros_test/joint_states", 10)
-        assert handle.declare_parameter("rate_hz", 100.0, "rate [Hz]") == 100.0
-        for _ in range(50):
-            publisher.publish(joint_state_msg(handle.messages, handle.now_ns(), ["a", "b"], [1.0, 2.0]))
-            rclpy.spin_once(node, timeout_sec=0.1)
-            if received:
-                break
-        assert joint_state_to_sample(received[0], JointNameMap(["b", "a"])).positions.tolist() == [2.0, 1.0]
-        node.destroy_node()
-    finally:
-        rclpy.shutdown()
+    from diffsim_ros.runtime.rclpy_backend import RclpyNodeHandle, node_executor
+
+    domain = next_domain_id()
+    os.environ.update(dds_environment(domain))
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=domain)
+    node = rclpy.create_node("diffsim_ros_test_node", context=context)
+    executor = node_executor(context)  # the nodes' own (the EventsExecutor)
+    executor.add_node(node)
+
+    def spin(predicate, timeout=10.0):
+        deadline = time.monotonic() + timeout
+        while not predicate() and time.monotonic() < deadline:
+            executor.spin_once(timeout_sec=0.05)
+        return predicate()
+
+    handle = RclpyNodeHandle(node)
+    handle.spin = spin
+    yield handle
+    executor.shutdown()
+    node.destroy_node()
+    rclpy.try_shutdown(context=context)
+
+
+def test_real_rclpy_round_trip(rclpy_handle):
+    handle = rclpy_handle
+    received = []
+    handle.create_subscription(JOINT_STATE, "/diffsim_ros_test/joint_states", received.append, 10)
+    publisher = handle.create_publisher(JOINT_STATE, "/diffsim_ros_test/joint_states", 10)
+    assert handle.declare_parameter("rate_hz", 100.0, "rate [Hz]") == 100.0
+    assert handle.declare_parameter("rate_hz", 5.0) == 100.0  # declared again (lifecycle re-configure)
+
+    def publish_and_check():
+        publisher.publish(joint_state_msg(handle.messages, handle.now_ns(), ["a", "b"], [1.0, 2.0]))
+        return bool(received)
+
+    assert handle.spin(publish_and_check)
+    assert joint_state_to_sample(received[0], JointNameMap(["b", "a"])).positions.tolist() == [2.0, 1.0]
+
+
+def test_real_rclpy_logger_takes_every_severity_from_one_handle(rclpy_handle):
+    # rclpy raised "Logger severity cannot be changed between calls" at the second severity
+    # when every level was forwarded from one call site.
+    logger = rclpy_handle.get_logger()
+    for _ in range(2):
+        for level in LOG_LEVELS:
+            logger.log(level, f"{level} message")
+
+
+def test_real_rclpy_service_parameters_background_and_diagnostics(rclpy_handle):
+    from std_srvs.srv import Trigger
+
+    from diffsim_ros.runtime.diagnostics import diagnostic_array_msg, status
+
+    handle = rclpy_handle
+    handle.create_service("std_srvs/srv/Trigger", "~/save_calibration",
+                          lambda request: {"success": True, "message": "saved"})
+    client = handle.node.create_client(Trigger, "/diffsim_ros_test_node/save_calibration")
+    assert handle.spin(lambda: client.service_is_ready())
+    future = client.call_async(Trigger.Request())
+    assert handle.spin(future.done)
+    assert future.result().success and future.result().message == "saved"
+
+    handle.declare_parameter("gain", 1.0)
+    handle.add_on_set_parameters_callback(lambda changes: "gain must be positive" if changes.get("gain", 1) <= 0 else None)
+    from rclpy.parameter import Parameter
+
+    assert not handle.node.set_parameters([Parameter("gain", value=-1.0)])[0].successful
+    assert handle.node.get_parameter("gain").value == 1.0
+    assert handle.node.set_parameters([Parameter("gain", value=2.0)])[0].successful
+
+    done, worker = [], []
+    handle.run_in_background(lambda: worker.append(threading.current_thread()) or 42,
+                             lambda result, error: done.append((result, error, threading.current_thread())))
+    assert handle.spin(lambda: bool(done))
+    assert done[0][:2] == (42, None)
+    assert worker[0] is not done[0][2] and done[0][2] is threading.main_thread()  # work off, done on the executor
+
+    msg = diagnostic_array_msg(handle.messages, handle.now_ns(), [status(1, "n: x", "warn", {"rate [Hz]": 99.5})])
+    assert msg.status[0].level == b"\x01" and msg.status[0].values[0].value == "99.5"

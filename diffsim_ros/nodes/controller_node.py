@@ -1,6 +1,10 @@
 """controller_node: gravity compensation, joint impedance or MPC torque commands to hardware.
 
-Every cycle (``rate_hz``, >= 100 Hz for Baxter) the node takes the newest valid joint state,
+A lifecycle (managed) node: it commands torque only while *active* (``autostart``, default
+true, configures and activates it at start-up; ``ros2 lifecycle set /controller deactivate``
+stops the torque: Baxter falls back to position mode, ros2_control gets the hold command).
+
+Each cycle the node takes the newest valid joint state,
 computes the mode's torques on the current model and sends them through the
 :class:`~diffsim_ros.control.SafetyLayer` (watchdog, NaN guard, joint-limit zone, effort and
 rate limits) to the output (:mod:`diffsim_ros.nodes.outputs`). When joint states are stale
@@ -17,14 +21,26 @@ Topics:
 * publishes the torque command (see :mod:`~diffsim_ros.nodes.outputs`, COMMAND_QOS) and, for
   Baxter while the model's gravity term is active, ``suppress_gravity_compensation``;
 * publishes ``~/reference`` (sensor_msgs/msg/JointState, SENSOR_QOS): the desired positions
-  and velocities (impedance and MPC).
+  and velocities (impedance and MPC);
+* publishes ``/diagnostics`` (diagnostic_msgs/msg/DiagnosticArray) every second: joint-state
+  rate, drops and watchdog; lifecycle state, safety status, cycle latency.
+
+A cycle runs on each joint-state arrival (``control_trigger: joint_state``, the lowest
+latency) or on a timer at ``rate_hz`` (``timer``); with ``joint_state`` the timer still runs
+at ``rate_hz`` to notice stale joint states. Gains and limits (``gravity_scale``,
+``impedance.stiffness|damping|model_scale``, ``safety.*``) can be changed at run time
+(``ros2 param set``); a change is validated like the start-up parameters and rejected as a
+whole if invalid.
 """
 
-from dataclasses import dataclass
+import time
+from collections import deque
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from diffsim_ros.control import (
+    ControlError,
     ControlLoop,
     GravityCompensation,
     JointImpedanceController,
@@ -44,12 +60,18 @@ from diffsim_ros.nodes.references import make_reference, waypoint_array
 from diffsim_ros.nodes.robot import DEFAULT_ROBOT_CONFIG, load_robot, robot_topic, set_threads
 from diffsim_ros.resources import resolve_resource
 from diffsim_ros.runtime import LATCHED_QOS, SENSOR_QOS, declare_config, param
+from diffsim_ros.runtime.diagnostics import DIAGNOSTIC_ARRAY, ERROR, OK, WARN, InputRates, diagnostic_array_msg, \
+    input_status, node_label, status
 from diffsim_ros.runtime.faults import FRESH, STALE, joint_state_input
-from diffsim_ros.runtime.rclpy_backend import run_node
+from diffsim_ros.runtime.params import ParameterError, config_values, group, per_joint_value, updated_config
+from diffsim_ros.runtime.rclpy_backend import exit_process, run_node
 
-__all__ = ["MODES", "ControllerNode", "ControllerNodeConfig", "main"]
+__all__ = ["MODES", "TRIGGERS", "TUNABLE", "ControllerNode", "ControllerNodeConfig", "main"]
 
 MODES = ("gravity_compensation", "impedance", "mpc")
+TRIGGERS = ("timer", "joint_state")
+_DIAGNOSTICS_PERIOD = 1.0  # [s]
+_LATENCY_WINDOW = 2000  # cycles kept for the latency percentiles of the diagnostics
 _BAXTER_MIN_RATE = 100.0  # [Hz] Baxter leaves torque mode when commands stop for 0.2 s
 # Impedance model terms that include gravity: the robot's own compensation must be suppressed.
 _GRAVITY_TERMS = ("analytic", "map", "gravity")
@@ -79,34 +101,23 @@ class ControllerNodeConfig:
     mpc_dt: float = param(0.01, "MPC simulator step [s]", name="mpc.dt")
     mpc_simulator: str = param("rigid", "MPC prediction simulator (one substep): rigid or pbd (slower)",
                                name="mpc.simulator")
-    mpc_horizon: int = param(3, "MPC horizon [steps]", name="mpc.horizon")
-    mpc_iterations: int = param(2, "MPC Gauss-Newton iterations per cycle", name="mpc.max_iterations")
-    mpc_initialization: str = param("previous", "MPC initialization: zero, previous or gravity", name="mpc.initialization")
-    mpc_jacobian_every: int = param(1, "refresh the MPC Jacobian every N cycles", name="mpc.jacobian_every")
-    mpc_position_tolerance: float = param(1e-3, "MPC position error worth one cost unit [rad]",
-                                          name="mpc.position_tolerance")
-    mpc_velocity_tolerance: float = param(2e-2, "MPC velocity error worth one cost unit [rad/s]",
-                                          name="mpc.velocity_tolerance")
-    mpc_smoothness_tolerance: float = param(5.0, "MPC torque change worth one cost unit [N·m]",
-                                            name="mpc.smoothness_tolerance")
-    mpc_effort_tolerance: float = param(100.0, "MPC deviation from the holding torque worth one cost unit [N·m]",
-                                        name="mpc.effort_tolerance")
+    mpc: MPCSettings = group(MPCSettings, "mpc")
     waypoints: list[float] = param([], "reference waypoints [rad], flat k x n (empty: hold the start)",
                                    name="reference.waypoints")
     move_duration: float = param(2.0, "minimum-jerk move duration [s]", name="reference.move_duration")
     hold_duration: float = param(1.0, "rest at each waypoint [s]", name="reference.hold_duration")
     loop: bool = param(False, "repeat the waypoints", name="reference.loop")
-    effort_limit: list[float] = param([], "effort limits [N·m] (empty: URDF limits)", name="safety.effort_limit")
-    torque_rate_limit: list[float] = param([200.0], "torque rate limit [N·m/s]", name="safety.torque_rate_limit")
-    limit_margin: float = param(0.1, "joint-limit zone width [rad]", name="safety.limit_margin")
-    limit_stiffness: float = param(50.0, "joint-limit zone stiffness [N·m/rad]", name="safety.limit_stiffness")
-    limit_damping: float = param(5.0, "joint-limit zone damping [N·m·s/rad]", name="safety.limit_damping")
-    state_timeout: float = param(0.05, "oldest joint state commanded from [s]", name="safety.state_timeout")
-    hold_command: list[float] = param([], "ros2_control: torques published when stopped [N·m] (empty: zeros)",
-                                      name="safety.hold_command")
+    # The safety layer's settings; its output type follows `output`.
+    safety: SafetyConfig = group(SafetyConfig, "safety", exclude=("output",), kinds={
+        "effort_limit": list[float], "torque_rate_limit": list[float], "hold_command": list[float]},
+        convert={"effort_limit": per_joint_value, "torque_rate_limit": per_joint_value,
+                 "hold_command": per_joint_value})
+    control_trigger: str = param("timer", "when a command is computed: timer (rate_hz) or joint_state (each arrival)")
     threads: int = param(1, "torch threads")
 
     def validate(self):
+        if self.control_trigger not in TRIGGERS:
+            raise ValueError(f"control_trigger must be one of {TRIGGERS}, got {self.control_trigger!r}")
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
         safety_output(self.output)
@@ -116,10 +127,10 @@ class ControllerNodeConfig:
             raise ValueError("rate_hz must be positive")
 
 
-def _per_joint(values):
-    """A parameter list as a scalar (one value) or a sequence (per joint) for the control layer."""
-    values = list(values)
-    return values[0] if len(values) == 1 else (values or None)
+# Parameters that may change while the node runs (gains and limits); the others need a restart.
+TUNABLE = frozenset({"gravity_scale", "impedance.stiffness", "impedance.damping", "impedance.model_scale"} |
+                    {f"safety.{name}" for name in ("effort_limit", "torque_rate_limit", "limit_margin", "limit_stiffness",
+                                                   "limit_damping", "state_timeout", "hold_command")})
 
 
 class _DeferredReference:
@@ -140,7 +151,11 @@ class ControllerNode:
         safety: SafetyLayer.
         status: SafetyStatus of the last cycle (None before the first).
         model_updates: Estimates applied.
+        active: Whether the lifecycle state is active (torque may be commanded).
+        latencies: Recent joint-state receipt -> command publish times [s] (event-driven cycles).
     """
+
+    managed = True  # a lifecycle node: torque only while active
 
     def __init__(self, handle):
         self.handle = handle
@@ -152,50 +167,49 @@ class ControllerNode:
         self.waypoints = waypoint_array(cfg.waypoints, len(self.joint_names))
         check_within_limits(self.waypoints, self.model, "reference.waypoints")
         self.reference = _DeferredReference()
-        self.controller = self._controller(self.model)
+        self.controller = self._controller(self.model, cfg)
         self.safety = SafetyLayer(self.model, self._safety_config(cfg))
         self.loop = ControlLoop(self.controller, self.safety, self.model, self.robot.config.bounds)
         self.output = CommandOutput(handle, cfg.output, self.joint_names, cfg.side, cfg.controller_name,
                                     cfg.controller_joints)
-        self.status, self.model_updates, self.stopped = None, 0, False
-        self._previous = None  # (stamp [s], q) for velocities when the state has none
+        self.status, self.model_updates, self.stopped, self.active = None, 0, False, False
+        self.latencies = deque(maxlen=_LATENCY_WINDOW)
+        # Wall-clock gaps between consecutive commands (a deliberate stop restarts the count).
+        self.command_gaps = {"largest [ms]": 0.0, "over 50 ms": 0}
+        self._last_publish = None
+        self._previous = None  # (stamp [s], q, clock epoch) for velocities when the state has none
         self._state = None  # (q [rad], qd [rad/s]) of the newest accepted joint state
         self._epoch_ns = None  # node time of control time 0
+        self._last_cycle_ns = None  # node time of the last cycle
         topic = robot_topic(self.robot.config, "joint_states", cfg.joint_states_topic) or "/joint_states"
-        self.joints = joint_state_input(self.joint_names, cfg.state_timeout, topic, bounds=self.safety.state_bounds,
+        self.joints = joint_state_input(self.joint_names, cfg.safety.state_timeout, topic, bounds=self.safety.state_bounds,
                                         logger=handle.get_logger())
+        self._rates = InputRates()
         handle.create_subscription(JOINT_STATE, topic, self._on_joint_state, SENSOR_QOS)
         if cfg.follow_estimates:
             handle.create_subscription(FLOAT64_MULTI_ARRAY, cfg.estimates_topic, self._on_estimates, LATCHED_QOS)
         self.reference_publisher = handle.create_publisher(JOINT_STATE, "~/reference", SENSOR_QOS)
+        self.diagnostics = handle.create_publisher(DIAGNOSTIC_ARRAY, "/diagnostics", 10)
         self.timer = handle.create_timer(1.0 / cfg.rate_hz, self._tick)
+        handle.create_timer(_DIAGNOSTICS_PERIOD, self._publish_diagnostics)
+        handle.add_on_set_parameters_callback(self._on_set_parameters)
         handle.add_on_shutdown(self.stop)
-        handle.get_logger().info(f"{cfg.mode} on {len(self.joint_names)} joints -> {self.output.topic} at {cfg.rate_hz:g} Hz")
+        handle.get_logger().info(f"{cfg.mode} on {len(self.joint_names)} joints -> {self.output.topic} at "
+                                 f"{cfg.rate_hz:g} Hz ({cfg.control_trigger}); inactive until activated")
 
     # ------------------------------------------------------------------ set-up
-    def _controller(self, model):
-        cfg = self.config
+    def _controller(self, model, cfg):
         if cfg.mode == "gravity_compensation":
             return GravityCompensation(model, cfg.gravity_scale)
         if cfg.mode == "impedance":
             tmap = TorqueMap.load(resolve_resource(cfg.torque_map), model) if cfg.torque_map else None
-            return JointImpedanceController(model, _per_joint(cfg.stiffness), _per_joint(cfg.damping), self.reference,
-                                            cfg.model_term, cfg.model_scale, tmap)
-        settings = MPCSettings(
-            horizon=cfg.mpc_horizon, max_iterations=cfg.mpc_iterations, initialization=cfg.mpc_initialization,
-            jacobian_every=cfg.mpc_jacobian_every, position_tolerance=cfg.mpc_position_tolerance,
-            velocity_tolerance=cfg.mpc_velocity_tolerance, smoothness_tolerance=cfg.mpc_smoothness_tolerance,
-            effort_tolerance=cfg.mpc_effort_tolerance)
-        return ModelPredictiveController(mpc_simulator(model, cfg.mpc_dt, cfg.mpc_simulator), self.reference, settings)
+            return JointImpedanceController(model, per_joint_value(cfg.stiffness), per_joint_value(cfg.damping),
+                                            self.reference, cfg.model_term, cfg.model_scale, tmap)
+        return ModelPredictiveController(mpc_simulator(model, cfg.mpc_dt, cfg.mpc_simulator), self.reference, cfg.mpc)
 
     @staticmethod
     def _safety_config(cfg):
-        return SafetyConfig(
-            output=safety_output(cfg.output), effort_limit=_per_joint(cfg.effort_limit),
-            torque_rate_limit=_per_joint(cfg.torque_rate_limit), limit_margin=cfg.limit_margin,
-            limit_stiffness=cfg.limit_stiffness, limit_damping=cfg.limit_damping,
-            state_timeout=cfg.state_timeout, hold_command=_per_joint(cfg.hold_command),
-        )
+        return replace(cfg.safety, output=safety_output(cfg.output))
 
     @property
     def gravity_active(self):
@@ -212,20 +226,40 @@ class ControllerNode:
             self._epoch_ns = int(now_ns)
         return (now_ns - (self._epoch_ns or 0)) / NS_PER_S
 
+    # ------------------------------------------------------------------ lifecycle
+    def on_activate(self):
+        """Start commanding torque (ramping in from what holds the arm now)."""
+        if self.stopped or self.active:
+            return
+        self.active = True
+        self.handle.get_logger().info("activated: commanding torque")
+
+    def on_deactivate(self):
+        """Stop commanding torque: Baxter falls back to position mode, ros2_control gets the hold command."""
+        if not self.active:
+            return
+        self.active = False
+        self._publish_stop()
+        self.handle.get_logger().info("deactivated: torque commands stopped")
+
     # ------------------------------------------------------------------ inputs
     def _on_joint_state(self, msg):
         if self.stopped:
             return
-        sample = self.joints.update(msg, self.handle.now_ns())  # logs what it drops
+        received = time.perf_counter()
+        now_ns = self.handle.now_ns()
+        sample = self.joints.update(msg, now_ns)  # logs what it drops
         if sample is None:
             return
         self._state = (sample.positions, self._velocities(sample))
         if self.reference.target is None:
             cfg = self.config
             start = np.clip(sample.positions, self.safety.lower, self.safety.upper)  # never hold beyond a limit
-            t_start = self.loop.reference_time(self.control_time(self.handle.now_ns()))
-            self.reference.target = make_reference(start, self.waypoints, t_start,
+            self.reference.target = make_reference(start, self.waypoints, self.loop.reference_time(self.control_time(now_ns)),
                                                    cfg.move_duration, cfg.hold_duration, cfg.loop)
+        if self.config.control_trigger == "joint_state" and self.active:
+            if self._cycle(now_ns):
+                self.latencies.append(time.perf_counter() - received)
 
     def _on_estimates(self, msg):
         logger = self.handle.get_logger()
@@ -237,6 +271,29 @@ class ControllerNode:
         decision = self.loop.apply_estimates(values)  # only plausible estimates; a bad one must not reach the arm
         (logger.info if decision.applied else logger.error)(decision.message)
         self.model, self.model_updates = self.loop.model, self.loop.model_updates
+
+    def _on_set_parameters(self, changes):
+        """Validate and apply run-time gain/limit changes; a reason string rejects them."""
+        ours = {name: value for name, value in changes.items() if name in self._parameter_names()}
+        if not ours:
+            return None  # runtime parameters (use_sim_time, autostart)
+        fixed = sorted(set(ours) - TUNABLE)
+        if fixed:
+            return f"{fixed} take effect only at start-up: restart the node (run-time changes: {sorted(TUNABLE)})"
+        try:
+            cfg = updated_config(self.config, ours, f"node '{self.handle.name}'")
+            controller = self._controller(self.model, cfg) if cfg.mode != "mpc" else self.controller
+            safety = _retuned(self.safety, SafetyLayer(self.model, self._safety_config(cfg)))
+        except (ParameterError, ControlError, ValueError) as err:
+            return str(err)
+        self.config, self.controller, self.safety = cfg, controller, safety
+        self.loop.controller, self.loop.safety = controller, safety
+        self.joints.watchdog.timeout_ns = int(round(cfg.safety.state_timeout * NS_PER_S))
+        self.handle.get_logger().info(f"parameters changed: {ours}")
+        return None
+
+    def _parameter_names(self):
+        return config_values(self.config).keys()
 
     def _velocities(self, sample):
         """Measured velocities [rad/s], or a difference of the last two samples when none are published."""
@@ -250,11 +307,18 @@ class ControllerNode:
 
     # ------------------------------------------------------------------ the cycle
     def _tick(self):
-        if self.stopped:
+        if self.stopped or not self.active:
             return
         now_ns = self.handle.now_ns()
-        t = self.control_time(now_ns)
         self._log_watchdog(now_ns)
+        if self.config.control_trigger == "joint_state" and self.joints.is_fresh(now_ns):
+            return  # each arrival runs a cycle; the timer only notices stale states
+        self._cycle(now_ns)
+
+    def _cycle(self, now_ns):
+        """One command: compute, make safe, publish. Returns whether a command was published."""
+        t = self.control_time(now_ns)
+        self._last_cycle_ns = now_ns
         q = qd = state_time = None
         if self._state is not None:
             q, qd = self._state
@@ -262,13 +326,24 @@ class ControllerNode:
         command, status = self.loop.step(t, q, qd, state_time, fresh=self.joints.is_fresh(now_ns))
         if self.loop.error is not None:
             self.handle.get_logger().error(f"{self.config.mode} failed: {self.loop.error}", throttle_duration_sec=1.0)
-        self._log_status(status)
         if command is not None:
             self.output.publish(command)
             if status.active and self.gravity_active:
                 self.output.suppress_gravity_compensation()
+        self._count_gap(status.active)
+        self._log_status(status)
         if self.reference.target is not None and self.config.mode != "gravity_compensation":
             self._publish_reference(now_ns, self.loop.reference_time(t))
+        return command is not None
+
+    def _count_gap(self, commanding):
+        """Track the wall-clock gaps between consecutive torque commands (diagnostics)."""
+        now = time.monotonic()
+        if commanding and self._last_publish is not None:
+            gap = (now - self._last_publish) * 1e3
+            self.command_gaps["largest [ms]"] = max(self.command_gaps["largest [ms]"], gap)
+            self.command_gaps["over 50 ms"] += gap > 50.0
+        self._last_publish = now if commanding else None
 
     def _publish_reference(self, now_ns, t):
         q_d, qd_d, _ = self.reference(t)
@@ -279,7 +354,7 @@ class ControllerNode:
         logger = self.handle.get_logger()
         if change == STALE:
             stop = "stop publishing (robot falls back to position mode)" if self.config.output == BAXTER else "hold command"
-            logger.warning(f"joint states stale (> {self.config.state_timeout:g} s): torque commands stopped, {stop}")
+            logger.warning(f"joint states stale (> {self.config.safety.state_timeout:g} s): torque commands stopped, {stop}")
         elif change == FRESH:
             logger.info("joint states fresh: commanding torque")
 
@@ -293,20 +368,61 @@ class ControllerNode:
         if status.late:
             self.handle.get_logger().warning("command cycle late for the hardware's minimum rate", throttle_duration_sec=5.0)
 
-    def stop(self):
-        """Stop commanding for good (shutdown): ros2_control gets the hold command once."""
-        if self.stopped:
-            return
-        self.stopped = True
-        self.timer.cancel()
+    def _publish_stop(self):
         command, _ = self.safety.stop(self.control_time(self.handle.now_ns()))
         if command is not None:
             self.output.publish(command)
 
+    def stop(self):
+        """Stop commanding for good (shutdown): ros2_control gets the hold command once."""
+        if self.stopped:
+            return
+        self.stopped, self.active = True, False
+        self.timer.cancel()
+        self._publish_stop()
+
+    # ------------------------------------------------------------------ diagnostics
+    def _publish_diagnostics(self):
+        now_ns = self.handle.now_ns()
+        name = node_label(self.handle)
+        joints = input_status(f"{name}: {self.joints.what}", self.joints, self._rates, now_ns)
+        self.diagnostics.publish(diagnostic_array_msg(self.handle.messages, now_ns, [joints, self._control_status()]))
+
+    def _control_status(self):
+        cfg, last = self.config, self.status
+        state = "stopped" if self.stopped else "active" if self.active else "inactive"
+        level = OK if self.active and last is not None and last.active else WARN if not self.active else ERROR
+        reason = last.reason if last is not None else "no cycle yet"
+        values = {"lifecycle": state, "mode": cfg.mode, "output": self.output.topic, "trigger": cfg.control_trigger,
+                  "commands published": self.output.published, "safety": reason,
+                  "safety faults": last.faults if last else 0, "model updates": self.model_updates,
+                  "largest command gap [ms]": f"{self.command_gaps['largest [ms]']:.1f}",
+                  "command gaps > 50 ms": self.command_gaps["over 50 ms"]}
+        if last is not None:
+            values.update({"clipped": ",".join(last.clipped), "near limit": ",".join(last.near_limit),
+                           "late": last.late})
+        if self.latencies:
+            latency = np.asarray(self.latencies) * 1e3
+            values.update({"receipt->publish p50 [ms]": f"{np.percentile(latency, 50):.3f}",
+                           "receipt->publish p99 [ms]": f"{np.percentile(latency, 99):.3f}",
+                           "receipt->publish max [ms]": f"{latency.max():.3f}"})
+        message = f"{state}, {cfg.mode}: " + ("commanding torque" if level == OK else reason)
+        return status(level, f"{node_label(self.handle)}: control", message, values)
+
+
+def _retuned(old, new):
+    """``new`` SafetyLayer continuing ``old``'s command history, so a retune does not re-engage.
+
+    The rate limit then runs from the last published torque instead of ramping in again.
+    """
+    new._published, new._published_time = old._published, old._published_time
+    new._last_cycle, new.faults = old._last_cycle, old.faults
+    return new
+
 
 def main(args=None):
-    """Entry point of ``ros2 run diffsim_ros controller_node``."""
-    run_node(ControllerNode, "controller", args)
+    """Entry point of ``ros2 run diffsim_ros controller_node`` (ends the process: exit code 0, or 1 after a start-up error)."""
+    exit_process(run_node(ControllerNode, "controller", args))
 
 
 if __name__ == "__main__":

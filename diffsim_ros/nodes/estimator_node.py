@@ -13,14 +13,25 @@ Topics:
 * subscribes ``camera_topic`` (geometry_msgs/msg/PoseStamped, SENSOR_QOS) when the
   ``camera`` group is estimated;
 * subscribes ``~/save`` (std_msgs/msg/Empty, COMMAND_QOS): write the calibration file now;
+* serves ``~/save_calibration`` (std_srvs/srv/Trigger): write the calibration file now and
+  answer with its path (or why not);
+* serves ``~/reset`` (std_srvs/srv/Trigger): forget the rests and estimates and start again
+  from the start-up model;
+* publishes ``/diagnostics`` (diagnostic_msgs/msg/DiagnosticArray) every second: input rates,
+  drops and watchdogs, and the estimator's health (poses, last update and its outcome);
 * publishes ``~/estimates`` (std_msgs/msg/Float64MultiArray, LATCHED_QOS) after every
   accepted update (layout in :mod:`diffsim_ros.nodes.messages`);
 * publishes ``~/estimated_torques`` (sensor_msgs/msg/JointState, SENSOR_QOS): model joints,
   ``position`` the latest measured positions [rad], ``effort`` the estimated joint torques
   [N·m] (inverse dynamics of the current model minus passive torques).
+
+Updates (a bounded least-squares fit, up to seconds) run off the executor
+(``NodeHandle.run_in_background``), so joint states keep flowing in while one runs; samples
+that arrive meanwhile are queued and given to the estimator when it is done. Tuning
+parameters are the members of :class:`~diffsim_ros.estimation.online.OnlineEstimatorConfig`.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -33,12 +44,17 @@ from diffsim_ros.nodes.messages import estimates_msg
 from diffsim_ros.nodes.robot import DEFAULT_ROBOT_CONFIG, default_calibration_path, load_robot, robot_topic, set_threads
 from diffsim_ros.resources import resolve_resource
 from diffsim_ros.runtime import COMMAND_QOS, LATCHED_QOS, SENSOR_QOS, declare_config, param
+from diffsim_ros.runtime.diagnostics import DIAGNOSTIC_ARRAY, OK, WARN, InputRates, diagnostic_array_msg, \
+    input_status, node_label, status
 from diffsim_ros.runtime.faults import STALE, PoseWorkspace, joint_state_input, pose_input
-from diffsim_ros.runtime.rclpy_backend import run_node
+from diffsim_ros.runtime.params import group
+from diffsim_ros.runtime.rclpy_backend import exit_process, run_node
 
-__all__ = ["EstimatorNode", "EstimatorNodeConfig", "main"]
+__all__ = ["EstimatorNode", "EstimatorNodeConfig", "TRIGGER", "main"]
 
+TRIGGER = "std_srvs/srv/Trigger"
 _UPDATE_CHECK_PERIOD = 0.25  # [s] how often the node asks the estimator whether an update is due
+_DIAGNOSTICS_PERIOD = 1.0  # [s]
 
 
 @dataclass(frozen=True)
@@ -49,22 +65,14 @@ class EstimatorNodeConfig:
     calibration_file: str = param("", "calibration.yaml to start from ('' for the nominal model)")
     calibration_output: str = param("", "where to save the calibration ('' for $ROS_HOME/diffsim_ros/<robot>_calibration.yaml)")
     save_on_shutdown: bool = param(True, "save the calibration when the node shuts down")
-    groups: list[str] = param(["payload", "spring"], "parameter groups (payload, spring, inertia, link_lengths, camera)")
     camera_frame: str = param("", "tracked link of the camera poses (default: the robot config's camera.tracked_frame)")
     joint_states_topic: str = param("", "joint state topic (default: the robot config's topics.joint_states)")
     camera_topic: str = param("", "camera pose topic (default: the robot config's topics.camera_pose)")
     input_timeout: float = param(0.5, "inputs older than this are reported stale [s]")
     torque_rate_hz: float = param(10.0, "estimated torque rate [Hz] (0: off)")
-    window_poses: int = param(40, "static poses kept")
-    window_seconds: float = param(600.0, "poses older than this are dropped [s]")
-    rest_velocity: float = param(0.01, "max |joint velocity| at rest [rad/s]")
-    rest_duration: float = param(0.3, "minimum rest averaged into a pose [s]")
-    max_rest_duration: float = param(2.0, "longer rests are cut into several poses [s]")
-    min_poses: int = param(8, "poses needed before the first update")
-    holdout: int = param(3, "recent poses held back to validate an update")
-    update_period: float = param(2.0, "seconds between updates")
-    max_iterations: int = param(12, "residual evaluations per update")
-    acceptance_margin: float = param(0.02, "relative held-back RMS increase still accepted")
+    # The estimator's tuning (groups, window, rests, updates); bounds come from bounds.*.
+    estimation: OnlineEstimatorConfig = group(OnlineEstimatorConfig, "", exclude=("bounds",),
+                                              kinds={"groups": list[str]})
     bound_names: list[str] = param([], "parameters with plausibility bounds", name="bounds.names")
     bound_lower: list[float] = param([], "lower bounds, one per bounds.names", name="bounds.lower")
     bound_upper: list[float] = param([], "upper bounds, one per bounds.names", name="bounds.upper")
@@ -76,16 +84,15 @@ class EstimatorNodeConfig:
         if self.torque_rate_hz < 0 or not self.input_timeout > 0:
             raise ValueError("torque_rate_hz must be >= 0 and input_timeout > 0")
 
+    @property
+    def groups(self):
+        """Estimated parameter groups."""
+        return self.estimation.groups
+
     def estimator_config(self):
         """OnlineEstimatorConfig of these parameters (ValueError for inconsistent tuning)."""
-        return OnlineEstimatorConfig(
-            groups=tuple(self.groups), window_poses=self.window_poses, window_seconds=self.window_seconds,
-            rest_velocity=self.rest_velocity, rest_duration=self.rest_duration,
-            max_rest_duration=self.max_rest_duration, min_poses=self.min_poses, holdout=self.holdout,
-            update_period=self.update_period, max_iterations=self.max_iterations,
-            acceptance_margin=self.acceptance_margin,
-            bounds={n: (lo, hi) for n, lo, hi in zip(self.bound_names, self.bound_lower, self.bound_upper)},
-        )
+        bounds = {n: (lo, hi) for n, lo, hi in zip(self.bound_names, self.bound_lower, self.bound_upper)}
+        return replace(self.estimation, bounds=bounds)
 
 
 class EstimatorNode:
@@ -96,6 +103,8 @@ class EstimatorNode:
         joints: InputMonitor of the joint states; ``camera``: of the camera poses (or None).
         published: Estimates messages published.
         saved: Paths written.
+        busy: Whether an update is running (off the executor).
+        last_update: OnlineUpdate of the last update (None before the first).
     """
 
     def __init__(self, handle):
@@ -106,11 +115,14 @@ class EstimatorNode:
         raw_camera = self.robot.config.raw.get("camera") or {}
         camera_frame = cfg.camera_frame or raw_camera.get("tracked_frame")
         use_camera = "camera" in cfg.groups
+        self._camera_frame = camera_frame if use_camera else None
         try:
-            self.estimator = OnlineEstimator(self.robot.model, cfg.estimator_config(),
-                                             camera_frame=camera_frame if use_camera else None)
+            self.estimator = self._new_estimator()
         except ValueError as err:
             raise ValueError(f"node '{handle.name}': invalid estimator parameters: {err}") from None
+        self.busy, self.last_update = False, None
+        self._pending = []  # samples that arrived while an update ran: (add method name, args)
+        self._reset_requested = False
         self.output_path = resolve_resource(cfg.calibration_output) if cfg.calibration_output else \
             default_calibration_path(self.robot.config.name)
         if cfg.save_on_shutdown:  # hours of estimation must not end in an unwritable path
@@ -120,6 +132,7 @@ class EstimatorNode:
         logger = handle.get_logger()
         self.joints = joint_state_input(self.robot.joint_names, cfg.input_timeout, joint_topic,
                                         bounds=JointStateBounds(self.robot.model), logger=logger)
+        self._rates = {"joints": InputRates(), "camera": InputRates()}
         handle.create_subscription(JOINT_STATE, joint_topic, self._on_joint_state, SENSOR_QOS)
         self.camera = None
         if use_camera:
@@ -128,6 +141,10 @@ class EstimatorNode:
                                      workspace=PoseWorkspace.from_config(raw_camera.get("workspace"), "camera.workspace"))
             handle.create_subscription(POSE_STAMPED, camera_topic, self._on_camera_pose, SENSOR_QOS)
         handle.create_subscription(EMPTY, "~/save", self._on_save, COMMAND_QOS)
+        handle.create_service(TRIGGER, "~/save_calibration", self._serve_save)
+        handle.create_service(TRIGGER, "~/reset", self._serve_reset)
+        self.diagnostics = handle.create_publisher(DIAGNOSTIC_ARRAY, "/diagnostics", 10)
+        handle.create_timer(_DIAGNOSTICS_PERIOD, self._publish_diagnostics)
         self.estimates = handle.create_publisher(FLOAT64_MULTI_ARRAY, "~/estimates", LATCHED_QOS)
         self.torques = handle.create_publisher(JOINT_STATE, "~/estimated_torques", SENSOR_QOS)
         handle.create_timer(_UPDATE_CHECK_PERIOD, self._update)
@@ -137,7 +154,17 @@ class EstimatorNode:
             handle.add_on_shutdown(self.save)
         handle.get_logger().info(f"estimating {list(cfg.groups)} from {joint_topic}; calibration -> {self.output_path}")
 
+    def _new_estimator(self):
+        return OnlineEstimator(self.robot.model, self.config.estimator_config(), camera_frame=self._camera_frame)
+
     # ------------------------------------------------------------------ inputs
+    def _feed(self, method, *args):
+        """Give a sample to the estimator, or queue it while an update runs on it."""
+        if self.busy:
+            self._pending.append((method, args))
+        else:
+            getattr(self.estimator, method)(*args)
+
     def _stamp(self, sample):
         """Sample time [s]: the header stamp, or the receive time when the stamp is unset."""
         return (sample.stamp_ns or self.handle.now_ns()) / NS_PER_S
@@ -145,23 +172,39 @@ class EstimatorNode:
     def _on_joint_state(self, msg):
         sample = self.joints.update(msg, self.handle.now_ns())  # logs what it drops
         if sample is not None:
-            self.estimator.add_joint_state(self._stamp(sample), sample.positions, sample.velocities, sample.efforts)
+            self._feed("add_joint_state", self._stamp(sample), sample.positions, sample.velocities, sample.efforts)
 
     def _on_camera_pose(self, msg):
         sample = self.camera.update(msg, self.handle.now_ns())
         if sample is not None:
-            self.estimator.add_camera_pose(self._stamp(sample), sample.position, sample.quaternion)
+            self._feed("add_camera_pose", self._stamp(sample), sample.position, sample.quaternion)
 
     # ------------------------------------------------------------------ updates
     def _update(self):
         if self.joints.watchdog.poll(self.handle.now_ns()) == STALE:
             self.handle.get_logger().warning("joint states stale: no new data for the estimator")
         latest = self.joints.latest
-        if latest is None:
+        if latest is None or self.busy:
             return
-        update = self.estimator.update(self._stamp(latest))
+        self.busy = True
+        estimator, now = self.estimator, self._stamp(latest)
+        self.handle.run_in_background(lambda: estimator.update(now), self._update_done)
+
+    def _update_done(self, update, error):
+        """Back on the node's callbacks: catch up on queued samples, then publish an accepted update."""
+        self.busy = False
+        pending, self._pending = self._pending, []
+        if self._reset_requested:  # requested while the update ran: its result is discarded too
+            self._reset()
+            return
+        for method, args in pending:
+            getattr(self.estimator, method)(*args)
+        if error is not None:
+            self.handle.get_logger().error(f"estimator update failed: {type(error).__name__}: {error}")
+            return
         if update is None:
             return
+        self.last_update = update
         if not update.accepted:
             self.handle.get_logger().info(f"update not accepted ({update.poses} poses): {update.reason}")
             return
@@ -174,8 +217,8 @@ class EstimatorNode:
 
     def _publish_torques(self):
         latest = self.joints.latest
-        if latest is None or not self.joints.is_fresh(self.handle.now_ns()):
-            return
+        if latest is None or self.busy or not self.joints.is_fresh(self.handle.now_ns()):
+            return  # (the estimator is not ours to read while an update runs)
         tau = self.estimator.estimated_torques()
         if tau is not None:
             self.torques.publish(joint_state_msg(self.handle.messages, self.handle.now_ns(), self.robot.joint_names,
@@ -203,15 +246,62 @@ class EstimatorNode:
         return path
 
     def _on_save(self, msg):
+        self._serve_save(None)
+
+    def _serve_save(self, request):
+        """``~/save_calibration`` (and ``~/save``): write the calibration file now."""
+        if self.busy:
+            return {"success": False, "message": "an estimator update is running; call again in a moment"}
         try:
-            self.save()
+            path = self.save()
         except OSError as err:  # an unwritable path must not stop the estimator
-            self.handle.get_logger().error(f"calibration not saved to {self.output_path}: {err}")
+            message = f"calibration not saved to {self.output_path}: {err}"
+            self.handle.get_logger().error(message)
+            return {"success": False, "message": message}
+        if path is None:
+            return {"success": False, "message": "no accepted estimates yet: nothing to save"}
+        return {"success": True, "message": str(path)}
+
+    def _serve_reset(self, request):
+        """``~/reset``: forget rests and estimates; start again from the start-up model."""
+        if self.busy:
+            self._reset_requested = True
+            return {"success": True, "message": "estimator reset when the running update ends"}
+        self._reset()
+        return {"success": True, "message": "estimator reset to the start-up model"}
+
+    def _reset(self):
+        self.estimator, self.last_update, self._reset_requested = self._new_estimator(), None, False
+        self.handle.get_logger().info("estimator reset: rests and estimates forgotten")
+
+    # ------------------------------------------------------------------ diagnostics
+    def _publish_diagnostics(self):
+        now_ns, name = self.handle.now_ns(), node_label(self.handle)
+        statuses = [input_status(f"{name}: {self.joints.what}", self.joints, self._rates["joints"], now_ns)]
+        if self.camera is not None:
+            statuses.append(input_status(f"{name}: {self.camera.what}", self.camera, self._rates["camera"], now_ns))
+        statuses.append(self._health())
+        self.diagnostics.publish(diagnostic_array_msg(self.handle.messages, now_ns, statuses))
+
+    def _health(self):
+        last = self.last_update
+        values = {"groups": ",".join(self.config.groups), "update running": self.busy,
+                  "estimates published": self.published, "queued samples": len(self._pending)}
+        if not self.busy:
+            values["rest poses"] = self.estimator.pose_count
+        if last is None:
+            return status(WARN if not self.published else OK, f"{node_label(self.handle)}: estimator",
+                          "no update yet (collecting rests)", values)
+        values.update({"last update [s]": f"{last.time:.3f}", "last update accepted": last.accepted,
+                       "held-back RMS before [N·m]": f"{last.holdout_rms_before:.4g}",
+                       "held-back RMS after [N·m]": f"{last.holdout_rms_after:.4g}"})
+        level = OK if last.accepted or self.published else WARN
+        return status(level, f"{node_label(self.handle)}: estimator", last.reason, values)
 
 
 def main(args=None):
-    """Entry point of ``ros2 run diffsim_ros estimator_node``."""
-    run_node(EstimatorNode, "estimator", args)
+    """Entry point of ``ros2 run diffsim_ros estimator_node`` (ends the process: exit code 0, or 1 after a start-up error)."""
+    exit_process(run_node(EstimatorNode, "estimator", args))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,11 @@ Topics (names from the robot config unless overridden):
 * Baxter: subscribes ``/robot/limb/<side>/joint_command`` (baxter_core_msgs/msg/JointCommand,
   COMMAND_QOS) and ``/robot/limb/<side>/suppress_gravity_compensation`` (std_msgs/msg/Empty);
 * ros2_control: subscribes ``/<controller_name>/commands`` (std_msgs/msg/Float64MultiArray,
-  COMMAND_QOS), ``controller_joints`` in order.
+  COMMAND_QOS), ``controller_joints`` in order;
+* with ``publish_clock``: publishes ``/clock`` (rosgraph_msgs/msg/Clock, CLOCK_QOS) after every
+  physics update. Simulation time then advances by the simulated step (it falls behind the
+  wall clock when the machine cannot keep up, as a simulator's clock should), stamps and the
+  command interface use it, and the other nodes follow it with ``use_sim_time: true``.
 """
 
 from dataclasses import dataclass
@@ -25,7 +29,9 @@ import numpy as np
 from scipy.spatial.transform import Rotation
 
 from diffsim_ros.io.ros_messages import (
+    NS_PER_S,
     TORQUE_MODE,
+    clock_msg,
     JointNameMap,
     MessageConversionError,
     joint_command_to_array,
@@ -33,13 +39,13 @@ from diffsim_ros.io.ros_messages import (
     pose_stamped_msg,
     seconds_to_ns,
 )
-from diffsim_ros.io.ros_types import EMPTY, FLOAT64_MULTI_ARRAY, JOINT_COMMAND, JOINT_STATE, POSE_STAMPED
+from diffsim_ros.io.ros_types import CLOCK, EMPTY, FLOAT64_MULTI_ARRAY, JOINT_COMMAND, JOINT_STATE, POSE_STAMPED
 from diffsim_ros.sim.hardware import BaxterLimbEmulator, EffortControllerEmulator
 from diffsim_ros.nodes.outputs import BAXTER, OUTPUTS, baxter_topics, controller_joint_order, effort_controller_topic
 from diffsim_ros.nodes.robot import DEFAULT_ROBOT_CONFIG, load_robot, robot_topic, set_threads
-from diffsim_ros.runtime import COMMAND_QOS, SENSOR_QOS, declare_config, param
+from diffsim_ros.runtime import CLOCK_QOS, COMMAND_QOS, SENSOR_QOS, declare_config, param
 from diffsim_ros.runtime.params import ParameterError
-from diffsim_ros.runtime.rclpy_backend import run_node
+from diffsim_ros.runtime.rclpy_backend import exit_process, run_node
 from diffsim_ros.sim.mujoco_plant import MujocoPlant, PlantTruth, SensorNoise, random_camera_pose
 
 __all__ = ["SimRobotConfig", "SimRobotNode", "main", "plant_truth"]
@@ -65,6 +71,7 @@ class SimRobotConfig:
     sort_joint_names: bool = param(True, "publish joint names sorted (Baxter's order) instead of model order")
     initial_positions: list[float] = param([], "start configuration [rad], model order (default: zeros within limits)")
     seed: int = param(0, "seed of the sensor noise and the random camera pose")
+    publish_clock: bool = param(False, "publish /clock with the simulation time (other nodes: use_sim_time)")
     command_timeout: float = param(0.2, "Baxter: torque mode ends this long after the last command [s]")
     suppress_timeout: float = param(0.2, "Baxter: own gravity compensation returns this long after a suppress [s]")
     hold_bandwidth: float = param(20.0, "position-mode hold bandwidth [rad/s]")
@@ -148,6 +155,9 @@ class SimRobotNode:
         self._substeps = max(1, int(round(1.0 / (cfg.step_rate_hz * cfg.timestep))))
         self._published_names, self._order = self._names(cfg)
         self._extra = np.zeros(len(cfg.extra_joints))
+        self._sim_ns = handle.now_ns() if cfg.publish_clock else None  # simulation time [ns]
+        self._step_ns = int(round(self._substeps * cfg.timestep * NS_PER_S))
+        self.clock = handle.create_publisher(CLOCK, "/clock", CLOCK_QOS) if cfg.publish_clock else None
         self._setup_commands(cfg, model, start)
         joint_topic = robot_topic(self.robot.config, "joint_states", cfg.joint_states_topic) or "/joint_states"
         self.joint_states = handle.create_publisher(JOINT_STATE, joint_topic, SENSOR_QOS)
@@ -190,6 +200,15 @@ class SimRobotNode:
             topic = effort_controller_topic(cfg.controller_name)
             handle.create_subscription(FLOAT64_MULTI_ARRAY, topic, self._on_effort_command, COMMAND_QOS)
 
+    # ------------------------------------------------------------------ time
+    def now_ns(self):
+        """The robot's time [ns]: simulation time with ``publish_clock``, else node time."""
+        return self._sim_ns if self._sim_ns is not None else self.handle.now_ns()
+
+    def now(self):
+        """The robot's time [s]."""
+        return self.now_ns() / NS_PER_S
+
     # ------------------------------------------------------------------ commands
     def _reject(self, reason):
         self.rejected_commands += 1
@@ -202,10 +221,10 @@ class SimRobotNode:
             return self._reject(str(err))
         if not np.all(np.isfinite(tau)):
             return self._reject("non-finite torques")  # a real drive faults; nothing applied
-        self.hardware.command(self.handle.now(), tau)
+        self.hardware.command(self.now(), tau)
 
     def _on_suppress(self, msg):
-        self.hardware.suppress_gravity_compensation(self.handle.now())
+        self.hardware.suppress_gravity_compensation(self.now())
 
     def _on_effort_command(self, msg):
         data = np.asarray(msg.data, dtype=np.float64)
@@ -214,15 +233,18 @@ class SimRobotNode:
             return self._reject(f"{data.size} values for {len(self._controller_order)} joints or non-finite")
         tau = np.empty(len(self.joint_names))
         tau[self._controller_order] = data
-        self.hardware.command(self.handle.now(), tau)
+        self.hardware.command(self.now(), tau)
 
     # ------------------------------------------------------------------ physics and sensors
     def _step(self):
         q, qd = self.plant.true_state()
-        self.plant.step(self.hardware.torques(self.handle.now(), q, qd), steps=self._substeps)
+        self.plant.step(self.hardware.torques(self.now(), q, qd), steps=self._substeps)
+        if self.clock is not None:
+            self._sim_ns += self._step_ns
+            self.clock.publish(clock_msg(self.handle.messages, self._sim_ns))
         if self._held is not None:
             until, q_held = self._held
-            if self.handle.now_ns() < until:
+            if self.now_ns() < until:
                 self.plant.reset(q_held)  # the hand keeps the arm where it was, at rest
             else:
                 self._held = None
@@ -233,15 +255,15 @@ class SimRobotNode:
         Lets a test engage a torque controller without the ramp-in transient: once released,
         the arm moves only as the controller's model error makes it.
         """
-        self._held = (self.handle.now_ns() + seconds_to_ns(seconds), self.plant.true_state()[0])
+        self._held = (self.now_ns() + seconds_to_ns(seconds), self.plant.true_state()[0])
 
     def _publish_joint_state(self):
         values = [np.concatenate([v, self._extra])[self._order] for v in self.plant.read_joint_state()]
-        self.joint_states.publish(joint_state_msg(self.handle.messages, self.handle.now_ns(), self._published_names, *values))
+        self.joint_states.publish(joint_state_msg(self.handle.messages, self.now_ns(), self._published_names, *values))
 
     def _publish_camera(self):
         position, quaternion = self.plant.read_camera_pose(self.tracked_frame)
-        self.camera.publish(pose_stamped_msg(self.handle.messages, self.handle.now_ns(), self.config.camera_frame_id,
+        self.camera.publish(pose_stamped_msg(self.handle.messages, self.now_ns(), self.config.camera_frame_id,
                                              position, quaternion))
 
     def true_parameters(self):
@@ -261,8 +283,8 @@ class SimRobotNode:
 
 
 def main(args=None):
-    """Entry point of ``ros2 run diffsim_ros sim_robot_node``."""
-    run_node(SimRobotNode, "sim_robot", args)
+    """Entry point of ``ros2 run diffsim_ros sim_robot_node`` (ends the process: exit code 0, or 1 after a start-up error)."""
+    exit_process(run_node(SimRobotNode, "sim_robot", args))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,11 @@
 * :mod:`~diffsim_ros.runtime.faults` — watchdog, validated inputs, joint-name checks.
 * :mod:`~diffsim_ros.runtime.embedded` — in-process runtime (simulated or wall time,
   recording, bag replay).
-* :mod:`~diffsim_ros.runtime.rclpy_backend` — rclpy (the only module importing rclpy).
+* :mod:`~diffsim_ros.runtime.rclpy_backend` — rclpy (the only module importing rclpy):
+  EventsExecutor, orderly shutdown, lifecycle nodes, services, parameter callbacks.
+* :mod:`~diffsim_ros.runtime.diagnostics` — ``/diagnostics`` statuses (input rates, drops, watchdogs).
+* :mod:`~diffsim_ros.runtime.interfaces` — builds ROS 2 interface packages (``baxter_core_msgs``)
+  with the package index's ament_cmake/rosidl/colcon.
 """
 
 from diffsim_ros.runtime.interface import LOG_LEVELS, Logger, NodeHandle, Publisher, Subscription, Timer

@@ -36,6 +36,7 @@ import itertools
 import logging
 import re
 import time
+import types
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +44,7 @@ from pathlib import Path
 from diffsim_ros.io.bags import BagError, BagWriter, bag_info, iter_bag
 from diffsim_ros.io.ros_messages import NS_PER_S, clock_msg, seconds_to_ns, time_to_ns
 from diffsim_ros.io.ros_types import CLOCK, TypestoreMessages, make_typestore, normalize_type_name
-from diffsim_ros.runtime.interface import Logger, NodeHandle, Publisher, Subscription, Timer
+from diffsim_ros.runtime.interface import Logger, NodeHandle, Publisher, Service, Subscription, Timer
 from diffsim_ros.runtime.params import ParameterError, load_parameter_files
 from diffsim_ros.runtime.qos import (
     CLOCK_QOS,
@@ -131,6 +132,12 @@ class _Subscription(Subscription):
         return incompatibility(publisher.qos, self.qos) is None
 
 
+class _Service(Service):
+    def __init__(self, node, name, srv_type, callback):
+        self.node, self.name, self.srv_type, self.callback = node, name, srv_type, callback
+        self.calls = 0
+
+
 class _Timer(Timer):
     def __init__(self, node, period_ns, callback, next_due):
         self.node, self.period_ns, self.callback, self.next_due = node, period_ns, callback, next_due
@@ -185,6 +192,7 @@ class EmbeddedNodeHandle(NodeHandle):
         self._overrides, self._explicit = dict(overrides), set(explicit)
         self.parameters = {}
         self._shutdown_callbacks = []
+        self._parameter_callbacks = []
         self._logger = _EmbeddedLogger(self)
         self.use_sim_time = self._declare_use_sim_time()
         self._sim_now = 0
@@ -255,6 +263,41 @@ class EmbeddedNodeHandle(NodeHandle):
     def add_on_shutdown(self, callback):
         self._shutdown_callbacks.append(callback)
 
+    def create_service(self, srv_type, name, callback):
+        name = self.resolve(name)
+        if name in self.runtime._services:
+            raise EmbeddedError(f"node '{self.name}': service {name} already exists")
+        service = _Service(self, name, str(srv_type), callback)
+        self.runtime._services[name] = service
+        return service
+
+    def add_on_set_parameters_callback(self, callback):
+        self._parameter_callbacks.append(callback)
+
+    def set_parameters(self, changes):
+        """Change declared parameters at run time (as ``ros2 param set``), atomically.
+
+        Returns:
+            None when applied, else the reason the first rejecting callback gave (nothing changed).
+        """
+        undeclared = sorted(set(changes) - set(self.parameters))
+        if undeclared:
+            return f"parameter(s) {undeclared} are not declared"
+        for callback in self._parameter_callbacks:
+            reason = callback(dict(changes))
+            if reason is not None:
+                return reason
+        self.parameters.update(changes)
+        return None
+
+    def run_in_background(self, work, done):
+        # Deterministic: the work runs now and its completion is the next event.
+        try:
+            result, error = work(), None
+        except Exception as err:  # handed to done(), as the threaded backend does
+            result, error = None, err
+        self.runtime._schedule(self.runtime.now_ns(), lambda: done(result, error))
+
     def _on_clock(self, msg):
         previous, self._sim_now = self._sim_now, time_to_ns(msg.clock)
         for timer in self._sim_timers:
@@ -294,7 +337,7 @@ class EmbeddedRuntime:
         self.nodes = []
         self._now = int(start_ns) if clock == SIM else time.time_ns()
         self._events, self._seq = [], itertools.count()
-        self._topics, self._faults = {}, {}
+        self._topics, self._faults, self._services = {}, {}, {}
         self._recorder = None
         self._shutdown_requested = self._shut_down = False
         self._checked_overrides = set()
@@ -316,8 +359,27 @@ class EmbeddedRuntime:
         return node
 
     def add_node(self, node_class, name, namespace="/", parameter_overrides=None, **kwargs):
-        """Create a handle and construct ``node_class(handle, **kwargs)``; returns the node object."""
-        return node_class(self.create_node(name, namespace, parameter_overrides), **kwargs)
+        """Create a handle and construct ``node_class(handle, **kwargs)``; returns the node object.
+
+        A managed node (``node_class.managed``) is constructed (configured) and, with its
+        ``autostart`` parameter (default true), activated; else call its ``on_activate()``.
+        """
+        handle = self.create_node(name, namespace, parameter_overrides)
+        autostart = getattr(node_class, "managed", False) and \
+            handle.declare_parameter("autostart", True, "configure and activate at start-up (lifecycle node)")
+        node = node_class(handle, **kwargs)
+        if autostart:
+            node.on_activate()
+        return node
+
+    def call_service(self, name, **request):
+        """Call the service ``name`` with a request of the given fields; returns the response fields (dict)."""
+        self._check_running()
+        service = self._services.get(name)
+        if service is None:
+            raise EmbeddedError(f"no service {name}; services: {sorted(self._services)}")
+        service.calls += 1
+        return dict(service.callback(types.SimpleNamespace(**request)) or {})
 
     def topics(self):
         """Topic name -> message type of every topic with a publisher or subscription."""

@@ -46,7 +46,7 @@ from abc import ABC, abstractmethod
 
 from diffsim_ros.io.ros_messages import NS_PER_S
 
-__all__ = ["LOG_LEVELS", "Logger", "NodeHandle", "Publisher", "Subscription", "Timer"]
+__all__ = ["LOG_LEVELS", "Logger", "NodeHandle", "Publisher", "Service", "Subscription", "Timer"]
 
 
 class Publisher(ABC):
@@ -75,6 +75,13 @@ class Subscription(ABC):
 
     topic: str
     msg_type: str
+
+
+class Service(ABC):
+    """A service server calling ``callback(request) -> dict of response fields``. Attributes: name, srv_type."""
+
+    name: str
+    srv_type: str
 
 
 class Timer(ABC):
@@ -201,6 +208,33 @@ class NodeHandle(ABC):
     @abstractmethod
     def add_on_shutdown(self, callback):
         """Call ``callback()`` once when the node shuts down (before its publishers go away)."""
+
+    @abstractmethod
+    def create_service(self, srv_type, name, callback):
+        """A Service of ``srv_type`` (``pkg/srv/Type``) calling ``callback(request)``.
+
+        The callback returns the response's fields as a dict (e.g. ``{"success": True,
+        "message": "saved"}``); fields not given keep their defaults.
+        """
+
+    @abstractmethod
+    def add_on_set_parameters_callback(self, callback):
+        """Validate run-time parameter changes: ``callback(changes) -> None | reason``.
+
+        ``changes`` maps parameter names to their new values (several at once for an atomic
+        set); returning a string rejects the whole change with that reason, and the
+        parameters keep their values. Applied changes are the callback's to act on.
+        """
+
+    @abstractmethod
+    def run_in_background(self, work, done):
+        """Run ``work()`` off the node's callbacks, then ``done(result, error)`` on them.
+
+        Long computations (an estimator update) must not delay message callbacks. The rclpy
+        backend runs ``work`` on a worker thread and ``done`` on the executor; the embedded
+        runtime runs both at once (deterministic). ``error`` is the exception ``work``
+        raised, else None. The caller keeps data ``work`` uses away from its callbacks.
+        """
 
     def now(self):
         """Node time [s] (float; use :meth:`now_ns` for header stamps)."""

@@ -13,6 +13,13 @@ node code gets its parameters from ``--ros-args --params-file`` on rclpy and fro
 
     config = declare_config(handle, ControllerConfig)
 
+Library settings are not copied into node configs: :func:`group` makes a library config
+dataclass (``MPCSettings``, ``SafetyConfig``, ``OnlineEstimatorConfig``) a field whose members
+are declared as parameters ``<prefix>.<member>``, with the library's defaults and the
+descriptions of its docstring, and arrive in the node as an instance of that class::
+
+    mpc: MPCSettings = group(MPCSettings, "mpc")
+
 Parameter files use the ROS 2 layout: top-level keys are node names (``controller``,
 ``/ns/controller``, wildcards ``/**`` and ``/**/controller``), each with a
 ``ros__parameters`` mapping whose nested mappings flatten to dotted names.
@@ -30,12 +37,16 @@ __all__ = [
     "ParameterError",
     "ParameterSpec",
     "coerce_parameter",
+    "config_values",
     "declare_config",
+    "group",
+    "per_joint_value",
     "load_parameter_files",
     "node_fqn",
     "param",
     "parameter_specs",
     "parameters_for_node",
+    "updated_config",
 ]
 
 _SCALARS = (bool, int, float, str)
@@ -60,17 +71,58 @@ def param(default, description="", *, name=None):
     return dataclasses.field(default=default, metadata=metadata)
 
 
+def per_joint_value(values):
+    """A per-joint list parameter as the control layer takes it: one value -> scalar, none -> None."""
+    values = list(values)
+    return values[0] if len(values) == 1 else (values or None)
+
+
+def _ros_value(value):
+    """A library default as a ROS parameter value: None -> [], tuple -> list, others as they are."""
+    if value is None:
+        return []
+    return list(value) if isinstance(value, tuple) else value
+
+
+@dataclass(frozen=True)
+class _Group:
+    config_cls: type
+    prefix: str
+    exclude: tuple
+    kinds: dict
+    convert: dict
+
+
+def group(config_cls, prefix="", *, exclude=(), kinds=None, convert=None):
+    """A node config field holding a library config dataclass whose fields are node parameters.
+
+    Args:
+        config_cls: Library config dataclass (its defaults and docstring ``Attributes:``
+            descriptions are used).
+        prefix: Parameter name prefix (``"mpc"`` -> ``mpc.horizon``; ``""``: the field names).
+        exclude: Members that are not parameters (set by the node, e.g. from other parameters).
+        kinds: Member -> parameter type where the annotation does not say (e.g. ``list[float]``
+            for ``object``-typed per-joint values, ``list[str]`` for a ``tuple``).
+        convert: Member -> ``f(parameter value) -> library value`` (default: tuples for tuple
+            defaults, else unchanged), e.g. :func:`per_joint_value`.
+    """
+    spec = _Group(config_cls, prefix, tuple(exclude), dict(kinds or {}), dict(convert or {}))
+    return dataclasses.field(default_factory=config_cls, metadata={"group": spec})
+
+
 @dataclass(frozen=True)
 class ParameterSpec:
     """One declared parameter: name, default, Python type and description.
 
     Attributes:
-        field: Dataclass field name.
+        field: Dataclass field name (of the node config; for group members the group field).
         name: ROS parameter name.
         kind: ``bool``, ``int``, ``float``, ``str``, or ``list``/``tuple`` of one of them.
         element: Element type of list parameters, else None.
         default: Default value (already coerced).
         description: Human description.
+        member: Member of the group's library config, None for plain fields.
+        to_config: ``f(parameter value) -> library value`` of group members.
     """
 
     field: str
@@ -79,6 +131,8 @@ class ParameterSpec:
     element: type | None
     default: object
     description: str = ""
+    member: str | None = None
+    to_config: object = None
 
 
 def _kind_of(annotation, where):
@@ -92,8 +146,56 @@ def _kind_of(annotation, where):
     raise ParameterError(f"{where}: unsupported parameter type {annotation!r}; use bool, int, float, str or a list of one")
 
 
+_ATTRIBUTE = re.compile(r"^(?P<indent>\s+)(?P<name>\w+): (?P<text>.*)$")
+
+
+def attribute_descriptions(cls):
+    """Member -> description from a Google-style ``Attributes:`` docstring section (one line each)."""
+    lines = (cls.__doc__ or "").splitlines()
+    out, current, indent = {}, None, None
+    inside = False
+    for line in lines:
+        if line.strip() == "Attributes:":
+            inside = True
+            continue
+        if not inside or not line.strip():
+            continue
+        match = _ATTRIBUTE.match(line)
+        if match and (indent is None or len(match["indent"]) == indent):
+            indent, current = len(match["indent"]), match["name"]
+            out[current] = match["text"].strip()
+        elif current is not None and len(line) - len(line.lstrip()) > (indent or 0):
+            out[current] += " " + line.strip()
+        else:
+            break
+    return out
+
+
+def _group_specs(f, spec):
+    """Parameter specs of the members of a :func:`group` field."""
+    cls = spec.config_cls
+    hints, descriptions = typing.get_type_hints(cls), attribute_descriptions(cls)
+    specs = []
+    for member in dataclasses.fields(cls):
+        if member.name in spec.exclude or not member.init:
+            continue
+        where = f"{cls.__name__}.{member.name}"
+        if member.default is dataclasses.MISSING and member.default_factory is dataclasses.MISSING:
+            raise ParameterError(f"{where}: a node parameter needs a default")
+        default = member.default if member.default is not dataclasses.MISSING else member.default_factory()
+        kind, element = _kind_of(spec.kinds.get(member.name, hints[member.name]), where)
+        convert = spec.convert.get(member.name) or (tuple if isinstance(default, tuple) else None)
+        name = f"{spec.prefix}.{member.name}" if spec.prefix else member.name
+        item = ParameterSpec(f.name, name, kind, element, None, descriptions.get(member.name, ""), member.name, convert)
+        value = _ros_value(default)
+        if element is not None and not isinstance(value, list):
+            value = [value]  # a scalar per-joint default: one value for every joint
+        specs.append(dataclasses.replace(item, default=coerce_parameter(item, value, where)))
+    return specs
+
+
 def parameter_specs(config_cls):
-    """The parameters of a config dataclass, in field order.
+    """The parameters of a config dataclass, in field order (group members in their class's order).
 
     Raises:
         ParameterError: A field without a default or of an unsupported type.
@@ -103,6 +205,9 @@ def parameter_specs(config_cls):
     hints = typing.get_type_hints(config_cls)
     specs = []
     for f in dataclasses.fields(config_cls):
+        if "group" in f.metadata:
+            specs.extend(_group_specs(f, f.metadata["group"]))
+            continue
         where = f"{config_cls.__name__}.{f.name}"
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise ParameterError(f"{where}: a node parameter needs a default")
@@ -110,6 +215,10 @@ def parameter_specs(config_cls):
         kind, element = _kind_of(hints[f.name], where)
         spec = ParameterSpec(f.name, f.metadata.get("name") or f.name, kind, element, None, f.metadata.get("description", ""))
         specs.append(dataclasses.replace(spec, default=coerce_parameter(spec, default, where)))
+    names = [spec.name for spec in specs]
+    clashes = sorted({name for name in names if names.count(name) > 1})
+    if clashes:
+        raise ParameterError(f"{config_cls.__name__}: parameter(s) {clashes} declared twice")
     return specs
 
 
@@ -147,18 +256,61 @@ def declare_config(handle, config_cls):
     Raises:
         ParameterError: A value of the wrong type, or ``validate()`` failed (node named).
     """
-    values = {}
+    raw = {}
     for spec in parameter_specs(config_cls):
         default = list(spec.default) if spec.element is not None else spec.default
-        raw = handle.declare_parameter(spec.name, default, spec.description)
-        values[spec.field] = coerce_parameter(spec, raw, f"node '{handle.name}': parameter '{spec.name}'")
-    config = config_cls(**values)
-    if hasattr(config, "validate"):
-        try:
+        raw[spec.name] = handle.declare_parameter(spec.name, default, spec.description)
+    return _build_config(config_cls, raw, f"node '{handle.name}'")
+
+
+def _build_config(config_cls, raw, who):
+    """``config_cls`` from parameter name -> value (every parameter present), validated."""
+    values, members = {}, {}
+    for spec in parameter_specs(config_cls):
+        value = coerce_parameter(spec, raw[spec.name], f"{who}: parameter '{spec.name}'")
+        if spec.member is None:
+            values[spec.field] = value
+        else:
+            members.setdefault(spec.field, {})[spec.member] = spec.to_config(value) if spec.to_config else value
+    try:
+        for field_name, kwargs in members.items():
+            values[field_name] = _group_of(config_cls, field_name).config_cls(**kwargs)
+        config = config_cls(**values)
+        if hasattr(config, "validate"):
             config.validate()
-        except ValueError as err:
-            raise ParameterError(f"node '{handle.name}': invalid parameters: {err}") from None
+    except ValueError as err:
+        raise ParameterError(f"{who}: invalid parameters: {err}") from None
     return config
+
+
+def _group_of(config_cls, field_name):
+    return next(f.metadata["group"] for f in dataclasses.fields(config_cls) if f.name == field_name)
+
+
+def config_values(config):
+    """Parameter name -> value of a config built by :func:`declare_config` (group members as parameters)."""
+    out = {}
+    for spec in parameter_specs(type(config)):
+        value = getattr(config, spec.field)
+        if spec.member is not None:
+            value = _ros_value(getattr(value, spec.member))
+            value = [value] if spec.element is not None and not isinstance(value, list) else value
+        out[spec.name] = list(value) if spec.element is not None else value
+    return out
+
+
+def updated_config(config, changes, who="node"):
+    """``config`` with parameter changes (name -> value) applied and validated.
+
+    Raises:
+        ParameterError: An unknown parameter, a value of the wrong type, or invalid parameters.
+    """
+    values = config_values(config)
+    unknown = sorted(set(changes) - set(values))
+    if unknown:
+        raise ParameterError(f"{who}: unknown parameter(s) {unknown}")
+    values.update(changes)
+    return _build_config(type(config), values, who)
 
 
 # --- parameter files ------------------------------------------------------------------------

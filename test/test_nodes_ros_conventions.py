@@ -1,0 +1,170 @@
+"""ROS conventions of the nodes, in process on the embedded runtime (deterministic, simulated time):
+the controller's lifecycle (torque only while active), event-driven control, run-time parameter
+changes validated like start-up ones, the estimator's Trigger services and an update that runs
+through the background hook, and /diagnostics. The same behaviour over real DDS is checked by
+test_ros_graph.py.
+"""
+
+import numpy as np
+import pytest
+import yaml
+
+from diffsim_ros.io.ros_types import FLOAT64_MULTI_ARRAY
+from diffsim_ros.nodes.controller_node import ControllerNode, ControllerNodeConfig
+from diffsim_ros.nodes.estimator_node import EstimatorNode, EstimatorNodeConfig
+from diffsim_ros.nodes.sim_robot_node import SimRobotNode
+from diffsim_ros.runtime import COMMAND_QOS
+from diffsim_ros.runtime.diagnostics import DIAGNOSTIC_ARRAY, ERROR, OK
+from diffsim_ros.runtime.embedded import EmbeddedRuntime
+from diffsim_ros.runtime.params import ParameterError, parameter_specs
+from oracles import REPO
+
+PARAMS = REPO / "config" / "baxter_sim.params.yaml"
+HOLD = [0.25]  # [N·m] hold command of every joint
+ROS2_CONTROL = {"output": "ros2_control"}
+
+
+class Recorder:
+    """Records messages of one topic with the runtime time [s]."""
+
+    def __init__(self, runtime, msg_type, topic, qos=COMMAND_QOS):
+        self.runtime, self.messages = runtime, []
+        handle = runtime.create_node(f"recorder_{len(runtime.nodes)}")
+        handle.create_subscription(msg_type, topic, lambda msg: self.messages.append((runtime.now(), msg)), qos)
+
+
+def controller_graph(**controller_overrides):
+    runtime = EmbeddedRuntime(parameter_files=[PARAMS])
+    sim = runtime.add_node(SimRobotNode, "sim_robot", parameter_overrides={**ROS2_CONTROL, "camera_rate_hz": 0.0})
+    controller = runtime.add_node(ControllerNode, "controller", parameter_overrides={
+        **ROS2_CONTROL, "mode": "gravity_compensation", "safety.hold_command": HOLD, "follow_estimates": False,
+        **controller_overrides})
+    commands = Recorder(runtime, FLOAT64_MULTI_ARRAY, "/effort_controller/commands")
+    return runtime, sim, controller, commands
+
+
+def test_node_parameters_come_from_the_library_configs():
+    controller = {spec.name: spec for spec in parameter_specs(ControllerNodeConfig)}
+    assert {"mpc.horizon", "mpc.step_tolerance", "mpc.levenberg", "safety.state_timeout"} <= set(controller)
+    assert "safety.output" not in controller  # follows the node's output
+    assert controller["safety.torque_rate_limit"].default == [200.0]  # SafetyConfig's 200.0, one value per joint
+    assert "Largest torque change" in controller["safety.torque_rate_limit"].description
+    estimator = {spec.name: spec for spec in parameter_specs(EstimatorNodeConfig)}
+    assert {"torque_window", "effort_std_floor", "camera_window"} <= set(estimator)
+    assert estimator["groups"].default == ["payload", "spring"]
+
+
+def test_controller_commands_only_while_active():
+    runtime, _, controller, commands = controller_graph()
+    runtime.spin_for(1.0)
+    assert controller.active and len(commands.messages) > 150
+    controller.on_deactivate()
+    runtime.spin_for(0.01)
+    count = len(commands.messages)
+    assert list(commands.messages[-1][1].data) == HOLD * 7  # ros2_control: the hold command, once
+    runtime.spin_for(0.5)
+    assert len(commands.messages) == count
+    controller.on_activate()
+    runtime.spin_for(0.5)
+    assert len(commands.messages) > count + 80
+    runtime.shutdown()
+
+
+def test_autostart_false_waits_for_activation():
+    runtime, _, controller, commands = controller_graph(autostart=False)
+    runtime.spin_for(0.5)
+    assert not controller.active and commands.messages == []
+    runtime.shutdown()
+
+
+def test_event_driven_control_commands_on_each_joint_state():
+    runtime, sim, controller, commands = controller_graph(control_trigger="joint_state")
+    runtime.spin_for(2.0)
+    times = np.array([t for t, _ in commands.messages])
+    # One command per joint state (100 Hz), none from the 200 Hz timer while states are fresh
+    # (before the first state the timer publishes the hold command).
+    assert len(controller.latencies) == 200
+    assert 200 <= len(times) <= 202
+    runtime.shutdown()
+
+
+def test_run_time_parameter_changes_are_validated():
+    runtime, _, controller, _ = controller_graph()
+    handle = next(node for node in runtime.nodes if node.name == "controller")
+    runtime.spin_for(0.2)
+    assert handle.set_parameters({"safety.state_timeout": 0.08, "gravity_scale": 0.9}) is None
+    assert controller.config.safety.state_timeout == 0.08 and controller.config.gravity_scale == 0.9
+    assert controller.joints.watchdog.timeout_ns == 80_000_000
+    reason = handle.set_parameters({"safety.limit_margin": -0.1})
+    assert "limit_margin must be a positive number" in reason and controller.config.safety.limit_margin == 0.1
+    assert "restart" in handle.set_parameters({"mode": "impedance"})
+    assert "expected a list of float" in handle.set_parameters({"safety.hold_command": "x"})
+    runtime.spin_for(0.2)
+    assert controller.status.active  # a retune does not re-engage
+    runtime.shutdown()
+
+
+def test_controller_diagnostics_report_input_and_control():
+    runtime, sim, controller, _ = controller_graph()
+    diagnostics = Recorder(runtime, DIAGNOSTIC_ARRAY, "/diagnostics", 10)
+    runtime.spin_for(2.5)
+    statuses = {s.name: s for _, msg in diagnostics.messages for s in msg.status}
+    joints = statuses["controller: /robot/joint_states"]
+    values = {kv.key: kv.value for kv in joints.values}
+    assert joints.level == OK and values["watchdog"] == "fresh" and abs(float(values["accepted rate [Hz]"]) - 100) < 2
+    control = statuses["controller: control"]
+    assert control.level == OK and {kv.key: kv.value for kv in control.values}["lifecycle"] == "active"
+    runtime.shutdown()
+    # The stale input is an error.
+    runtime, sim, controller, _ = controller_graph()
+    diagnostics = Recorder(runtime, DIAGNOSTIC_ARRAY, "/diagnostics", 10)
+    runtime.spin_for(1.5)
+    sim.joint_states.publish = lambda msg: None  # the robot goes silent
+    runtime.spin_for(1.2)
+    last = {s.name: s for s in diagnostics.messages[-1][1].status}
+    assert last["controller: /robot/joint_states"].level == ERROR
+    runtime.shutdown()
+
+
+def test_estimator_services_save_and_reset(tmp_path):
+    runtime = EmbeddedRuntime(parameter_files=[PARAMS])
+    output = tmp_path / "calibration.yaml"
+    estimator = runtime.add_node(EstimatorNode, "estimator", parameter_overrides={"calibration_output": str(output)})
+    response = runtime.call_service("/estimator/save_calibration")
+    assert response == {"success": False, "message": "no accepted estimates yet: nothing to save"}
+    estimator.estimator.values.update({"payload.mass": 1.25})  # as an accepted update leaves it
+    response = runtime.call_service("/estimator/save_calibration")
+    assert response["success"] and response["message"] == str(output)
+    assert yaml.safe_load(output.read_text())["parameters"]["payload.mass"] == pytest.approx(1.25)
+    before = estimator.estimator
+    assert runtime.call_service("/estimator/reset")["success"]
+    assert estimator.estimator is not before and estimator.estimator.values == {}
+    with pytest.raises(Exception, match="no service /estimator/nothing"):
+        runtime.call_service("/estimator/nothing")
+    runtime.shutdown()
+
+
+def test_estimator_queues_samples_while_an_update_runs():
+    runtime = EmbeddedRuntime(parameter_files=[PARAMS])
+    estimator = runtime.add_node(EstimatorNode, "estimator")
+    fed = []
+    estimator.estimator.add_joint_state = lambda *args: fed.append(args)
+    estimator.busy = True
+    estimator._feed("add_joint_state", 1.0, np.zeros(7), None, None)
+    assert fed == [] and len(estimator._pending) == 1
+    estimator._update_done(None, None)
+    assert len(fed) == 1 and estimator._pending == [] and not estimator.busy
+    # A reset requested during an update discards the update and the queued samples.
+    estimator.busy = True
+    estimator._feed("add_joint_state", 2.0, np.zeros(7), None, None)
+    assert runtime.call_service("/estimator/reset")["message"] == "estimator reset when the running update ends"
+    old = estimator.estimator
+    estimator._update_done(object(), None)  # (an update result that must not be published)
+    assert estimator.estimator is not old and estimator.published == 0 and estimator.last_update is None
+    runtime.shutdown()
+
+
+def test_invalid_library_settings_name_the_node():
+    runtime = EmbeddedRuntime(parameter_files=[PARAMS])
+    with pytest.raises(ParameterError, match="node 'estimator': invalid parameters: need holdout >= 1"):
+        runtime.add_node(EstimatorNode, "estimator", parameter_overrides={"holdout": 0})
