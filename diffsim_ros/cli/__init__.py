@@ -6,7 +6,7 @@ import sys
 
 __all__ = ["SUBCOMMAND_MODULES", "main"]
 
-SUBCOMMAND_MODULES = ("diffsim_ros.cli.calibrate", "diffsim_ros.cli.torque_map", "diffsim_ros.cli.demo")
+SUBCOMMAND_MODULES = ("diffsim_ros.cli.calibrate", "diffsim_ros.cli.torque_map", "diffsim_ros.cli.demo", "diffsim_ros.cli.estimate_objects")
 """Modules with ``add_parser(subparsers)``; each parser sets ``handler(args) -> exit code``."""
 
 

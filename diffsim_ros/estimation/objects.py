@@ -32,9 +32,12 @@ from diffsim_ros.sim.contact.world import WorldState
 __all__ = [
     "PoseSeries",
     "ObjectEstimate",
+    "as_pose_series",
     "estimate_object_parameters",
     "estimate_in_stages",
+    "fitted_poses",
     "object_pose_residuals",
+    "scan_parameters",
     "parameter_uncertainty",
 ]
 
@@ -186,7 +189,7 @@ class _Problem:
         unknown_rest = self.at_rest - set(world.object_names)
         if unknown_rest:
             raise ContactError(f"at_rest names unknown objects {sorted(unknown_rest)}")
-        self.observations = [_as_series(o, observations[o]) for o in world.object_names]
+        self.observations = [as_pose_series(o, observations[o]) for o in world.object_names]
         self.t0 = min(series.times[0] for series in self.observations)
         t_end = max(series.times[-1] for series in self.observations)
         self.steps = int(math.ceil((t_end - self.t0) / world.dt - 1e-9))
@@ -246,16 +249,19 @@ class _Problem:
             torch.stack(positions, -2), torch.stack(orientations, -2), torch.stack(linear, -2), torch.stack(angular, -2)
         )
 
-    def initial_guess(self, initial):
-        """Vector x0 from the given parameter values and the first observations."""
+    def initial_guess(self, initial, state=None):
+        """Vector x0 from the given parameter values and the first observations, or the
+        initial pose and twist of ``state`` (a WorldState at ``t0``, e.g. an earlier fit's)."""
         values = [float(initial.get(name, self.world.get_parameter(name).detach().reshape(-1)[0])) for name in self.names]
         for j, (name, series) in enumerate(zip(self.world.object_names, self.observations)):
             if name in self.at_rest:
                 continue
-            values += self.start.position[j].tolist()
-            values += [0.0, 0.0, 0.0]
-            values += list(_velocity_guess(series))
-            values += [0.0, 0.0, 0.0]
+            if state is None:
+                values += self.start.position[j].tolist() + [0.0, 0.0, 0.0] + list(_velocity_guess(series)) + [0.0, 0.0, 0.0]
+                continue
+            flat = state.map(lambda v: v.detach().reshape(-1, v.shape[-1]).double().cpu())
+            rotation = quat_log(quat_multiply(flat.orientation[j], quat_conjugate(self.start.orientation[j].cpu())))
+            values += flat.position[j].tolist() + rotation.tolist() + flat.linear_velocity[j].tolist() + flat.angular_velocity[j].tolist()
         return np.array(values)
 
     def scales(self, x0):
@@ -297,8 +303,13 @@ class _Problem:
         return np.array(lower), np.array(upper)
 
 
-def _as_series(name, value):
-    """A PoseSeries from a PoseSeries or a mapping of its fields (``times``, ``position``, ``orientation``)."""
+def as_pose_series(name, value):
+    """A PoseSeries from a PoseSeries or a mapping of its fields (``times``, ``position``,
+    ``orientation``); ``name`` (the object's) is for error messages.
+
+    Raises:
+        DataError: Anything else, or malformed fields.
+    """
     if isinstance(value, PoseSeries):
         return value
     if isinstance(value, Mapping) and {"times", "position", "orientation"} <= set(value):
@@ -522,7 +533,8 @@ def parameter_uncertainty(jac, residual, channels=None, fixed_sigma=None):
     return std, seen
 
 
-def estimate_object_parameters(world, observations, parameters, initial=None, at_rest=(), max_evaluations=60, verbose=0):
+def estimate_object_parameters(world, observations, parameters, initial=None, at_rest=(), max_evaluations=60, verbose=0,
+                               initial_state=None):
     """Fit object parameters to camera pose observations.
 
     Args:
@@ -536,6 +548,9 @@ def estimate_object_parameters(world, observations, parameters, initial=None, at
             the mean of their first poses and is not estimated.
         max_evaluations: Budget of residual evaluations.
         verbose: scipy verbosity.
+        initial_state: Optional WorldState at the first observation time to start the
+            initial pose and twist from (e.g. the ``initial_state`` of an earlier fit on the
+            same data); default from the first poses.
 
     Returns:
         ObjectEstimate.
@@ -555,7 +570,7 @@ def estimate_object_parameters(world, observations, parameters, initial=None, at
         i = problem.names.index(name)
         if not (math.isfinite(float(value)) and lower[i] <= float(value) <= upper[i]):
             raise ContactError(f"initial guess {name} = {value} outside [{lower[i]}, {upper[i]}]")
-    x0 = problem.initial_guess(initial)
+    x0 = problem.initial_guess(initial, initial_state)
     x0 = np.clip(x0, lower + 1e-12, upper - 1e-12)
     guess = x0.copy()
 
@@ -593,7 +608,7 @@ def estimate_object_parameters(world, observations, parameters, initial=None, at
     )
 
 
-def estimate_in_stages(world, observations, stages, at_rest=(), max_evaluations=60):
+def estimate_in_stages(world, observations, stages, at_rest=(), max_evaluations=60, initial=None):
     """Several fits in sequence, each starting from the previous ones' estimates.
 
     Contact problems are non-convex in the parameters (a collision moves in time with them),
@@ -604,6 +619,9 @@ def estimate_in_stages(world, observations, stages, at_rest=(), max_evaluations=
         stages = [(["cube.friction"], t_collision), (["cube.mass", "cube.restitution"], None),
                   (["cube.mass", "cube.friction", "cube.restitution"], None)]
 
+    :func:`diffsim_ros.estimation.object_fit.fit_objects` finds the collision time in the
+    data, starts the collision stage from a scan and judges the fit; prefer it.
+
     Args:
         world: ContactWorld (initial guesses from its parameter values).
         observations: Mapping object name -> PoseSeries.
@@ -611,16 +629,88 @@ def estimate_in_stages(world, observations, stages, at_rest=(), max_evaluations=
             stamped up to its end time.
         at_rest: Objects at rest at the start.
         max_evaluations: Budget of each stage.
+        initial: Optional mapping parameter name -> initial guess (applied to the world
+            before the first stage; any parameter of the world).
 
     Returns:
         List of ObjectEstimate, one per stage (the last is the final estimate).
     """
-    results, values = [], {}
+    results, values = [], dict(initial or {})
     for names, end in stages:
-        window = observations if end is None else {k: v.between(end=end) for k, v in observations.items()}
+        window = observations if end is None else {k: as_pose_series(k, v).between(end=end) for k, v in observations.items()}
         estimate = estimate_object_parameters(
             world.with_parameters(values), window, names, at_rest=at_rest, max_evaluations=max_evaluations
         )
         values.update(estimate.values)
         results.append(estimate)
     return results
+
+
+def scan_parameters(world, observations, grid, at_rest=(), initial_state=None):
+    """Pose-residual cost at many parameter values, in one batched rollout.
+
+    The initial pose and twist are held at ``initial_state`` (or the data's guess): a scan
+    locates the basin of a fit, it does not replace it.
+
+    Args:
+        world: ContactWorld (parameters not in ``grid`` keep its values).
+        observations: Mapping object name -> PoseSeries.
+        grid: Mapping parameter name -> values, each shape (B,) (one column per candidate).
+        at_rest: Objects at rest at the start.
+        initial_state: Optional WorldState at the first observation time.
+
+    Returns:
+        Costs ``½ Σ r²`` [m²], shape (B,) (inf where a rollout failed).
+    """
+    names = list(grid)
+    columns = [np.asarray(grid[name], dtype=np.float64).reshape(-1) for name in names]
+    if len({c.size for c in columns}) != 1:
+        raise ContactError(f"every scanned parameter needs the same number of values, got {[c.size for c in columns]}")
+    problem = _Problem(world, observations, names, at_rest)
+    x0 = problem.initial_guess({}, initial_state)
+    x = np.tile(x0, (columns[0].size, 1))
+    for i, column in enumerate(columns):
+        x[:, i] = column
+    x_t = torch.as_tensor(x, dtype=world.dtype, device=world.device)
+    with torch.no_grad():
+        values, fields = problem.unpack(x_t)
+        state0 = problem.initial_state(fields, x_t)
+        try:
+            residual = object_pose_residuals(world.with_parameters(values), state0, problem.observations, problem.steps, problem.t0)
+        except ContactError:
+            return _scan_one_by_one(world, observations, names, columns, at_rest, initial_state)
+    return 0.5 * (residual**2).sum(-1).cpu().numpy()
+
+
+def _scan_one_by_one(world, observations, names, columns, at_rest, initial_state):
+    """:func:`scan_parameters` candidate by candidate (a batch stops at its first failure)."""
+    costs = np.full(columns[0].size, math.inf)
+    for b in range(costs.size):
+        try:
+            costs[b] = scan_parameters(world, observations, {n: c[b : b + 1] for n, c in zip(names, columns)}, at_rest, initial_state)[0]
+        except ContactError:
+            pass
+    return costs
+
+
+def fitted_poses(world, estimate, observations):
+    """Poses of the fitted model at the observation times: ``{name: PoseSeries}``.
+
+    Args:
+        world: The ContactWorld the estimate was made with.
+        estimate: ObjectEstimate (its values and initial state).
+        observations: Mapping object name -> PoseSeries (the stamps to sample).
+    """
+    series = [as_pose_series(name, observations[name]) for name in world.object_names]
+    t0 = min(s.times[0] for s in series)
+    steps = int(math.ceil((max(s.times[-1] for s in series) - t0) / world.dt - 1e-9))
+    fitted = world.with_parameters(estimate.values)
+    with torch.no_grad():
+        states, _ = fitted.rollout(estimate.initial_state, steps, check_start=False)
+        pos = torch.cat([estimate.initial_state.position[None], states.position], 0)
+        quat = torch.cat([estimate.initial_state.orientation[None], states.orientation], 0)
+        out = {}
+        for j, (name, obs) in enumerate(zip(world.object_names, series)):
+            p, q = _interpolate(pos[:, j, :], quat[:, j, :], t0, world.dt, obs.times)
+            out[name] = PoseSeries(obs.times, p.cpu().numpy(), q.cpu().numpy())
+    return out

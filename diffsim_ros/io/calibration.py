@@ -124,8 +124,10 @@ def write_calibration(path, calibration):
 def load_calibration(path):
     """Read a calibration file.
 
+    A camera-only calibration (e.g. for object estimation) may omit ``robot``.
+
     Raises:
-        CalibrationError: Missing file, invalid YAML, or missing ``robot``/``parameters``.
+        CalibrationError: Missing file, invalid YAML, or missing ``parameters``.
     """
     path = Path(path)
     if not path.is_file():
@@ -134,10 +136,10 @@ def load_calibration(path):
         raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:
         raise CalibrationError(f"invalid YAML in {path}: {err}") from None
-    if not isinstance(raw, dict) or not isinstance(raw.get("parameters"), dict) or "robot" not in raw:
-        raise CalibrationError(f"{path}: expected 'robot' and a 'parameters' mapping")
+    if not isinstance(raw, dict) or not isinstance(raw.get("parameters"), dict):
+        raise CalibrationError(f"{path}: expected a 'parameters' mapping")
     return Calibration(
-        robot=str(raw["robot"]),
+        robot=str(raw.get("robot") or ""),
         parameters=dict(raw["parameters"]),
         stddev=dict(raw.get("stddev") or {}),
         groups=tuple(raw.get("groups") or ()),
