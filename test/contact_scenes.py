@@ -35,7 +35,7 @@ CAMERA_RATE = 30.0  # [Hz]
 POSITION_NOISE = 1e-3  # [m], per axis
 ORIENTATION_NOISE = math.radians(0.2)  # [rad], per axis
 GROUND_SOLREF = (0.004, 1.0)  # critically damped ground contact, 4 ms time constant
-BOX_SOLREF_TIME = 0.001  # box-box contact time constant [s]
+BOX_SOLREF_TIME = 0.0005  # box-box contact time constant [s]: short, near an impulsive collision
 SOLIMP = (0.99, 0.999, 0.001)
 GRAVITY = 9.81
 SLIDE_MU_RANGE = (0.15, 0.8)
@@ -343,3 +343,23 @@ def write_scene_files(scene, sim, directory, seed, storage="mcap", **document):
     (directory / "scene.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
     (directory / "calibration.yaml").write_text(yaml.safe_dump(calibration_document(), sort_keys=False))
     return bag, directory / "scene.yaml", directory / "calibration.yaml"
+
+
+def truth_values(scene, sim):
+    """The true values of the scene's parameters (restitution: measured, see :func:`simulate`)."""
+    truth = {"box.mass": scene.boxes[0].mass, "box/ground.friction": scene.ground_mu["box"]}
+    if "restitution" in sim:
+        truth["box/target.restitution"] = sim["restitution"]["value"]
+    return truth
+
+
+def staged_fit(scene_world, observations, truth_hit, initial, max_evaluations=30):
+    """The pre-issue-19 recipe a user had: ``estimate_in_stages`` with stages cut by hand at the
+    last camera frame before the (true) hit: friction, then mass + restitution, then all three."""
+    from diffsim_ros.estimation.objects import estimate_in_stages
+
+    before = [t for t in observations["box"].times if t < truth_hit]
+    names = ["box.mass", "box/ground.friction", "box/target.restitution"]
+    stages = [(["box/ground.friction"], before[-1]), (["box.mass", "box/target.restitution"], None), (names, None)]
+    return estimate_in_stages(scene_world, observations, stages, at_rest=("target",), max_evaluations=max_evaluations,
+                              initial=initial)[-1]

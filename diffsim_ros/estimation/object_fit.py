@@ -31,15 +31,15 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 
-from diffsim_ros.dynamics.spatial import quat_conjugate, quat_log, quat_multiply
 from diffsim_ros.estimation.object_events import at_rest_at_start, contact_events, move_time, pose_noise
 from diffsim_ros.estimation.objects import (
     MIN_POSES,
+    QUALITY_LIMIT,
     as_pose_series,
     estimate_object_parameters,
     fitted_poses,
+    quality_verdict,
     scan_parameters,
 )
 from diffsim_ros.sim.contact.errors import ContactError
@@ -47,10 +47,11 @@ from diffsim_ros.sim.contact.errors import ContactError
 __all__ = ["FitSettings", "StageReport", "ObjectFit", "fit_objects", "STATUSES"]
 
 STATUSES = ("ok", "undetermined", "poor_fit")
-# A fit whose rms residual exceeds this multiple of the camera noise estimated from the data
-# has not explained the data (an exact model leaves ~1x; MuJoCo's soft contact against our
-# rigid one leaves up to ~1.3x, and the noise estimate itself is good to ~15 %).
-QUALITY_LIMIT = 2.0
+# Fits stop when a step lowers the cost by less than this fraction. Moving one parameter by
+# one standard deviation raises the cost by ~1/R of it (R residuals, a few hundred here), so
+# at 1e-5 the parameters are within ~0.1 std of the optimum; scipy's 1e-8 spent half the
+# evaluations of a collision fit on digits below the noise.
+COST_TOLERANCE = 1e-5
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class FitSettings:
         restarts: Joint fits restarted from the next-best scanned points when a fit fails
             its quality check.
         quality_limit: See QUALITY_LIMIT.
+        cost_tolerance: Relative cost decrease below which a fit stops (see COST_TOLERANCE).
     """
 
     friction_grid: tuple = tuple(np.geomspace(0.03, 1.5, 12).round(4))
@@ -78,6 +80,7 @@ class FitSettings:
     max_evaluations: int = 40
     restarts: int = 2
     quality_limit: float = QUALITY_LIMIT
+    cost_tolerance: float = COST_TOLERANCE
 
 
 @dataclass(frozen=True)
@@ -222,47 +225,30 @@ def _pre_contact(world, observations, relevant, at_rest, end, settings, stages, 
     try:
         best = _scan_best(world, window, grid, at_rest, None)[0][1]
         estimate = estimate_object_parameters(world.with_parameters(best), window, moving, at_rest=at_rest,
-                                              max_evaluations=settings.stage_evaluations)
+                                              max_evaluations=settings.stage_evaluations, cost_tolerance=settings.cost_tolerance)
     except ValueError:  # DataError: too few poses before the contact for the unknowns
         return {}, None
     _stage(stages, "before the first contact", moving, end, estimate, start)
     return dict(estimate.values), estimate.initial_state
 
 
-def _quality(world, observations, fitted, noise):
-    """Object -> {"position", "orientation"}: rms residual per axis over the noise."""
-    ratio = {}
-    for name in world.object_names:
-        obs, fit = observations[name], fitted[name]
-        position = math.sqrt(float(np.mean((fit.position - obs.position) ** 2)))
-        rotation = quat_log(quat_multiply(quat_conjugate(torch.as_tensor(obs.orientation)), torch.as_tensor(fit.orientation)))
-        orientation = math.sqrt(float((rotation**2).mean()))
-        ratio[name] = {"position": position / max(noise.position, 1e-9), "orientation": orientation / max(noise.orientation, 1e-9)}
-    return ratio
-
-
 def _final_fit(world, observations, relevant, at_rest, values, state, settings):
     estimate = estimate_object_parameters(world.with_parameters(values), observations, relevant, at_rest=at_rest,
-                                          max_evaluations=settings.max_evaluations, initial_state=state)
+                                          max_evaluations=settings.max_evaluations, initial_state=state,
+                                          cost_tolerance=settings.cost_tolerance)
     final = world.with_parameters(estimate.values)
     return estimate, fitted_poses(final, estimate, observations)
 
 
-def _judge(fit_ratio, identifiable, noise, limit):
-    """``(status, message)`` from the residual ratios and identifiability."""
-    worst_name, worst = max(((n, r) for n, r in fit_ratio.items()), key=lambda item: max(item[1].values()))
-    channel = max(worst, key=worst.get)
-    if worst[channel] > limit:
-        unit, sigma = ("mm", noise.position * 1e3) if channel == "position" else ("deg", math.degrees(noise.orientation))
-        return "poor_fit", (
-            f"poor fit: the {channel} residual of '{worst_name}' is {worst[channel]:.1f}x the camera noise estimated from "
-            f"the data (rms {worst[channel] * sigma:.3g} {unit} vs {sigma:.3g} {unit}; limit {limit:g}x); the model does not "
-            "explain the data: check the known values, the objects and pairs of the scene, and the time window"
-        )
+def _judge(estimate, identifiable, limit):
+    """``(status, message)`` from the fit's residual ratios and identifiability."""
+    verdict = quality_verdict(estimate.fit_ratio, estimate.noise, limit)
+    if verdict is not None:
+        return "poor_fit", verdict
     missing = [n for n, ok in identifiable.items() if not ok]
     if missing:
         return "undetermined", f"the data do not determine {missing} (relative std above the limit or unobservable)"
-    return "ok", f"fit within {max(max(r.values()) for r in fit_ratio.values()):.2f}x the camera noise"
+    return "ok", f"fit within {estimate.worst_ratio:.2f}x the camera noise"
 
 
 def fit_objects(world, observations, unknowns, initial=None, at_rest=None, settings=None, progress=None):
@@ -338,16 +324,15 @@ def _joint(world, observations, relevant, skipped, at_rest, values, state, candi
         start = time.perf_counter()
         estimate, fitted = _final_fit(world, observations, relevant, at_rest, start_values, state, settings)
         _stage(stages, "joint fit" if attempt == 0 else f"joint fit, restart {attempt}", relevant, None, estimate, start)
-        ratio = _quality(world, observations, fitted, noise)
         if best is None or estimate.cost < best[0].cost:
-            best = (estimate, fitted, ratio)
-        if max(max(r.values()) for r in ratio.values()) <= settings.quality_limit:
+            best = (estimate, fitted)
+        if estimate.worst_ratio <= settings.quality_limit:
             break
-    estimate, fitted, ratio = best
+    estimate, fitted = best
     identifiable = {n: bool(estimate.identifiable[n]) for n in relevant}
-    status, message = _judge(ratio, identifiable, noise, settings.quality_limit)
+    status, message = _judge(estimate, identifiable, settings.quality_limit)
     return ObjectFit(
         status=status, message=message, values=dict(estimate.values), std=dict(estimate.std), identifiable=identifiable,
-        not_estimated=skipped, estimate=estimate, noise=noise, fit_ratio=ratio, events=events, at_rest=tuple(at_rest),
+        not_estimated=skipped, estimate=estimate, noise=noise, fit_ratio=estimate.fit_ratio, events=events, at_rest=tuple(at_rest),
         stages=tuple(stages), fitted=fitted,
     )

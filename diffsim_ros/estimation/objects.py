@@ -16,7 +16,7 @@ components. Standard deviations are ``sqrt(diag(s² (JᵀJ)⁻¹))`` with
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -24,6 +24,7 @@ from scipy.optimize import least_squares
 
 from diffsim_ros.dynamics.spatial import quat_conjugate, quat_log, quat_multiply, quat_normalize
 from diffsim_ros.estimation.data import DataError
+from diffsim_ros.estimation.object_events import pose_noise
 from diffsim_ros.sim.contact.errors import ContactError
 from diffsim_ros.sim.contact.frames import integrate_orientation
 from diffsim_ros.sim.contact.shapes import bounding_radius
@@ -32,6 +33,8 @@ from diffsim_ros.sim.contact.world import WorldState
 __all__ = [
     "PoseSeries",
     "ObjectEstimate",
+    "QUALITY_LIMIT",
+    "quality_verdict",
     "as_pose_series",
     "estimate_object_parameters",
     "estimate_in_stages",
@@ -73,6 +76,12 @@ UNIDENTIFIABLE_RELATIVE_STD = 0.5
 # Smallest column norm of the Jacobian [m per unit] that counts as "the data depends on it".
 ZERO_COLUMN = 1e-12
 MIN_POSES = 3
+# Fit quality: a fit whose rms residual per axis exceeds QUALITY_LIMIT times the camera noise
+# estimated from the data has not explained the data. Measured on MuJoCo scenes
+# (benchmarks/RESULTS.md, contact-objects): good fits 1.0-2.2x (soft against rigid contact;
+# the noise estimate of a 20-pose series is good to ~20 %), deliberately wrong scenes far above.
+QUALITY_LIMIT = 3.0
+NOISE_FLOOR = (2e-4, 2e-3)  # [m], [rad]: no camera is better; noise-free data are judged against these
 
 
 @dataclass(frozen=True)
@@ -146,9 +155,15 @@ class ObjectEstimate:
         initial_state: Estimated initial WorldState (the nuisance parameters).
         rms: Root-mean-square position-equivalent residual [m].
         cost: Final least-squares cost ``½ Σ r²`` [m²].
-        success: scipy's success flag.
-        message: scipy's message.
+        success: scipy's convergence flag, and False when the fit failed its quality check
+            (``fit_ratio`` above QUALITY_LIMIT: the residuals are far above the camera noise).
+        message: scipy's message, preceded by the quality verdict when it failed.
         evaluations: Residual evaluations.
+        fit_ratio: Object -> {"position", "orientation"}: rms residual per axis over the
+            camera noise estimated from the data alone (:func:`~diffsim_ros.estimation.
+            object_events.pose_noise`); about 1 for a model that explains the data. Empty
+            when the series are too short to estimate the noise.
+        noise: The camera noise (PoseNoise) those ratios use, or None.
     """
 
     values: dict
@@ -160,6 +175,13 @@ class ObjectEstimate:
     success: bool
     message: str
     evaluations: int
+    fit_ratio: dict = field(default_factory=dict)
+    noise: object = None
+
+    @property
+    def worst_ratio(self):
+        """The largest of ``fit_ratio`` (0 when it is empty)."""
+        return max((max(r.values()) for r in self.fit_ratio.values()), default=0.0)
 
 
 class _Problem:
@@ -534,7 +556,7 @@ def parameter_uncertainty(jac, residual, channels=None, fixed_sigma=None):
 
 
 def estimate_object_parameters(world, observations, parameters, initial=None, at_rest=(), max_evaluations=60, verbose=0,
-                               initial_state=None):
+                               initial_state=None, cost_tolerance=1e-8):
     """Fit object parameters to camera pose observations.
 
     Args:
@@ -551,6 +573,8 @@ def estimate_object_parameters(world, observations, parameters, initial=None, at
         initial_state: Optional WorldState at the first observation time to start the
             initial pose and twist from (e.g. the ``initial_state`` of an earlier fit on the
             same data); default from the first poses.
+        cost_tolerance: scipy's ``ftol``: stop when a step lowers the cost by less than this
+            fraction of it.
 
     Returns:
         ObjectEstimate.
@@ -582,7 +606,7 @@ def estimate_object_parameters(world, observations, parameters, initial=None, at
 
     result = least_squares(
         residuals, x0, jac=jacobian, bounds=(lower, upper), method="trf",
-        x_scale=problem.scales(x0), max_nfev=max_evaluations, verbose=verbose,
+        x_scale=problem.scales(x0), max_nfev=max_evaluations, verbose=verbose, ftol=cost_tolerance,
     )
     residual, jac = result.fun, result.jac
     values = {name: float(result.x[i]) for i, name in enumerate(problem.names)}
@@ -595,6 +619,8 @@ def estimate_object_parameters(world, observations, parameters, initial=None, at
     with torch.no_grad():
         _, fields = problem.unpack(torch.as_tensor(result.x, dtype=world.dtype, device=world.device))
         state0 = problem.initial_state(fields, torch.zeros(1, dtype=world.dtype, device=world.device))
+    noise, ratio = _fit_ratio(problem, residual)
+    verdict = quality_verdict(ratio, noise)
     return ObjectEstimate(
         values=values,
         std=std,
@@ -602,10 +628,46 @@ def estimate_object_parameters(world, observations, parameters, initial=None, at
         initial_state=state0,
         rms=float(np.sqrt(np.mean(residual**2))),
         cost=float(0.5 * residual @ residual),
-        success=bool(result.success),
-        message=str(result.message),
+        success=bool(result.success) and verdict is None,
+        message=str(result.message) if verdict is None else f"{verdict} (optimizer: {result.message})",
         evaluations=int(result.nfev),
+        fit_ratio=ratio,
+        noise=noise,
     )
+
+
+def _fit_ratio(problem, residual):
+    """Camera noise from the data and, per object, rms residual per axis over it (position,
+    orientation); ``(None, {})`` when no series is long enough to estimate the noise."""
+    try:
+        noise = pose_noise(problem.observations)
+    except ValueError:
+        return None, {}
+    ratio, offset = {}, 0
+    for obj, series in zip(problem.world.objects, problem.observations):
+        rows = residual[offset : offset + 6 * len(series)].reshape(len(series), 6)
+        offset += 6 * len(series)
+        position = math.sqrt(float(np.mean(rows[:, :3] ** 2)))
+        orientation = math.sqrt(float(np.mean(rows[:, 3:] ** 2))) / bounding_radius(obj.shape)
+        ratio[obj.name] = {"position": position / max(noise.position, NOISE_FLOOR[0]),
+                           "orientation": orientation / max(noise.orientation, NOISE_FLOOR[1])}
+    return noise, ratio
+
+
+def quality_verdict(ratio, noise, limit=QUALITY_LIMIT):
+    """None for a fit within ``limit`` times the camera noise, else a message naming the worst
+    residual (``ratio``: ObjectEstimate.fit_ratio; ``noise``: its PoseNoise)."""
+    if not ratio:
+        return None
+    name, channels = max(ratio.items(), key=lambda item: max(item[1].values()))
+    channel = max(channels, key=channels.get)
+    if channels[channel] <= limit:
+        return None
+    unit, sigma = ("mm", noise.position * 1e3) if channel == "position" else ("deg", math.degrees(noise.orientation))
+    return (f"poor fit: the {channel} residual of '{name}' is {channels[channel]:.1f}x the camera noise estimated from the "
+            f"data (rms {channels[channel] * sigma:.3g} {unit} per axis vs {sigma:.3g} {unit}; limit {limit:g}x): "
+            "the model does not explain the data (check the known values, the scene's objects and pairs, the camera "
+            "calibration and the time window)")
 
 
 def estimate_in_stages(world, observations, stages, at_rest=(), max_evaluations=60, initial=None):
