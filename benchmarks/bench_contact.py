@@ -438,7 +438,7 @@ def _collision_row(label, values, truth, rms, status, elapsed):
                     "yes" if within else "**no**", f"{elapsed:.0f} s"]
 
 
-def _collisions(count, grid, before, workdir):
+def _collisions(count, grid, before, workdir, before_scenes=None):
     import contact_scenes as cs
 
     from diffsim_ros.estimation.object_fit import fit_objects
@@ -460,7 +460,7 @@ def _collisions(count, grid, before, workdir):
             tally["after"][1] += 1
             rows.append(["after"] + row)
             print(rows[-1], flush=True)
-            if before:
+            if before and (before_scenes is None or index < before_scenes):
                 start = time.perf_counter()
                 estimate = cs.staged_fit(parsed.world(), observations, sim["restitution"]["time"], guess)
                 within, row = _collision_row(label, estimate.values, truth, estimate.rms, f"success={estimate.success}",
@@ -519,13 +519,16 @@ def objects(args=None):
     grid = [(mu, m) for mu in GRID_FRICTION for m in GRID_MASS]
     if getattr(args, "grid", "full") == "corners":
         grid = [(0.05, 0.5), (0.05, 2.0), (1.0, 0.5), (1.0, 2.0), (0.3, 1.0)]
+    elif getattr(args, "grid", "full") == "extremes":
+        grid = [(0.05, 0.5), (1.0, 2.0)]
     before = not getattr(args, "no_before", False)
+    before_scenes = getattr(args, "before_scenes", None)
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         start = time.perf_counter()
-        slide_rows, calibration, z_scores = _slides(slides, noise_seeds, workdir)
+        slide_rows, calibration, z_scores = _slides(slides, noise_seeds, workdir) if slides else ([], [], [])
         slide_time = time.perf_counter() - start
-        collision_rows, tally = _collisions(collisions, grid, before, workdir)
+        collision_rows, tally = _collisions(collisions, grid, before, workdir, before_scenes)
         failure_rows = _failure_paths(workdir)
     lines = [
         _header("Object estimation from a bag on independent MuJoCo scenes (issue 19)", "python -m benchmarks.bench_contact --parts objects"),
@@ -573,8 +576,9 @@ def main(argv=None):
     parser.add_argument("--slides", type=int, default=4, help="objects: slide scenes")
     parser.add_argument("--noise-seeds", type=int, default=6, help="objects: camera-noise seeds per slide")
     parser.add_argument("--collisions", type=int, default=3, help="objects: collision scenes")
-    parser.add_argument("--grid", choices=("full", "corners"), default="full", help="objects: initial-guess grid")
+    parser.add_argument("--grid", choices=("full", "corners", "extremes"), default="full", help="objects: initial-guess grid")
     parser.add_argument("--no-before", action="store_true", help="objects: skip the hand-staged baseline")
+    parser.add_argument("--before-scenes", type=int, default=None, help="objects: run the baseline on the first N collision scenes only")
     args = parser.parse_args(argv if argv is not None else sys.argv[1:])
     torch.set_num_threads(1)  # shared, oversubscribed cores; small tensors
     for part in args.parts.split(","):

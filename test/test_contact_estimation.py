@@ -427,3 +427,16 @@ def test_a_fit_that_does_not_explain_the_data_is_not_a_success(tmp_path, capsys)
     result = yaml.safe_load((out / "objects.yaml").read_text())
     assert result["status"] == "poor_fit" and result["estimates"] == {}
     assert "box/ground.friction" in result["unidentifiable"]
+
+
+def test_quality_verdict_names_the_worst_residual():
+    from diffsim_ros.estimation.object_events import PoseNoise
+    from diffsim_ros.estimation.objects import QUALITY_LIMIT, quality_verdict
+
+    noise = PoseNoise(position=1e-3, orientation=math.radians(0.2), windows=40)
+    good = {"box": {"position": 1.1, "orientation": 0.9}, "target": {"position": 1.7, "orientation": 1.2}}
+    assert quality_verdict(good, noise) is None
+    bad = {**good, "target": {"position": 1.0, "orientation": QUALITY_LIMIT + 0.5}}
+    message = quality_verdict(bad, noise)
+    assert message.startswith("poor fit: the orientation residual of 'target' is 3.5x") and "0.7 deg per axis vs 0.2 deg" in message
+    assert quality_verdict({}, None) is None  # too few poses to estimate the noise: no verdict

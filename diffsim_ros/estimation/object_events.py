@@ -143,11 +143,8 @@ def _pair_distances(world, observations, times):
     """Observed distance of every object-object pair at ``times``: {(a, b): (N,)} [m]."""
     names = world.object_names
     poses = [interpolate_poses(observations[name], times) for name in names]
-    state = world.initial_state(
-        position=np.stack([p for p, _ in poses], 1), orientation=np.stack([q for _, q in poses], 1)
-    )
-    state = type(state)(state.position, state.orientation, state.linear_velocity.expand_as(state.position),
-                        state.angular_velocity.expand_as(state.position))
+    # Detection reads poses only: the (unbatched) zero velocities are never used.
+    state = world.initial_state(position=np.stack([p for p, _ in poses], 1), orientation=np.stack([q for _, q in poses], 1))
     with torch.no_grad():
         contacts = world.detect(state, margin=DETECTION_RANGE)
     out = {}

@@ -210,13 +210,18 @@ def _stage(stages, name, parameters, end, estimate, start):
                               float(estimate.cost), int(estimate.evaluations), time.perf_counter() - start))
 
 
+def _sliding_friction(world, name, at_rest):
+    """Whether ``name`` is the friction between static geometry and an object moving from the start."""
+    owners, kind = _parts(world, name)
+    objects = [o for o in owners if o in world.object_names]
+    return kind == "friction" and len(objects) == 1 and objects[0] not in at_rest
+
+
 def _pre_contact(world, observations, relevant, at_rest, end, settings, stages, progress):
     """Friction of the objects sliding before the first contact: scan, then fit. Returns
     ``(values, initial state or None)``."""
     window = _window(observations, end)
-    moving = [n for n in relevant if _parts(world, n)[1] == "friction" and len(_parts(world, n)[0]) == 2
-              and any(o in world.object_names and o not in at_rest for o in _parts(world, n)[0])
-              and not set(_parts(world, n)[0]) <= set(world.object_names)]
+    moving = [n for n in relevant if _sliding_friction(world, n, at_rest)]
     if not moving or min(len(s) for s in window.values()) < MIN_POSES:
         return {}, None
     progress("friction before the first contact")

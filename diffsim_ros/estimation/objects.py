@@ -12,6 +12,11 @@ The Jacobian of the residuals comes from torch by forward sensitivity propagatio
 the rollout, each step's Jacobians taken by one reverse pass vmapped over the state
 components. Standard deviations are ``sqrt(diag(s² (JᵀJ)⁻¹))`` with
 ``s²`` the residual variance at the solution.
+
+Every fit is judged against the camera noise estimated from the poses alone: a fit whose
+residuals are more than QUALITY_LIMIT times that noise reports ``success=False`` and says so,
+whatever the optimizer's convergence. For data with contacts between objects, prefer
+:func:`diffsim_ros.estimation.object_fit.fit_objects`, which also finds its starting point.
 """
 
 import math
