@@ -22,7 +22,6 @@ import math
 import contact_scenes as scenes
 import numpy as np
 import pytest
-import torch
 import yaml
 from scipy.spatial.transform import Rotation
 
