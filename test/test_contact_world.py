@@ -180,6 +180,35 @@ def test_box_box_collision_conserves_momentum_with_newton_restitution(solver, of
 
 
 @pytest.mark.parametrize("solver", SOLVERS)
+def test_pair_coefficients_are_parameters_of_their_own(solver):
+    """A box's restitution against another box is not its restitution against the ground:
+    ``a/b.restitution`` sets only that pair, differentiably, and the max rule stays elsewhere."""
+    cubes = [RigidObject(n, Box((0.05, 0.05, 0.05)), mass=m, friction=0.0) for n, m in zip("ab", (0.8, 0.5))]
+    world = ContactWorld.create(cubes, static=(), solver=solver, dt=DT, gravity=(0.0, 0.0, 0.0))
+    assert "a/b.restitution" in world.pair_parameter_names()
+    state = world.initial_state(position=[[0.0, 0.0, 0.0], [0.2, 0.0, 0.0]], linear_velocity=[[2.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    e = torch.tensor(0.45, dtype=DTYPE, requires_grad=True)
+    bouncy = world.with_parameters({"b/a.restitution": e})  # either order names the pair
+    assert float(bouncy.get_parameter("a/b.restitution")) == pytest.approx(0.45)
+    assert float(world.get_parameter("a/b.restitution")) == 0.0  # the max rule of the objects' values
+    states, _ = bouncy.rollout(state, 12)
+    v = states.linear_velocity[-1, :, 0]
+    assert float(-(v[0] - v[1]) / 2.0) == pytest.approx(0.45, rel=REGULARIZED_REL)
+    (grad,) = torch.autograd.grad(v[1], e)
+    assert float(grad) == pytest.approx(2.0 * 0.8 / 1.3, rel=REGULARIZED_REL)  # d v_b / d e = m_a v0 / (m_a + m_b)
+    # A ground pair keeps the object's own coefficients (no restitution leaks from the box pair).
+    grounded = ContactWorld.create(cubes, solver=solver, dt=DT, pair_restitution={("a", "b"): 0.9})
+    assert float(grounded.get_parameter("a/ground.restitution")) == 0.0
+    assert float(grounded.get_parameter("a/b.restitution")) == pytest.approx(0.9)
+    with pytest.raises(ContactError, match="unknown object parameter 'a/c.friction'"):
+        world.with_parameters({"a/c.friction": 0.1})
+    with pytest.raises(ContactError, match="must be in \\[0, 1\\]"):
+        world.with_parameters({"a/b.restitution": 1.5})
+    with pytest.raises(ContactError, match="may not contain '/'"):
+        ContactWorld.create([RigidObject("a/b", Sphere(0.1), mass=1.0)])
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
 def test_slow_landing_stack_comes_to_rest_without_hopping(solver):
     # Touching at 3 cm/s, far below the bounce threshold: the free velocity adds h g ~ 0.1 m/s,
     # and a bounce tested against it rebounded at the landing speed, hopping forever.

@@ -12,11 +12,16 @@ The Jacobian of the residuals comes from torch by forward sensitivity propagatio
 the rollout, each step's Jacobians taken by one reverse pass vmapped over the state
 components. Standard deviations are ``sqrt(diag(s² (JᵀJ)⁻¹))`` with
 ``s²`` the residual variance at the solution.
+
+Every fit is judged against the camera noise estimated from the poses alone: a fit whose
+residuals are more than QUALITY_LIMIT times that noise reports ``success=False`` and says so,
+whatever the optimizer's convergence. For data with contacts between objects, prefer
+:func:`diffsim_ros.estimation.object_fit.fit_objects`, which also finds its starting point.
 """
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -24,6 +29,7 @@ from scipy.optimize import least_squares
 
 from diffsim_ros.dynamics.spatial import quat_conjugate, quat_log, quat_multiply, quat_normalize
 from diffsim_ros.estimation.data import DataError
+from diffsim_ros.estimation.object_events import pose_noise
 from diffsim_ros.sim.contact.errors import ContactError
 from diffsim_ros.sim.contact.frames import integrate_orientation
 from diffsim_ros.sim.contact.shapes import bounding_radius
@@ -32,9 +38,14 @@ from diffsim_ros.sim.contact.world import WorldState
 __all__ = [
     "PoseSeries",
     "ObjectEstimate",
+    "QUALITY_LIMIT",
+    "quality_verdict",
+    "as_pose_series",
     "estimate_object_parameters",
     "estimate_in_stages",
+    "fitted_poses",
     "object_pose_residuals",
+    "scan_parameters",
     "parameter_uncertainty",
 ]
 
@@ -70,6 +81,12 @@ UNIDENTIFIABLE_RELATIVE_STD = 0.5
 # Smallest column norm of the Jacobian [m per unit] that counts as "the data depends on it".
 ZERO_COLUMN = 1e-12
 MIN_POSES = 3
+# Fit quality: a fit whose rms residual per axis exceeds QUALITY_LIMIT times the camera noise
+# estimated from the data has not explained the data. Measured on MuJoCo scenes
+# (benchmarks/RESULTS.md, contact-objects): good fits 1.0-2.2x (soft against rigid contact;
+# the noise estimate of a 20-pose series is good to ~20 %), deliberately wrong scenes far above.
+QUALITY_LIMIT = 3.0
+NOISE_FLOOR = (2e-4, 2e-3)  # [m], [rad]: no camera is better; noise-free data are judged against these
 
 
 @dataclass(frozen=True)
@@ -143,9 +160,15 @@ class ObjectEstimate:
         initial_state: Estimated initial WorldState (the nuisance parameters).
         rms: Root-mean-square position-equivalent residual [m].
         cost: Final least-squares cost ``½ Σ r²`` [m²].
-        success: scipy's success flag.
-        message: scipy's message.
+        success: scipy's convergence flag, and False when the fit failed its quality check
+            (``fit_ratio`` above QUALITY_LIMIT: the residuals are far above the camera noise).
+        message: scipy's message, preceded by the quality verdict when it failed.
         evaluations: Residual evaluations.
+        fit_ratio: Object -> {"position", "orientation"}: rms residual per axis over the
+            camera noise estimated from the data alone (:func:`~diffsim_ros.estimation.
+            object_events.pose_noise`); about 1 for a model that explains the data. Empty
+            when the series are too short to estimate the noise.
+        noise: The camera noise (PoseNoise) those ratios use, or None.
     """
 
     values: dict
@@ -157,6 +180,13 @@ class ObjectEstimate:
     success: bool
     message: str
     evaluations: int
+    fit_ratio: dict = field(default_factory=dict)
+    noise: object = None
+
+    @property
+    def worst_ratio(self):
+        """The largest of ``fit_ratio`` (0 when it is empty)."""
+        return max((max(r.values()) for r in self.fit_ratio.values()), default=0.0)
 
 
 class _Problem:
@@ -186,7 +216,7 @@ class _Problem:
         unknown_rest = self.at_rest - set(world.object_names)
         if unknown_rest:
             raise ContactError(f"at_rest names unknown objects {sorted(unknown_rest)}")
-        self.observations = [_as_series(o, observations[o]) for o in world.object_names]
+        self.observations = [as_pose_series(o, observations[o]) for o in world.object_names]
         self.t0 = min(series.times[0] for series in self.observations)
         t_end = max(series.times[-1] for series in self.observations)
         self.steps = int(math.ceil((t_end - self.t0) / world.dt - 1e-9))
@@ -246,16 +276,19 @@ class _Problem:
             torch.stack(positions, -2), torch.stack(orientations, -2), torch.stack(linear, -2), torch.stack(angular, -2)
         )
 
-    def initial_guess(self, initial):
-        """Vector x0 from the given parameter values and the first observations."""
+    def initial_guess(self, initial, state=None):
+        """Vector x0 from the given parameter values and the first observations, or the
+        initial pose and twist of ``state`` (a WorldState at ``t0``, e.g. an earlier fit's)."""
         values = [float(initial.get(name, self.world.get_parameter(name).detach().reshape(-1)[0])) for name in self.names]
         for j, (name, series) in enumerate(zip(self.world.object_names, self.observations)):
             if name in self.at_rest:
                 continue
-            values += self.start.position[j].tolist()
-            values += [0.0, 0.0, 0.0]
-            values += list(_velocity_guess(series))
-            values += [0.0, 0.0, 0.0]
+            if state is None:
+                values += self.start.position[j].tolist() + [0.0, 0.0, 0.0] + list(_velocity_guess(series)) + [0.0, 0.0, 0.0]
+                continue
+            flat = state.map(lambda v: v.detach().reshape(-1, v.shape[-1]).double().cpu())
+            rotation = quat_log(quat_multiply(flat.orientation[j], quat_conjugate(self.start.orientation[j].cpu())))
+            values += flat.position[j].tolist() + rotation.tolist() + flat.linear_velocity[j].tolist() + flat.angular_velocity[j].tolist()
         return np.array(values)
 
     def scales(self, x0):
@@ -297,8 +330,13 @@ class _Problem:
         return np.array(lower), np.array(upper)
 
 
-def _as_series(name, value):
-    """A PoseSeries from a PoseSeries or a mapping of its fields (``times``, ``position``, ``orientation``)."""
+def as_pose_series(name, value):
+    """A PoseSeries from a PoseSeries or a mapping of its fields (``times``, ``position``,
+    ``orientation``); ``name`` (the object's) is for error messages.
+
+    Raises:
+        DataError: Anything else, or malformed fields.
+    """
     if isinstance(value, PoseSeries):
         return value
     if isinstance(value, Mapping) and {"times", "position", "orientation"} <= set(value):
@@ -522,7 +560,8 @@ def parameter_uncertainty(jac, residual, channels=None, fixed_sigma=None):
     return std, seen
 
 
-def estimate_object_parameters(world, observations, parameters, initial=None, at_rest=(), max_evaluations=60, verbose=0):
+def estimate_object_parameters(world, observations, parameters, initial=None, at_rest=(), max_evaluations=60, verbose=0,
+                               initial_state=None, cost_tolerance=1e-8):
     """Fit object parameters to camera pose observations.
 
     Args:
@@ -536,6 +575,11 @@ def estimate_object_parameters(world, observations, parameters, initial=None, at
             the mean of their first poses and is not estimated.
         max_evaluations: Budget of residual evaluations.
         verbose: scipy verbosity.
+        initial_state: Optional WorldState at the first observation time to start the
+            initial pose and twist from (e.g. the ``initial_state`` of an earlier fit on the
+            same data); default from the first poses.
+        cost_tolerance: scipy's ``ftol``: stop when a step lowers the cost by less than this
+            fraction of it.
 
     Returns:
         ObjectEstimate.
@@ -555,7 +599,7 @@ def estimate_object_parameters(world, observations, parameters, initial=None, at
         i = problem.names.index(name)
         if not (math.isfinite(float(value)) and lower[i] <= float(value) <= upper[i]):
             raise ContactError(f"initial guess {name} = {value} outside [{lower[i]}, {upper[i]}]")
-    x0 = problem.initial_guess(initial)
+    x0 = problem.initial_guess(initial, initial_state)
     x0 = np.clip(x0, lower + 1e-12, upper - 1e-12)
     guess = x0.copy()
 
@@ -567,7 +611,7 @@ def estimate_object_parameters(world, observations, parameters, initial=None, at
 
     result = least_squares(
         residuals, x0, jac=jacobian, bounds=(lower, upper), method="trf",
-        x_scale=problem.scales(x0), max_nfev=max_evaluations, verbose=verbose,
+        x_scale=problem.scales(x0), max_nfev=max_evaluations, verbose=verbose, ftol=cost_tolerance,
     )
     residual, jac = result.fun, result.jac
     values = {name: float(result.x[i]) for i, name in enumerate(problem.names)}
@@ -580,6 +624,8 @@ def estimate_object_parameters(world, observations, parameters, initial=None, at
     with torch.no_grad():
         _, fields = problem.unpack(torch.as_tensor(result.x, dtype=world.dtype, device=world.device))
         state0 = problem.initial_state(fields, torch.zeros(1, dtype=world.dtype, device=world.device))
+    noise, ratio = _fit_ratio(problem, residual)
+    verdict = quality_verdict(ratio, noise)
     return ObjectEstimate(
         values=values,
         std=std,
@@ -587,13 +633,49 @@ def estimate_object_parameters(world, observations, parameters, initial=None, at
         initial_state=state0,
         rms=float(np.sqrt(np.mean(residual**2))),
         cost=float(0.5 * residual @ residual),
-        success=bool(result.success),
-        message=str(result.message),
+        success=bool(result.success) and verdict is None,
+        message=str(result.message) if verdict is None else f"{verdict} (optimizer: {result.message})",
         evaluations=int(result.nfev),
+        fit_ratio=ratio,
+        noise=noise,
     )
 
 
-def estimate_in_stages(world, observations, stages, at_rest=(), max_evaluations=60):
+def _fit_ratio(problem, residual):
+    """Camera noise from the data and, per object, rms residual per axis over it (position,
+    orientation); ``(None, {})`` when no series is long enough to estimate the noise."""
+    try:
+        noise = pose_noise(problem.observations)
+    except ValueError:
+        return None, {}
+    ratio, offset = {}, 0
+    for obj, series in zip(problem.world.objects, problem.observations):
+        rows = residual[offset : offset + 6 * len(series)].reshape(len(series), 6)
+        offset += 6 * len(series)
+        position = math.sqrt(float(np.mean(rows[:, :3] ** 2)))
+        orientation = math.sqrt(float(np.mean(rows[:, 3:] ** 2))) / bounding_radius(obj.shape)
+        ratio[obj.name] = {"position": position / max(noise.position, NOISE_FLOOR[0]),
+                           "orientation": orientation / max(noise.orientation, NOISE_FLOOR[1])}
+    return noise, ratio
+
+
+def quality_verdict(ratio, noise, limit=QUALITY_LIMIT):
+    """None for a fit within ``limit`` times the camera noise, else a message naming the worst
+    residual (``ratio``: ObjectEstimate.fit_ratio; ``noise``: its PoseNoise)."""
+    if not ratio:
+        return None
+    name, channels = max(ratio.items(), key=lambda item: max(item[1].values()))
+    channel = max(channels, key=channels.get)
+    if channels[channel] <= limit:
+        return None
+    unit, sigma = ("mm", noise.position * 1e3) if channel == "position" else ("deg", math.degrees(noise.orientation))
+    return (f"poor fit: the {channel} residual of '{name}' is {channels[channel]:.1f}x the camera noise estimated from the "
+            f"data (rms {channels[channel] * sigma:.3g} {unit} per axis vs {sigma:.3g} {unit}; limit {limit:g}x): "
+            "the model does not explain the data (check the known values, the scene's objects and pairs, the camera "
+            "calibration and the time window)")
+
+
+def estimate_in_stages(world, observations, stages, at_rest=(), max_evaluations=60, initial=None):
     """Several fits in sequence, each starting from the previous ones' estimates.
 
     Contact problems are non-convex in the parameters (a collision moves in time with them),
@@ -604,6 +686,9 @@ def estimate_in_stages(world, observations, stages, at_rest=(), max_evaluations=
         stages = [(["cube.friction"], t_collision), (["cube.mass", "cube.restitution"], None),
                   (["cube.mass", "cube.friction", "cube.restitution"], None)]
 
+    :func:`diffsim_ros.estimation.object_fit.fit_objects` finds the collision time in the
+    data, starts the collision stage from a scan and judges the fit; prefer it.
+
     Args:
         world: ContactWorld (initial guesses from its parameter values).
         observations: Mapping object name -> PoseSeries.
@@ -611,16 +696,88 @@ def estimate_in_stages(world, observations, stages, at_rest=(), max_evaluations=
             stamped up to its end time.
         at_rest: Objects at rest at the start.
         max_evaluations: Budget of each stage.
+        initial: Optional mapping parameter name -> initial guess (applied to the world
+            before the first stage; any parameter of the world).
 
     Returns:
         List of ObjectEstimate, one per stage (the last is the final estimate).
     """
-    results, values = [], {}
+    results, values = [], dict(initial or {})
     for names, end in stages:
-        window = observations if end is None else {k: v.between(end=end) for k, v in observations.items()}
+        window = observations if end is None else {k: as_pose_series(k, v).between(end=end) for k, v in observations.items()}
         estimate = estimate_object_parameters(
             world.with_parameters(values), window, names, at_rest=at_rest, max_evaluations=max_evaluations
         )
         values.update(estimate.values)
         results.append(estimate)
     return results
+
+
+def scan_parameters(world, observations, grid, at_rest=(), initial_state=None):
+    """Pose-residual cost at many parameter values, in one batched rollout.
+
+    The initial pose and twist are held at ``initial_state`` (or the data's guess): a scan
+    locates the basin of a fit, it does not replace it.
+
+    Args:
+        world: ContactWorld (parameters not in ``grid`` keep its values).
+        observations: Mapping object name -> PoseSeries.
+        grid: Mapping parameter name -> values, each shape (B,) (one column per candidate).
+        at_rest: Objects at rest at the start.
+        initial_state: Optional WorldState at the first observation time.
+
+    Returns:
+        Costs ``½ Σ r²`` [m²], shape (B,) (inf where a rollout failed).
+    """
+    names = list(grid)
+    columns = [np.asarray(grid[name], dtype=np.float64).reshape(-1) for name in names]
+    if len({c.size for c in columns}) != 1:
+        raise ContactError(f"every scanned parameter needs the same number of values, got {[c.size for c in columns]}")
+    problem = _Problem(world, observations, names, at_rest)
+    x0 = problem.initial_guess({}, initial_state)
+    x = np.tile(x0, (columns[0].size, 1))
+    for i, column in enumerate(columns):
+        x[:, i] = column
+    x_t = torch.as_tensor(x, dtype=world.dtype, device=world.device)
+    with torch.no_grad():
+        values, fields = problem.unpack(x_t)
+        state0 = problem.initial_state(fields, x_t)
+        try:
+            residual = object_pose_residuals(world.with_parameters(values), state0, problem.observations, problem.steps, problem.t0)
+        except ContactError:
+            return _scan_one_by_one(world, observations, names, columns, at_rest, initial_state)
+    return 0.5 * (residual**2).sum(-1).cpu().numpy()
+
+
+def _scan_one_by_one(world, observations, names, columns, at_rest, initial_state):
+    """:func:`scan_parameters` candidate by candidate (a batch stops at its first failure)."""
+    costs = np.full(columns[0].size, math.inf)
+    for b in range(costs.size):
+        try:
+            costs[b] = scan_parameters(world, observations, {n: c[b : b + 1] for n, c in zip(names, columns)}, at_rest, initial_state)[0]
+        except ContactError:
+            pass
+    return costs
+
+
+def fitted_poses(world, estimate, observations):
+    """Poses of the fitted model at the observation times: ``{name: PoseSeries}``.
+
+    Args:
+        world: The ContactWorld the estimate was made with.
+        estimate: ObjectEstimate (its values and initial state).
+        observations: Mapping object name -> PoseSeries (the stamps to sample).
+    """
+    series = [as_pose_series(name, observations[name]) for name in world.object_names]
+    t0 = min(s.times[0] for s in series)
+    steps = int(math.ceil((max(s.times[-1] for s in series) - t0) / world.dt - 1e-9))
+    fitted = world.with_parameters(estimate.values)
+    with torch.no_grad():
+        states, _ = fitted.rollout(estimate.initial_state, steps, check_start=False)
+        pos = torch.cat([estimate.initial_state.position[None], states.position], 0)
+        quat = torch.cat([estimate.initial_state.orientation[None], states.orientation], 0)
+        out = {}
+        for j, (name, obs) in enumerate(zip(world.object_names, series)):
+            p, q = _interpolate(pos[:, j, :], quat[:, j, :], t0, world.dt, obs.times)
+            out[name] = PoseSeries(obs.times, p.cpu().numpy(), q.cpu().numpy())
+    return out

@@ -153,9 +153,12 @@ def _values(raw, key, path, stddev=False):
 def load_calibration(path):
     """Read and check a calibration file (module docstring).
 
+    A camera-only calibration (e.g. for object estimation) may omit ``robot``.
+
     Raises:
-        CalibrationError: Missing or unreadable file, invalid YAML, missing ``robot`` /
-            ``parameters``, or a value that is not a finite number (named).
+        CalibrationError: Missing or unreadable file, invalid YAML, missing ``parameters``, a
+            ``robot`` that is not a name, or a value that is not a finite number (named). A
+            camera-only calibration needs no ``robot``.
     """
     path = Path(path)
     if not path.is_file():
@@ -164,10 +167,14 @@ def load_calibration(path):
         raw = yaml.safe_load(path.read_text())
     except (yaml.YAMLError, UnicodeDecodeError, OSError) as err:
         raise CalibrationError(f"cannot read {path} as YAML: {err}") from None
-    if not isinstance(raw, dict) or not isinstance(raw.get("parameters"), dict) or "robot" not in raw:
-        raise CalibrationError(f"{path}: expected 'robot' and a 'parameters' mapping")
-    if not isinstance(raw["robot"], str) or not raw["robot"]:
-        raise CalibrationError(f"{path}: 'robot' must be the robot config's name, got {raw['robot']!r}")
+    if not isinstance(raw, dict) or not isinstance(raw.get("parameters"), dict):
+        raise CalibrationError(f"{path}: expected a 'parameters' mapping")
+    robot = raw.get("robot")
+    if robot is None and set(raw["parameters"]) - {CAMERA_POSE}:
+        raise CalibrationError(f"{path}: expected 'robot' and a 'parameters' mapping (only a camera-only "
+                               "calibration may leave out the robot it was made for)")
+    if robot is not None and (not isinstance(robot, str) or not robot):
+        raise CalibrationError(f"{path}: 'robot' must be the robot config's name, got {robot!r}")
     groups = raw.get("groups") or []
     if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
         raise CalibrationError(f"{path}: 'groups' must be a list of group names, got {groups!r}")
@@ -175,7 +182,7 @@ def load_calibration(path):
         if not isinstance(raw.get(key) or {}, dict):
             raise CalibrationError(f"{path}: '{key}' must be a mapping, got {raw.get(key)!r}")
     return Calibration(
-        robot=raw["robot"],
+        robot=robot or "",
         parameters=_values(raw, "parameters", path),
         stddev=_values(raw, "stddev", path, stddev=True),
         groups=tuple(groups),

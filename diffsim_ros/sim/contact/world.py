@@ -18,7 +18,9 @@ One time step (semi-implicit, velocity level, Stewart-Trinkle / Nimble style):
    same Delassus matrix, so it is differentiable like the rest.
 
 Contact coefficients of a pair are the larger of the two shapes' values (as MuJoCo combines
-friction); static shapes and robot proxies default to 0, so an object's own values apply.
+friction; static shapes and robot proxies default to 0, so an object's own values apply),
+unless set for the pair: then ``<a>/<b>.friction`` and ``<a>/<b>.restitution`` are parameters
+of their own (a box's friction on the table and on another box are different coefficients).
 Parameters ``<object>.mass`` [kg], ``<object>.friction`` and ``<object>.restitution`` may be
 tensors with leading batch dimensions (one value per batch element) and carry gradients.
 """
@@ -41,6 +43,19 @@ from diffsim_ros.sim.contact.shapes import Box, Capsule, Plane, Sphere, bounding
 __all__ = ["RigidObject", "StaticShape", "LinkProxy", "WorldState", "StepInfo", "ContactWorld"]
 
 OBJECT_PARAMETERS = ("mass", "friction", "restitution")
+PAIR_PARAMETERS = ("friction", "restitution")
+
+
+def _check_parameter(name, kind, value):
+    """Raise unless ``value`` (tensor) is a valid ``kind`` parameter."""
+    if not bool(torch.isfinite(value).all()):
+        raise ContactError(f"parameter '{name}' is not finite: {value.tolist()}")
+    if kind == "mass" and bool((value <= 0).any()):
+        raise ContactError(f"parameter '{name}' must be > 0 [kg] (zero-mass objects cannot move), got {value.tolist()}")
+    if kind == "friction" and bool((value < 0).any()):
+        raise ContactError(f"parameter '{name}' must be >= 0, got {value.tolist()}")
+    if kind == "restitution" and bool(((value < 0) | (value > 1)).any()):
+        raise ContactError(f"parameter '{name}' must be in [0, 1], got {value.tolist()}")
 
 
 def _finite(name, value, low=-math.inf, high=math.inf, low_open=False):
@@ -217,8 +232,12 @@ class _Pair:
     b: _Geom
     start: int
     count: int
-    friction: float | None = None
-    restitution: float | None = None
+    explicit: frozenset = frozenset()  # coefficient kinds set for the pair (else the max rule)
+
+    @property
+    def name(self):
+        """``"<a>/<b>"``, the prefix of the pair's parameters (e.g. ``box/ground.friction``)."""
+        return f"{self.a.name}/{self.b.name}"
 
 
 @dataclass(frozen=True)
@@ -240,6 +259,8 @@ class ContactWorld:
         complementarity_aware: LCP only: Nimble's complementarity-aware gradients.
         cone_method: Cone only: ``"auto"`` or ``"staggered"`` (see :func:`solve_cone`).
         params: ``{"mass", "friction", "restitution"}`` -> tensor (..., J).
+        pair_params: ``{"friction", "restitution"}`` -> tensor (..., P), one column per pair
+            (used for the pairs whose coefficient is set explicitly, see :meth:`create`).
         gravity: Gravity [m/s²], shape (3,).
     """
 
@@ -255,6 +276,7 @@ class ContactWorld:
     complementarity_aware: bool
     cone_method: str
     params: dict = field(repr=False)
+    pair_params: dict = field(repr=False)
     gravity: torch.Tensor = field(repr=False)
     unit_inertia: torch.Tensor = field(repr=False)
     pairs: tuple = field(repr=False)
@@ -299,7 +321,8 @@ class ContactWorld:
             gravity: Gravity in the world frame [m/s²]; with a robot, its model's gravity.
             exclude: Pairs of shape names that never collide.
             pair_friction: ``{(name_a, name_b): mu}`` overriding the max rule for a pair
-                (e.g. a frictionless gripper pad), constant.
+                (e.g. a frictionless gripper pad). The pair's coefficient is then a parameter
+                of its own, ``"<a>/<b>.friction"`` (:meth:`pair_parameter_names`).
             pair_restitution: ``{(name_a, name_b): e}`` likewise.
             dtype, device: Without a robot (default float64 on torch's default device).
 
@@ -361,7 +384,9 @@ class ContactWorld:
                 if len(key) != 2 or unknown:
                     raise ContactError(f"pair_{kind} key {key!r} must name two shapes of the world; unknown {sorted(unknown)}")
                 overrides[(kind, frozenset(key))] = _finite(f"pair_{kind}[{key}]", value, 0.0, high)
-        pairs, start = [], 0
+        if any("/" in n for n in names):
+            raise ContactError(f"shape names may not contain '/' (it separates the names of a pair): {[n for n in names if '/' in n]}")
+        pairs, start, pair_values = [], 0, {"friction": [], "restitution": []}
         for i, a in enumerate(geoms):
             for b in geoms[i + 1 :]:
                 if a.kind == b.kind and a.kind in ("static", "proxy"):
@@ -372,7 +397,10 @@ class ContactWorld:
                     continue
                 count = slot_count(a.shape, b.shape)
                 key = frozenset((a.name, b.name))
-                pairs.append(_Pair(a, b, start, count, overrides.get(("friction", key)), overrides.get(("restitution", key))))
+                explicit = frozenset(kind for kind in pair_values if (kind, key) in overrides)
+                for kind, column in pair_values.items():
+                    column.append(overrides.get((kind, key), 0.0))
+                pairs.append(_Pair(a, b, start, count, explicit))
                 start += count
         return cls(
             objects=objects,
@@ -387,6 +415,7 @@ class ContactWorld:
             complementarity_aware=bool(complementarity_aware),
             cone_method=cone_method,
             params=params,
+            pair_params={kind: tensor(column) for kind, column in pair_values.items()},
             gravity=tensor(list(gravity)),
             unit_inertia=unit,
             pairs=tuple(pairs),
@@ -419,44 +448,63 @@ class ContactWorld:
         """``<object>.mass``, ``<object>.friction``, ``<object>.restitution`` for every object."""
         return [f"{o.name}.{p}" for o in self.objects for p in OBJECT_PARAMETERS]
 
+    def pair_parameter_names(self):
+        """``<a>/<b>.friction`` and ``<a>/<b>.restitution`` for every colliding pair.
+
+        A pair's coefficient is the larger of its two shapes' values until it is set for the
+        pair (``pair_friction`` of :meth:`create`, or :meth:`with_parameters`); from then on it
+        is a parameter of its own. ``<b>/<a>`` names the same pair.
+        """
+        return [f"{pair.name}.{kind}" for pair in self.pairs for kind in PAIR_PARAMETERS]
+
     def _locate(self, name):
+        """``(table, kind, index)``: ``table`` is "object" (index of the object) or "pair"."""
         owner, _, kind = name.rpartition(".")
-        if kind not in OBJECT_PARAMETERS or owner not in self.object_names:
-            raise ContactError(f"unknown object parameter '{name}'; known: {self.parameter_names()}")
-        return kind, self.object_names.index(owner)
+        if kind in OBJECT_PARAMETERS and owner in self.object_names:
+            return "object", kind, self.object_names.index(owner)
+        if kind in PAIR_PARAMETERS and owner.count("/") == 1:
+            a, b = owner.split("/")
+            for index, pair in enumerate(self.pairs):
+                if {pair.a.name, pair.b.name} == {a, b}:
+                    return "pair", kind, index
+        raise ContactError(
+            f"unknown object parameter '{name}'; known: {self.parameter_names()} and the pair coefficients "
+            f"{self.pair_parameter_names()}"
+        )
 
     def get_parameter(self, name):
-        """Value of ``<object>.<mass|friction|restitution>``, shape (...) (keeps autograd)."""
-        kind, index = self._locate(name)
-        return self.params[kind][..., index]
+        """Value of ``<object>.<mass|friction|restitution>`` or ``<a>/<b>.<friction|restitution>``
+        (the pair's coefficient as the step uses it), shape (...) (keeps autograd)."""
+        table, kind, index = self._locate(name)
+        if table == "object":
+            return self.params[kind][..., index]
+        return self._pair_value(kind, index)
 
     def with_parameters(self, values):
         """New world with parameters replaced, differentiably; values may be batched tensors (...).
+
+        Setting a pair coefficient (``"<a>/<b>.friction"``) makes it the pair's own value
+        instead of the larger of the two shapes' values.
 
         Raises:
             ContactError: Unknown names, non-finite values, mass <= 0 (zero-mass objects),
                 negative friction, restitution outside [0, 1].
         """
-        params = dict(self.params)
+        params, pair_params, pairs = dict(self.params), dict(self.pair_params), list(self.pairs)
         for name, value in values.items():
-            kind, index = self._locate(name)
+            table, kind, index = self._locate(name)
             value = torch.as_tensor(value, dtype=self.dtype, device=self.device)
-            detached = value.detach()
-            if not bool(torch.isfinite(detached).all()):
-                raise ContactError(f"parameter '{name}' is not finite: {detached.tolist()}")
-            if kind == "mass" and bool((detached <= 0).any()):
-                raise ContactError(f"parameter '{name}' must be > 0 [kg] (zero-mass objects cannot move), got {detached.tolist()}")
-            if kind == "friction" and bool((detached < 0).any()):
-                raise ContactError(f"parameter '{name}' must be >= 0, got {detached.tolist()}")
-            if kind == "restitution" and bool(((detached < 0) | (detached > 1)).any()):
-                raise ContactError(f"parameter '{name}' must be in [0, 1], got {detached.tolist()}")
-            current = params[kind]
+            _check_parameter(name, kind, value.detach())
+            target = params if table == "object" else pair_params
+            current = target[kind]
             batch = torch.broadcast_shapes(current.shape[:-1], value.shape)
             current = current.expand(*batch, current.shape[-1])
             onehot = torch.zeros(current.shape[-1], dtype=self.dtype, device=self.device)
             onehot[index] = 1.0
-            params[kind] = current * (1.0 - onehot) + value[..., None] * onehot
-        return replace(self, params=params)
+            target[kind] = current * (1.0 - onehot) + value[..., None] * onehot
+            if table == "pair":
+                pairs[index] = replace(pairs[index], explicit=pairs[index].explicit | {kind})
+        return replace(self, params=params, pair_params=pair_params, pairs=tuple(pairs))
 
     # ------------------------------------------------------------------ states
     def initial_state(self, position=None, orientation=None, linear_velocity=None, angular_velocity=None, q=None, qd=None):
@@ -604,26 +652,30 @@ class ContactWorld:
                 )
 
     # ------------------------------------------------------------------ coefficients per slot
-    def _slot_values(self, kind, batch):
-        """Per-slot coefficient (pair override, else the max of the two shapes), shape (..., K)."""
+    def _pair_value(self, kind, index):
+        """Coefficient of pair ``index``, shape (...): its own value if set, else the larger of
+        the two shapes' (static shapes and proxies: their constants)."""
+        pair = self.pairs[index]
+        if kind in pair.explicit:
+            return self.pair_params[kind][..., index]
         values = self.params[kind]
+        sides = []
+        for geom in (pair.a, pair.b):
+            if geom.kind == "object":
+                sides.append(values[..., geom.index])
+            else:
+                owner = self.proxies[geom.index] if geom.kind == "proxy" else self.static[geom.index]
+                sides.append(torch.full(values.shape[:-1], float(getattr(owner, kind)), dtype=self.dtype, device=self.device))
+        return torch.maximum(*sides)
+
+    def _slot_values(self, kind, batch):
+        """Per-slot coefficient (the pair's, see :meth:`_pair_value`), shape (..., K)."""
         columns = []
-        for pair in self.pairs:
-            override = getattr(pair, kind)
-            if override is not None:
-                constant = torch.full((*values.shape[:-1], pair.count), override, dtype=self.dtype, device=self.device)
-                columns.append(constant)
-                continue
-            sides = []
-            for geom in (pair.a, pair.b):
-                if geom.kind == "object":
-                    sides.append(values[..., geom.index])
-                else:
-                    owner = self.proxies[geom.index] if geom.kind == "proxy" else self.static[geom.index]
-                    sides.append(torch.full(values.shape[:-1], float(getattr(owner, kind)), dtype=self.dtype, device=self.device))
-            combined = torch.maximum(*sides)
-            columns.append(combined[..., None].expand(*combined.shape, pair.count))
-        out = torch.cat(columns, -1)
+        for index, pair in enumerate(self.pairs):
+            value = self._pair_value(kind, index)
+            columns.append(value[..., None].expand(*value.shape, pair.count))
+        lead = torch.broadcast_shapes(*(c.shape[:-1] for c in columns))
+        out = torch.cat([c.expand(*lead, c.shape[-1]) for c in columns], -1)
         return out.expand(*batch, out.shape[-1])
 
     def _slot_signs(self, kind, index):
@@ -768,7 +820,7 @@ class ContactWorld:
         batch = contacts.gap.shape[:-1]
         if self.robot is not None:
             batch = torch.broadcast_shapes(batch, state.q.shape[:-1])
-        batch = torch.broadcast_shapes(batch, *(value.shape[:-1] for value in self.params.values()))
+        batch = torch.broadcast_shapes(batch, *(value.shape[:-1] for value in (*self.params.values(), *self.pair_params.values())))
         k = contacts.count
         frames = contact_frames(contacts.normal)
         obj_rot = quat_to_matrix(quat_normalize(state.orientation))

@@ -1,0 +1,121 @@
+"""``diffsim-ros estimate-objects``: camera poses of objects in a bag -> their mass, friction, restitution.
+
+    diffsim-ros estimate-objects --bag BAG --scene SCENE.yaml [--calibration CAL.yaml] --out DIR
+                                 [--force] [--allow-partial]
+
+The scene file (:mod:`diffsim_ros.io.scene`) names the objects, their sizes and PoseStamped
+topics, the known masses and every pair's coefficients, with ``unknown`` for what to
+estimate; the calibration gives the camera pose (``camera.pose``; omit it when the poses are
+already in the base frame). Exit codes (:mod:`diffsim_ros.cli.exits`): 0 every unknown the
+data involve was determined by a good fit; 2 bad input; 3 a fit far above the camera noise
+or an unknown the data do not determine (nothing written unless ``--allow-partial``);
+130 Ctrl-C.
+"""
+
+import sys
+from pathlib import Path
+
+import torch
+
+from diffsim_ros.cli import exits
+from diffsim_ros.estimation.data import DataError
+from diffsim_ros.estimation.object_fit import FitSettings, fit_objects
+from diffsim_ros.io.bags import BagError
+from diffsim_ros.io.calibration import CalibrationError, atomic_directory, load_calibration
+from diffsim_ros.io.object_poses import object_poses_from_bag
+from diffsim_ros.io.object_report import summary_table, write_object_outputs
+from diffsim_ros.io.scene import SceneError, load_scene
+from diffsim_ros.sim.contact import ContactError
+
+__all__ = ["add_parser", "estimate_objects_command", "load_inputs"]
+
+PROG = "diffsim-ros estimate-objects"
+
+
+def add_parser(subparsers):
+    """Register the ``estimate-objects`` subcommand."""
+    parser = subparsers.add_parser("estimate-objects", help="estimate object mass, friction and restitution from camera poses in a bag")
+    parser.add_argument("--bag", required=True, type=Path, help="rosbag2 directory or .db3/.mcap file with PoseStamped topics")
+    parser.add_argument("--scene", required=True, type=Path, help="scene YAML: objects, sizes, topics, known values, pairs")
+    parser.add_argument("--calibration", type=Path, default=None,
+                        help="calibration YAML with camera.pose (omit if the poses are in the base frame)")
+    parser.add_argument("--out", required=True, type=Path, help="output directory (objects.yaml, summary.txt, trajectories.png)")
+    parser.add_argument("--force", action="store_true", help="replace an existing output directory")
+    parser.add_argument("--allow-partial", action="store_true",
+                        help="write the outputs even when the fit fails its quality check or leaves unknowns undetermined "
+                             "(those are listed as unidentifiable, never as values); exit code 3 still")
+    parser.add_argument("--max-evaluations", type=int, default=FitSettings.max_evaluations,
+                        help="residual evaluations of the joint fit")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1 avoids OpenMP stalls on busy machines)")
+    parser.set_defaults(handler=estimate_objects_command)
+
+
+def load_inputs(scene_path, bag_path, calibration_path=None):
+    """Scene, world-frame observations and a data summary from the files.
+
+    Returns:
+        ``(scene, observations, data)``: ObjectScene, object -> PoseSeries in the base frame
+        (cut to the scene's window), object -> {poses, start, end}.
+
+    Raises:
+        SceneError, CalibrationError, BagError, DataError: Bad input, named.
+    """
+    scene = load_scene(scene_path)
+    camera_pose = None
+    if calibration_path is not None:
+        calibration = load_calibration(calibration_path)
+        camera_pose = calibration.camera_pose
+        if camera_pose is None:
+            raise CalibrationError(f"{calibration_path}: no camera.pose; the object poses are in the camera frame")
+    observations = object_poses_from_bag(bag_path, scene.topics, camera_pose=camera_pose)
+    start, end = scene.window
+    cut = {}
+    for name, series in observations.items():
+        keep = (series.times >= start) & (series.times <= end)
+        if keep.sum() < 3:
+            raise DataError(f"{scene.path} [window]: only {int(keep.sum())} poses of '{name}' in [{start}, {end}] s "
+                            f"(its poses span {series.times[0]:.3f}..{series.times[-1]:.3f} s)")
+        cut[name] = series.between(start, end)
+    data = {name: {"poses": len(s), "start": float(s.times[0]), "end": float(s.times[-1])} for name, s in cut.items()}
+    return scene, cut, data
+
+
+def _progress(stage):
+    print(f"{PROG}: {stage} ...", file=sys.stderr, flush=True)
+
+
+def estimate_objects_command(args):
+    """Handler: returns the exit code."""
+    torch.set_num_threads(max(1, args.threads))
+    try:
+        if args.max_evaluations < 1:
+            raise ValueError(f"--max-evaluations must be >= 1, got {args.max_evaluations}")
+        atomic_directory(args.out, force=args.force)  # refuse early, before any work
+        scene, observations, data = load_inputs(args.scene, args.bag, args.calibration)
+        settings = FitSettings(max_evaluations=args.max_evaluations)
+        fit = fit_objects(scene.world(), observations, scene.unknowns, initial=scene.initial_guess, settings=settings,
+                          progress=_progress)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted; nothing written", file=sys.stderr)
+        return exits.INTERRUPTED
+    except (SceneError, CalibrationError, BagError, DataError, ContactError, FileExistsError, ValueError) as err:
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return exits.BAD_INPUT
+    print(summary_table(fit, scene))
+    if fit.status != "ok" and not args.allow_partial:
+        print(f"{PROG}: {fit.status}: {fit.message}; nothing written (--allow-partial writes the diagnostics)", file=sys.stderr)
+        return exits.UNDETERMINED
+    try:
+        paths = write_object_outputs(args.out, fit, scene, observations, data, force=args.force)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted; nothing written", file=sys.stderr)
+        return exits.INTERRUPTED
+    except OSError as err:
+        print(f"{PROG}: error: cannot write {args.out}: {err}", file=sys.stderr)
+        return exits.FAILURE
+    for kind, path in paths.items():
+        print(f"wrote {kind}: {path}")
+    if fit.status != "ok":
+        print(f"{PROG}: {fit.status}: {fit.message}", file=sys.stderr)
+        return exits.UNDETERMINED
+    return exits.OK

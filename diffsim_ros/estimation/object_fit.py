@@ -1,0 +1,343 @@
+"""Object estimation that cuts its own stages, starts each stage from a scan and judges its fit.
+
+:func:`fit_objects` is the entry point for camera poses of objects in a ContactWorld:
+
+1. **What the data say before any model** (:mod:`~diffsim_ros.estimation.object_events`):
+   the camera noise, which objects rest at the start, when pairs of objects first touch.
+   Unknowns the data cannot involve are not fitted but reported with the reason (the mass
+   of an object that never touches another object: its motion does not depend on it).
+2. **Before the first contact**: the sliding objects' unknown friction from the poses up to
+   the last frame before it, started from a batched scan over FRICTION_GRID (a slide's
+   friction is a near-convex 1-D problem once its start is in the right basin).
+3. **At each contact between objects**: a batched scan over the collision's unknowns (mass
+   of either object, the pair's restitution and friction) on the data up to the next
+   contact, from the state the earlier stages estimated. The scan does not depend on the
+   initial guess: masses span MASS_RATIOS times the partner's known mass.
+4. **Everything together** from the best scanned point (local trust-region fit; restarts
+   from the next-best scanned points if the fit fails its quality check).
+5. **Quality**: per object, the rms position and orientation residuals against the camera
+   noise estimated from the data. A fit more than QUALITY_LIMIT times above the noise did
+   not explain the data and is reported as ``"poor_fit"``, never as a result.
+
+Why scans rather than the user's starting values (measured on MuJoCo collisions, see
+``benchmarks/RESULTS.md``, contact-estimation): a collision moves in time with the
+parameters, so a least-squares fit from a poor start lands in another basin (e.g. mass
++107 % with a residual 14x the noise) and still reports scipy's success.
+"""
+
+import itertools
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from diffsim_ros.estimation.object_events import at_rest_at_start, contact_events, move_time, pose_noise
+from diffsim_ros.estimation.objects import (
+    MIN_POSES,
+    QUALITY_LIMIT,
+    as_pose_series,
+    estimate_object_parameters,
+    fitted_poses,
+    quality_verdict,
+    scan_parameters,
+)
+from diffsim_ros.sim.contact.errors import ContactError
+
+__all__ = ["FitSettings", "StageReport", "ObjectFit", "fit_objects", "STATUSES"]
+
+STATUSES = ("ok", "undetermined", "poor_fit")
+# Fits stop when a step lowers the cost by less than this fraction. Moving one parameter by
+# one standard deviation raises the cost by ~1/R of it (R residuals, a few hundred here), so
+# at 1e-5 the parameters are within ~0.1 std of the optimum; scipy's 1e-8 spent half the
+# evaluations of a collision fit on digits below the noise.
+COST_TOLERANCE = 1e-5
+
+
+@dataclass(frozen=True)
+class FitSettings:
+    """Scans and budgets of :func:`fit_objects`.
+
+    Attributes:
+        friction_grid: Friction values scanned before the first contact (and for slides).
+        mass_ratios: Masses scanned, as multiples of the collision partner's known mass (or
+            of the initial guess when the partner's mass is unknown too).
+        restitution_grid: Restitutions scanned at a collision.
+        pair_friction_grid: Friction between the colliding objects, when unknown.
+        stage_evaluations: Residual evaluations of the pre-contact stage.
+        max_evaluations: Residual evaluations of the joint fit.
+        restarts: Joint fits restarted from the next-best scanned points when a fit fails
+            its quality check.
+        quality_limit: See QUALITY_LIMIT.
+        cost_tolerance: Relative cost decrease below which a fit stops (see COST_TOLERANCE).
+    """
+
+    friction_grid: tuple = tuple(np.geomspace(0.03, 1.5, 12).round(4))
+    mass_ratios: tuple = tuple(np.geomspace(0.1, 10.0, 11).round(4))
+    restitution_grid: tuple = (0.05, 0.25, 0.45, 0.65, 0.85)
+    pair_friction_grid: tuple = (0.05, 0.3, 1.0)
+    stage_evaluations: int = 20
+    max_evaluations: int = 40
+    restarts: int = 2
+    quality_limit: float = QUALITY_LIMIT
+    cost_tolerance: float = COST_TOLERANCE
+
+
+@dataclass(frozen=True)
+class StageReport:
+    """One stage of :func:`fit_objects`: what it fitted, on which data, with what result."""
+
+    name: str
+    parameters: tuple
+    end: float  # last observation time used [s] (inf: all)
+    values: dict
+    cost: float
+    evaluations: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class ObjectFit:
+    """Result of :func:`fit_objects`.
+
+    Attributes:
+        status: ``"ok"`` (every fitted unknown determined, residuals at the noise level),
+            ``"undetermined"`` (some fitted unknown not determined by the data: see
+            ``identifiable``) or ``"poor_fit"`` (residuals far above the noise: no value
+            of this fit is a result).
+        message: One line saying why, naming parameters and figures.
+        values: Fitted unknowns, name -> value (use only the identifiable ones of an
+            ``"ok"`` or ``"undetermined"`` fit).
+        std: Standard deviations (inf where not identifiable).
+        identifiable: Name -> bool.
+        not_estimated: Unknowns the data cannot involve, name -> reason.
+        estimate: The final ObjectEstimate (initial state, cost, scipy's message).
+        noise: Camera PoseNoise estimated from the data.
+        fit_ratio: Object -> {"position": rms / noise, "orientation": rms / noise}.
+        events: ContactEvent tuple (first contact of each touching pair of objects).
+        at_rest: Objects at rest at the start.
+        stages: StageReport tuple, in order.
+        fitted: Object -> PoseSeries of the fitted model at the observation times.
+    """
+
+    status: str
+    message: str
+    values: dict
+    std: dict
+    identifiable: dict
+    not_estimated: dict
+    estimate: object
+    noise: object
+    fit_ratio: dict
+    events: tuple
+    at_rest: tuple
+    stages: tuple
+    fitted: dict = field(repr=False)
+
+    @property
+    def ok(self):
+        return self.status == "ok"
+
+
+def _parts(world, name):
+    """``(owner names, kind)`` of a parameter: ``(("box",), "mass")`` or ``(("box", "ground"), "friction")``."""
+    owner, _, kind = name.rpartition(".")
+    return tuple(owner.split("/")), kind
+
+
+def _never_moves(name, observations, noise, at_rest):
+    return name in at_rest and move_time(observations[name], noise) is None
+
+
+def _relevance(world, unknowns, events, observations, noise, at_rest):
+    """Split unknowns into those the data involve and the others (name -> reason)."""
+    touching = {frozenset(e.pair) for e in events}
+    in_events = {n for e in events for n in e.pair}
+    objects = set(world.object_names)
+    relevant, skipped = [], {}
+    for name in unknowns:
+        owners, kind = _parts(world, name)
+        if kind == "mass" and owners[0] not in in_events:
+            skipped[name] = ("no contact with another object in the data: the motion of an object touching only static "
+                             "shapes does not depend on its mass")
+        elif len(owners) == 2 and set(owners) <= objects and frozenset(owners) not in touching:
+            skipped[name] = f"'{owners[0]}' and '{owners[1]}' never touch in the data"
+        elif len(owners) == 2 and all(_never_moves(o, observations, noise, at_rest) for o in owners if o in objects):
+            skipped[name] = f"{' and '.join(o for o in owners if o in objects)} never move in the data"
+        else:
+            relevant.append(name)
+    return relevant, skipped
+
+
+def _window(observations, end):
+    if end is None or math.isinf(end):
+        return observations
+    return {name: series.between(end=end) for name, series in observations.items()}
+
+
+def _scan_best(world, observations, grid, at_rest, state):
+    """Scan a grid (name -> (B,)); returns candidates sorted by cost: [(cost, {name: value})]."""
+    costs = scan_parameters(world, observations, grid, at_rest=at_rest, initial_state=state)
+    order = np.argsort(costs)
+    return [(float(costs[b]), {n: float(v[b]) for n, v in grid.items()}) for b in order if math.isfinite(costs[b])]
+
+
+def _product(axes):
+    """Cartesian product of name -> values as name -> (B,) arrays."""
+    names = list(axes)
+    rows = list(itertools.product(*(axes[n] for n in names)))
+    return {n: np.array([row[i] for row in rows], dtype=np.float64) for i, n in enumerate(names)}
+
+
+def _collision_axes(world, event, relevant, values, known_masses, settings):
+    """Scan axes of the unknowns a collision involves: name -> candidate values."""
+    a, b = event.pair
+    axes = {}
+    for obj, partner in ((a, b), (b, a)):
+        name = f"{obj}.mass"
+        if name in relevant:
+            scale = known_masses.get(partner) or values.get(name) or float(world.get_parameter(name).detach().reshape(-1)[0])
+            axes[name] = tuple(scale * r for r in settings.mass_ratios)
+    for kind, grid in (("restitution", settings.restitution_grid), ("friction", settings.pair_friction_grid)):
+        for name in (f"{a}/{b}.{kind}", f"{b}/{a}.{kind}"):
+            if name in relevant:
+                axes[name] = tuple(grid)
+    return axes
+
+
+def _stage(stages, name, parameters, end, estimate, start):
+    stages.append(StageReport(name, tuple(parameters), math.inf if end is None else float(end), dict(estimate.values),
+                              float(estimate.cost), int(estimate.evaluations), time.perf_counter() - start))
+
+
+def _sliding_friction(world, name, at_rest):
+    """Whether ``name`` is the friction between static geometry and an object moving from the start."""
+    owners, kind = _parts(world, name)
+    objects = [o for o in owners if o in world.object_names]
+    return kind == "friction" and len(objects) == 1 and objects[0] not in at_rest
+
+
+def _pre_contact(world, observations, relevant, at_rest, end, settings, stages, progress):
+    """Friction of the objects sliding before the first contact: scan, then fit. Returns
+    ``(values, initial state or None)``."""
+    window = _window(observations, end)
+    moving = [n for n in relevant if _sliding_friction(world, n, at_rest)]
+    if not moving or min(len(s) for s in window.values()) < MIN_POSES:
+        return {}, None
+    progress("friction before the first contact")
+    start = time.perf_counter()
+    grid = {n: np.array(settings.friction_grid) for n in moving}
+    try:
+        best = _scan_best(world, window, grid, at_rest, None)[0][1]
+        estimate = estimate_object_parameters(world.with_parameters(best), window, moving, at_rest=at_rest,
+                                              max_evaluations=settings.stage_evaluations, cost_tolerance=settings.cost_tolerance)
+    except ValueError:  # DataError: too few poses before the contact for the unknowns
+        return {}, None
+    _stage(stages, "before the first contact", moving, end, estimate, start)
+    return dict(estimate.values), estimate.initial_state
+
+
+def _final_fit(world, observations, relevant, at_rest, values, state, settings):
+    estimate = estimate_object_parameters(world.with_parameters(values), observations, relevant, at_rest=at_rest,
+                                          max_evaluations=settings.max_evaluations, initial_state=state,
+                                          cost_tolerance=settings.cost_tolerance)
+    final = world.with_parameters(estimate.values)
+    return estimate, fitted_poses(final, estimate, observations)
+
+
+def _judge(estimate, identifiable, limit):
+    """``(status, message)`` from the fit's residual ratios and identifiability."""
+    verdict = quality_verdict(estimate.fit_ratio, estimate.noise, limit)
+    if verdict is not None:
+        return "poor_fit", verdict
+    missing = [n for n, ok in identifiable.items() if not ok]
+    if missing:
+        return "undetermined", f"the data do not determine {missing} (relative std above the limit or unobservable)"
+    return "ok", f"fit within {estimate.worst_ratio:.2f}x the camera noise"
+
+
+def fit_objects(world, observations, unknowns, initial=None, at_rest=None, settings=None, progress=None):
+    """Estimate unknown object and pair parameters from camera poses, robustly, and judge the fit.
+
+    Args:
+        world: ContactWorld of the observed objects (known values set; unknowns at any value).
+        observations: Mapping object name -> PoseSeries (world frame), every object.
+        unknowns: Parameter names to estimate (``box.mass``, ``box/ground.friction``, ...).
+        initial: Optional name -> initial guess (used where no scan covers a parameter).
+        at_rest: Objects at rest at the start; default detected from the data.
+        settings: FitSettings.
+        progress: Optional callable taking a stage description (for progress display).
+
+    Returns:
+        ObjectFit (check ``status``: only ``"ok"`` results are all determined and good fits).
+
+    Raises:
+        ContactError: Unknown parameter names or objects, a world with a robot.
+        DataError: Malformed observations or too few poses.
+    """
+    settings = settings or FitSettings()
+    progress = progress or (lambda stage: None)
+    unknowns = list(dict.fromkeys(unknowns))
+    for name in list(unknowns) + list(initial or {}):
+        world._locate(name)  # raises for unknown names
+    observations = {name: as_pose_series(name, value) for name, value in observations.items()}
+    missing = [o for o in world.object_names if o not in observations]
+    if missing:
+        raise ContactError(f"every object needs pose observations; missing {missing}")
+    world = world.with_parameters(dict(initial or {}))
+    noise = pose_noise(list(observations.values()))
+    if at_rest is None:
+        at_rest = tuple(n for n in world.object_names if at_rest_at_start(observations[n], noise))
+    events = tuple(contact_events(world, observations, noise, at_rest))
+    relevant, skipped = _relevance(world, unknowns, events, observations, noise, at_rest)
+    stages, values, state = [], {}, None
+    if not relevant:
+        raise ContactError(f"none of the unknowns {unknowns} affects the data: {skipped}")
+    if events:
+        values, state = _pre_contact(world, observations, relevant, at_rest, events[0].last_apart, settings, stages, progress)
+    known_masses = {o: float(world.get_parameter(f"{o}.mass").detach().reshape(-1)[0])
+                    for o in world.object_names if f"{o}.mass" not in relevant}
+    candidates = []
+    for k, event in enumerate(events):
+        axes = _collision_axes(world, event, relevant, values, known_masses, settings)
+        if not axes:
+            continue
+        progress(f"scan of the {event.pair[0]}-{event.pair[1]} contact")
+        start = time.perf_counter()
+        end = events[k + 1].last_apart if k + 1 < len(events) else None
+        window = _window(observations, end)
+        ranked = _scan_best(world.with_parameters(values), window, _product(axes), at_rest, state)
+        values.update(ranked[0][1])
+        candidates = [v for _, v in ranked[1:]]
+        stages.append(StageReport(f"scan of the {event.pair[0]}-{event.pair[1]} contact", tuple(axes),
+                                  math.inf if end is None else end, dict(ranked[0][1]), ranked[0][0], len(ranked), time.perf_counter() - start))
+    if not events:
+        frictions = [n for n in relevant if _parts(world, n)[1] == "friction"]
+        if frictions:
+            progress("friction scan")
+            ranked = _scan_best(world, observations, {n: np.array(settings.friction_grid) for n in frictions}, at_rest, None)
+            values.update(ranked[0][1])
+    return _joint(world, observations, relevant, skipped, at_rest, values, state, candidates, events, noise, stages, settings, progress)
+
+
+def _joint(world, observations, relevant, skipped, at_rest, values, state, candidates, events, noise, stages, settings, progress):
+    """The joint fit from the scanned start, restarts while it fails its quality check, and the verdict."""
+    best = None
+    starts = [values] + [{**values, **c} for c in candidates[: settings.restarts]]
+    for attempt, start_values in enumerate(starts):
+        progress("joint fit" if attempt == 0 else f"joint fit, restart {attempt}")
+        start = time.perf_counter()
+        estimate, fitted = _final_fit(world, observations, relevant, at_rest, start_values, state, settings)
+        _stage(stages, "joint fit" if attempt == 0 else f"joint fit, restart {attempt}", relevant, None, estimate, start)
+        if best is None or estimate.cost < best[0].cost:
+            best = (estimate, fitted)
+        if estimate.worst_ratio <= settings.quality_limit:
+            break
+    estimate, fitted = best
+    identifiable = {n: bool(estimate.identifiable[n]) for n in relevant}
+    status, message = _judge(estimate, identifiable, settings.quality_limit)
+    return ObjectFit(
+        status=status, message=message, values=dict(estimate.values), std=dict(estimate.std), identifiable=identifiable,
+        not_estimated=skipped, estimate=estimate, noise=noise, fit_ratio=estimate.fit_ratio, events=events, at_rest=tuple(at_rest),
+        stages=tuple(stages), fitted=fitted,
+    )

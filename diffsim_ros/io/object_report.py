@@ -1,0 +1,141 @@
+"""Outputs of object estimation: ``objects.yaml``, ``summary.txt`` and ``trajectories.png``.
+
+``objects.yaml``::
+
+    status: ok                  # ok | undetermined | poor_fit (see estimation.object_fit)
+    message: fit within 1.08x the camera noise
+    estimates:                  # determined unknowns only: value and standard deviation
+      box.mass: {value: 0.741, std: 0.006}
+    unidentifiable:             # fitted but not determined (never written as values)
+      box/ground.restitution: "..."
+    not_estimated:              # unknowns the data cannot involve, with the reason
+    known: {target.mass: 0.6, ...}
+    quality: {noise: {...}, fit_ratio: {box: {position: 1.05, orientation: 1.01}, ...}}
+    events: [{pair: [box, target], time: 0.2, last_apart: 0.167}]
+    stages: [{name: ..., parameters: [...], seconds: 3.1, ...}]
+    data: {box: {poses: 25, start: 0.0, end: 0.8}, ...}
+
+Everything is written into a temporary sibling directory renamed into place at the end
+(:class:`~diffsim_ros.io.calibration.atomic_directory`): a reader never sees half a result.
+"""
+
+import math
+
+import numpy as np
+import torch
+import yaml
+
+from diffsim_ros.dynamics.spatial import quat_conjugate, quat_log, quat_multiply
+from diffsim_ros.io.calibration import atomic_directory
+
+__all__ = ["estimates_document", "summary_table", "trajectory_figure", "write_object_outputs"]
+
+
+def _float(value):
+    return float(value) if math.isfinite(float(value)) else str(value)
+
+
+def estimates_document(fit, scene, data):
+    """The ``objects.yaml`` mapping of an ObjectFit (``data``: object -> {poses, start, end})."""
+    determined = fit.status != "poor_fit"
+    estimates = {n: {"value": _float(fit.values[n]), "std": _float(fit.std[n])}
+                 for n in fit.identifiable if determined and fit.identifiable[n]}
+    reason = fit.message if not determined else "not determined by the data (relative std above the limit or unobservable)"
+    unidentifiable = {n: reason for n in fit.identifiable if not (determined and fit.identifiable[n])}
+    return {
+        "status": fit.status,
+        "message": fit.message,
+        "estimates": estimates,
+        "unidentifiable": unidentifiable,
+        "not_estimated": dict(fit.not_estimated),
+        "known": {k: _float(v) for k, v in scene.known.items()},
+        "quality": {
+            "noise": {"position_m": fit.noise.position, "orientation_rad": fit.noise.orientation, "windows": fit.noise.windows},
+            "fit_ratio": {k: {c: round(float(v), 4) for c, v in r.items()} for k, r in fit.fit_ratio.items()},
+        },
+        "events": [{"pair": list(e.pair), "time": round(e.time, 6), "last_apart": round(e.last_apart, 6)} for e in fit.events],
+        "at_rest": list(fit.at_rest),
+        "stages": [
+            {"name": s.name, "parameters": list(s.parameters), "end": _float(s.end), "cost": s.cost, "evaluations": s.evaluations,
+             "seconds": round(s.seconds, 2), "values": {k: float(v) for k, v in s.values.items()}}
+            for s in fit.stages
+        ],
+        "data": data,
+    }
+
+
+def summary_table(fit, scene):
+    """Plain-text table: parameter, estimate, std, status."""
+    rows = [("parameter", "estimate", "std", "status")]
+    determined = fit.status != "poor_fit"
+    for name in fit.identifiable:
+        value, std = fit.values[name], fit.std[name]
+        if determined and fit.identifiable[name]:
+            rows.append((name, f"{value:.6g}", f"{std:.3g}", "estimated"))
+        else:
+            rows.append((name, "-", "-", "poor fit" if not determined else "not identifiable"))
+    for name, reason in fit.not_estimated.items():
+        rows.append((name, "-", "-", f"not estimated: {reason.split(':')[0]}"))
+    for name, value in scene.known.items():
+        rows.append((name, f"{value:.6g}", "", "known"))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    ratios = ", ".join(f"{k} {max(r.values()):.2f}x" for k, r in fit.fit_ratio.items())
+    lines += ["", f"status: {fit.status}: {fit.message}",
+              f"camera noise from the data: {fit.noise.position * 1e3:.2f} mm, {math.degrees(fit.noise.orientation):.3f} deg; "
+              f"fit rms / noise: {ratios}"]
+    return "\n".join(lines)
+
+
+def _angle_error(observed, fitted):
+    rotation = quat_log(quat_multiply(quat_conjugate(torch.as_tensor(observed.orientation)), torch.as_tensor(fitted.orientation)))
+    return np.degrees(np.linalg.norm(rotation.numpy(), axis=1))
+
+
+def trajectory_figure(path, fit, observations, title="object estimation"):
+    """Observed (dots) and fitted (lines) positions per object, and the orientation error."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(fit.fitted)
+    fig, axes = plt.subplots(len(names), 2, figsize=(12, 3.6 * len(names)), squeeze=False)
+    for row, name in zip(axes, names):
+        obs, fitted = observations[name], fit.fitted[name]
+        for axis, color in zip(range(3), ("tab:red", "tab:green", "tab:blue")):
+            row[0].plot(obs.times, obs.position[:, axis], ".", color=color, ms=4, label=f"observed {'xyz'[axis]}")
+            row[0].plot(fitted.times, fitted.position[:, axis], "-", color=color, lw=1, label=f"fitted {'xyz'[axis]}")
+        for event in fit.events:
+            if name in event.pair:
+                row[0].axvline(event.time, color="k", lw=0.5, ls="--")
+        row[0].set_ylabel(f"{name} position [m]")
+        row[0].legend(fontsize=6, ncol=2)
+        error = np.linalg.norm(fitted.position - obs.position, axis=1) * 1e3
+        row[1].plot(obs.times, error, ".-", label="position error [mm]")
+        row[1].plot(obs.times, _angle_error(obs, fitted), ".-", label="orientation error [deg]")
+        row[1].axhline(fit.noise.position * 1e3 * math.sqrt(3), color="tab:blue", lw=0.5, ls=":", label="noise (rms of 3 axes) [mm]")
+        row[1].set_ylabel(f"{name} fit error")
+        row[1].legend(fontsize=6)
+    for ax in axes[-1]:
+        ax.set_xlabel("time [s]")
+    fig.suptitle(f"{title}: {fit.status}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def write_object_outputs(out_dir, fit, scene, observations, data, force=False):
+    """Write ``objects.yaml``, ``summary.txt`` and ``trajectories.png`` into ``out_dir`` atomically.
+
+    Returns:
+        Dict kind -> path.
+    """
+    with atomic_directory(out_dir, force=force) as tmp:
+        (tmp / "objects.yaml").write_text(yaml.safe_dump(estimates_document(fit, scene, data), sort_keys=False))
+        (tmp / "summary.txt").write_text(summary_table(fit, scene) + "\n")
+        trajectory_figure(tmp / "trajectories.png", fit, observations, title=f"object estimation ({scene.path})")
+    return {kind: out_dir / name for kind, name in
+            (("estimates", "objects.yaml"), ("summary", "summary.txt"), ("plot", "trajectories.png"))}
