@@ -68,6 +68,8 @@ class MotionSpec:
     camera_rotation_noise: float = math.radians(0.3)
     frozen_joint: int | None = None
     """Index of an arm joint locked still (a brake: it never moves), or None."""
+    payload_step: tuple | None = None
+    """``(time [s], mass [kg])``: the payload's mass changes then (same COM), or None."""
     excitation_seed: int = 0
     noise_seed: int = 1
 
@@ -159,6 +161,7 @@ class _Models:
         # The controller does not compensate damping: compensating more than the true damping
         # is negative damping on the light wrist joints (unstable).
         self.hand = mujoco.mj_name2id(self.plant, mujoco.mjtObj.mjOBJ_BODY, "left_hand")
+        self.payload = mujoco.mj_name2id(self.plant, mujoco.mjtObj.mjOBJ_BODY, "payload")
         self.effort_limit = np.array([50.0, 100.0, 50.0, 50.0, 15.0, 15.0, 15.0])
 
 
@@ -283,6 +286,8 @@ def simulate(truth, spec=MotionSpec()):
             out["kq"].append(quat)
         if step == steps:
             break
+        if spec.payload_step is not None and step == int(round(spec.payload_step[0] / spec.timestep)):
+            models.plant.body_mass[models.payload] = spec.payload_step[1]  # picked up more load
         data.qfrc_applied[:] = 0.0
         data.qfrc_applied[models.dof] = tau
         data.qfrc_applied[models.dof[1]] += _spring_torque(q[1], truth.stiffness, truth.offset)
@@ -399,3 +404,18 @@ def write_robot_config(path):
     raw["topics"] = dict(TOPICS)
     Path(path).write_text(yaml.safe_dump(raw))
     return Path(path)
+
+
+def record_payload_step_bag(path, seed, *, duration=90.0, masses=(1.0, 1.9), rate=None, storage="mcap", camera=False):
+    """Continuous motion (never at rest) with the payload's mass stepping at half time.
+
+    Returns:
+        (bag path, MotionTruth before the step, MotionStreams).
+    """
+    truth = replace(random_truth(seed), payload_mass=float(masses[0]))
+    spec = MotionSpec(duration=duration, excitation_seed=seed, noise_seed=100 + seed,
+                      payload_step=(duration / 2, float(masses[1])), camera_rate=30.0 if camera else 0.0)
+    streams = simulate(truth, spec)
+    if rate is not None:
+        streams = decimate(streams, rate, camera_rate=min(rate, spec.camera_rate) if camera else None, command_rate=rate)
+    return write_motion_bag(streams, path, storage), truth, streams

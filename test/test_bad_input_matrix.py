@@ -3,7 +3,7 @@
 Each row is a case tried "as a new user with a bad day would", or a sibling of one; the
 parametrized tests below use the case names as their ids (``pytest -k <case>``). Cases marked
 *lead* live in the calibrate command and identification (``cli/calibrate.py``,
-``estimation/``, ``io/bags.py``, ``io/dataset.py``) and are tested with them.
+``estimation/``, ``io/bags.py``, ``estimation/preparation.py``) and are tested with them.
 
 Unsafe on a real arm
 ====================

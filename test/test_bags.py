@@ -25,7 +25,7 @@ from diffsim_ros.io.ros_messages import (
     pose_stamped_msg,
 )
 from diffsim_ros.io.ros_types import TypestoreMessages, default_typestore
-from diffsim_ros.io.signals import (
+from diffsim_ros.estimation.signals import (
     check_increasing,
     detect_static_segments,
     filtered_derivatives,

@@ -6,7 +6,7 @@ import pytest
 from diffsim_ros.estimation.data import Dataset
 from diffsim_ros.estimation.identification import identify
 from diffsim_ros.io.bags import BagTopics, read_robot_bag
-from diffsim_ros.io.dataset import DatasetOptions, dataset_from_bag
+from diffsim_ros.estimation.preparation import DatasetOptions, prepare_dataset
 from diffsim_ros.io.recording import write_recording_bag
 from diffsim_ros.model import load_robot_config
 from diffsim_ros.sim.mujoco_plant import MujocoPlant, PlantTruth, random_camera_pose
@@ -41,7 +41,7 @@ def test_bag_to_calibration(tmp_path, recording, storage):
     config, model, truth, rec = recording
     path = write_recording_bag(tmp_path / "bag", rec, BagTopics.from_config(config), storage=storage)
     bag = read_robot_bag(path, config, required=("joint_states", "camera_pose", "commanded_torques"))
-    dataset, summary = dataset_from_bag(bag, "left_hand", DatasetOptions())
+    dataset, summary = prepare_dataset(bag.streams(), "left_hand", DatasetOptions())
     assert summary.static_poses >= 12 and summary.torque_source == "commanded"
     assert summary.camera_observations > 100
     statics = identify(model, dataset, ("payload", "spring", "camera"))

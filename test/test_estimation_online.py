@@ -42,7 +42,7 @@ def setup():
 
 def test_online_estimates_converge_and_track_a_payload_change(setup):
     config, model, first, second = setup
-    cfg = OnlineEstimatorConfig(window_poses=10, min_poses=6, holdout=2, update_period=2.0)
+    cfg = OnlineEstimatorConfig(window_poses=10, min_poses=6, holdout=2, update_period=4.0, motion_stride=4)
     estimator = OnlineEstimator(model, cfg)
     updates = _stream(estimator, first, 0.0)
     assert estimator.pose_count >= 10 and any(u.accepted for u in updates)
@@ -58,9 +58,10 @@ def test_online_estimates_converge_and_track_a_payload_change(setup):
 
 def test_out_of_bounds_candidates_are_rejected(setup):
     config, model, first, _ = setup
-    cfg = OnlineEstimatorConfig(window_poses=10, min_poses=6, holdout=2, bounds={"payload.mass": (0.0, 0.5)})
+    cfg = OnlineEstimatorConfig(window_poses=10, min_poses=6, holdout=2, bounds={"payload.mass": (0.0, 0.5)},
+                                update_period=6.0, motion_stride=4)
     estimator = OnlineEstimator(model, cfg)
-    updates = _stream(estimator, first, 0.0)
+    updates = [u for u in _stream(estimator, first, 0.0) if not u.reason.startswith("collecting")]
     assert updates and not any(u.accepted for u in updates)
     assert all("outside the configured bounds" in u.reason for u in updates)
     assert estimator.model is model  # nothing unsafe leaks into the published model
@@ -68,24 +69,25 @@ def test_out_of_bounds_candidates_are_rejected(setup):
 
 def test_updates_that_worsen_recent_poses_are_rejected(setup):
     config, model, first, second = setup
-    cfg = OnlineEstimatorConfig(window_poses=12, min_poses=6, holdout=3, update_period=1e9)
+    cfg = OnlineEstimatorConfig(window_poses=12, min_poses=6, holdout=3, update_period=6.0, motion_stride=4)
     estimator = OnlineEstimator(model, cfg)
     _stream(estimator, first, 0.0)
-    estimator._last_update = -np.inf  # allow one update now
+    estimator._last_update_ns, estimator._fresh = None, True  # allow one update now
     # Corrupt the training poses (all but the held-back three): the fit must not be accepted.
-    poses = list(estimator._poses)
-    estimator._poses.clear()
-    for i, (q, effort, std, t) in enumerate(poses):
-        estimator._poses.append((q, effort + (5.0 if i < len(poses) - 3 else 0.0), std, t))
-    estimator._added += 1
+    poses = list(estimator._rests)
+    estimator._rests.clear()
+    for i, (start, stop, q, effort, std) in enumerate(poses):
+        estimator._rests.append((start, stop, q, effort + (5.0 if i < len(poses) - 3 else 0.0), std))
     update = estimator.update(first.joint_time[-1])
     assert update is not None and not update.accepted and "held-back" in update.reason
 
 
 def test_configuration_errors():
     model = load_robot_config(BAXTER_LEFT).build_model()
-    with pytest.raises(ValueError, match="trajectory data"):
-        OnlineEstimator(model, OnlineEstimatorConfig(groups=("damping",)))
+    with pytest.raises(ValueError, match="model"):
+        OnlineEstimatorConfig(model="mujoco")
+    with pytest.raises(ValueError, match="holdout_seconds"):
+        OnlineEstimatorConfig(holdout_seconds=30.0, window_seconds=20.0)
     with pytest.raises(ValueError, match="camera_frame"):
         OnlineEstimator(model, OnlineEstimatorConfig(groups=("camera",)))
     with pytest.raises(ValueError, match="holdout"):

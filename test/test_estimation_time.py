@@ -5,7 +5,7 @@ import pytest
 
 from diffsim_ros.estimation.data import DataError, TorqueSignal, Trajectory
 from diffsim_ros.io.bags import BagTopics, read_bag, write_bag
-from diffsim_ros.io.dataset import DatasetOptions, dataset_from_bag
+from diffsim_ros.estimation.preparation import DatasetOptions, prepare_dataset
 from diffsim_ros.io.ros_messages import NS_PER_S, float64_multi_array_msg, joint_state_msg
 from diffsim_ros.io.ros_types import TypestoreMessages
 
@@ -42,7 +42,7 @@ def test_a_command_acts_from_its_stamp_on(tmp_path):
     values = np.where(np.arange(count)[:, None] >= step, [5.0, -2.0], [1.0, 3.0])
     path = _bag(tmp_path / "bag", stamps, stamps, values, positions=_motion(count))
     options = DatasetOptions(torque_source="commanded", torque_hold="zoh")
-    dataset, summary = dataset_from_bag(read_bag(path, JOINTS, topics=TOPICS), options=options)
+    dataset, summary = prepare_dataset(read_bag(path, JOINTS, topics=TOPICS).streams(), options=options)
     assert summary.torque_source == "commanded" and summary.trajectories == 1
     traj = dataset.trajectories[0]
     index = (traj.stamps_ns // PERIOD_NS).astype(int)
@@ -71,7 +71,7 @@ def test_jittered_stamps_are_resampled_on_an_integer_grid(tmp_path):
     positions = np.stack([0.3 * np.sin(2.0 * t), 0.2 * np.cos(1.3 * t)], 1)
     path = _bag(tmp_path / "bag", stamps, command_ns, values, positions=positions)
     bag = read_bag(path, JOINTS, topics=TOPICS)
-    dataset, _ = dataset_from_bag(bag, options=DatasetOptions(torque_source="commanded", torque_hold="zoh"))
+    dataset, _ = prepare_dataset(bag.streams(), options=DatasetOptions(torque_source="commanded", torque_hold="zoh"))
     traj = dataset.trajectories[0]
     grid = traj.stamps_ns + bag.t0_ns
     assert np.all(np.diff(traj.stamps_ns) == traj.period_ns) and abs(traj.period_ns - PERIOD_NS) < 0.002 * PERIOD_NS
@@ -100,7 +100,7 @@ def test_dropped_and_reordered_samples_are_counted(tmp_path):
     with pytest.raises(Exception, match="--order-policy sort"):
         read_bag(path, JOINTS, topics=TOPICS)
     bag = read_bag(path, JOINTS, topics=TOPICS, order_policy="sort")
-    _, summary = dataset_from_bag(bag, options=DatasetOptions(torque_source="effort"))
+    _, summary = prepare_dataset(bag.streams(), options=DatasetOptions(torque_source="effort"))
     notes = " | ".join(summary.notes)
     assert "3 of 200 samples with NaN/inf dropped" in notes
     assert "1 of 200 samples out of order (sorted)" in notes

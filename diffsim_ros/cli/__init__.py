@@ -18,7 +18,8 @@ from diffsim_ros.cli.exits import FAILURE, INTERRUPTED
 
 __all__ = ["SUBCOMMAND_MODULES", "TRACEBACK_VARIABLE", "build_parser", "main"]
 
-SUBCOMMAND_MODULES = ("diffsim_ros.cli.calibrate", "diffsim_ros.cli.torque_map", "diffsim_ros.cli.demo", "diffsim_ros.cli.estimate_objects")
+SUBCOMMAND_MODULES = ("diffsim_ros.cli.calibrate", "diffsim_ros.cli.replay", "diffsim_ros.cli.torque_map", "diffsim_ros.cli.demo",
+                      "diffsim_ros.cli.estimate_objects")
 """Modules with ``add_parser(subparsers)``; each parser sets ``handler(args) -> exit code``."""
 
 TRACEBACK_VARIABLE = "DIFFSIM_ROS_TRACEBACK"

@@ -22,7 +22,7 @@ from diffsim_ros.estimation.identification import TRAJECTORY_LOSSES, Identificat
 from diffsim_ros.estimation.parameters import GROUPS
 from diffsim_ros.io.bags import BagError
 from diffsim_ros.io.calibration import CalibrationError, atomic_directory
-from diffsim_ros.io.dataset import DatasetOptions
+from diffsim_ros.estimation.preparation import DatasetOptions
 from diffsim_ros.io.offline import MODELS, calibrate_bag, write_outputs
 from diffsim_ros.model import RobotModelError, load_robot_config
 

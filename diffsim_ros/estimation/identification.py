@@ -39,6 +39,8 @@ from diffsim_ros.sim.base import RigidBodySimulator
 from diffsim_ros.sim.factory import make_simulator, steps_per_sample
 
 __all__ = [
+    "groups_with_data",
+    "prediction_errors",
     "IdentificationResult",
     "IdentificationSettings",
     "TRAJECTORY_LOSSES",
@@ -189,13 +191,23 @@ def camera_initial_guess(model, observations):
     return pose
 
 
-def _check_data(dataset, groups, model):
-    dataset.check_joints(model.nq)
-    present = {
+def _present(dataset):
+    return {
         "static": dataset.static is not None and len(dataset.static) > 0,
         "trajectories": len(dataset.trajectories) > 0,
         "camera": dataset.camera is not None and len(dataset.camera) > 0,
     }
+
+
+def groups_with_data(dataset, groups):
+    """The groups among ``groups`` that some part of ``dataset`` informs (order kept)."""
+    present = _present(dataset)
+    return tuple(g for g in groups if any(present[n] for n in _NEEDS[g]))
+
+
+def _check_data(dataset, groups, model):
+    dataset.check_joints(model.nq)
+    present = _present(dataset)
     for group in groups:
         needs = _NEEDS[group]
         if not any(present[n] for n in needs):
@@ -305,14 +317,25 @@ class _Problem:
         candidate, camera = self.space.apply(self.full(z))
         return self.blocks[index](candidate, camera)
 
+    def _chunk_residual(self, index, rows, z):
+        candidate, camera = self.space.apply(self.full(z))
+        return self.blocks[index](candidate, camera, rows=rows)
+
     def value_and_jacobian(self, z):
         """Residual (M,) and Jacobian (M, P_free) at free coordinates ``z``."""
         values, jacobians = [], []
         for index, fd in enumerate(self.fd):
-            fn = lambda w, i=index: self._block_residual(i, w)  # noqa: E731
-            value, jac = _central_differences(fn, z) if fd else solvers.forward_jacobian(fn, z)
-            values.append(value)
-            jacobians.append(jac)
+            block = self.blocks[index]
+            if fd:
+                parts = [_central_differences(lambda w, i=index: self._block_residual(i, w), z)]
+            elif getattr(block, "chunk_rows", None):  # sample chunks: forward-mode tangents stay in cache
+                step = block.chunk_rows
+                parts = [solvers.forward_jacobian(lambda w, i=index, r=slice(a, a + step): self._chunk_residual(i, r, w), z)
+                         for a in range(0, block.samples, step)]
+            else:
+                parts = [solvers.forward_jacobian(lambda w, i=index: self._block_residual(i, w), z)]
+            values.extend(p[0] for p in parts)
+            jacobians.extend(p[1] for p in parts)
         return torch.cat(values), torch.cat(jacobians)
 
     def bounds(self):
@@ -562,6 +585,42 @@ def identify(model, dataset, groups, *, settings=None, simulator=None, camera_gu
         rejected = {**again, **rejected}
     return _result(model, problem, solution, values, stddev, {**unidentifiable, **rejected}, metrics_before,
                    history, singular)
+
+
+def prediction_errors(candidates, dataset, groups, *, settings=None, simulator=None):
+    """How well each candidate model predicts the data: mean squared normalized residual.
+
+    Every candidate is scored on the same residual blocks with the same noise weights (those
+    of the data, not re-estimated), so the scores compare: an online estimate is accepted only
+    if it predicts held-back data no worse than the current model.
+
+    Args:
+        candidates: Sequence of ``(model, camera_pose)``; camera_pose (4, 4) or None (then
+            camera observations are not scored for any candidate).
+        dataset: Dataset to score on.
+        groups: Parameter groups (they select the residual blocks, as in :func:`identify`).
+        settings, simulator: As :func:`identify`.
+
+    Returns:
+        list of floats (one per candidate); nan when the data give no residual.
+    """
+    settings = _settings(settings, {})
+    groups = _groups(groups)
+    blocks = _blocks(candidates[0][0], dataset, groups, simulator, settings)
+    if any(pose is None for _, pose in candidates):
+        blocks = [block for block in blocks if not isinstance(block, CameraResidual)]
+    count = sum(block.active for block in blocks)
+    scores = []
+    for model, pose in candidates:
+        if not count:
+            scores.append(float("nan"))
+            continue
+        like = model.params.mass
+        camera = None if pose is None else torch.as_tensor(pose, dtype=like.dtype, device=like.device)
+        with torch.no_grad():
+            residual = torch.cat([block(model, camera) for block in blocks])
+        scores.append(float(residual.square().sum()) / count)
+    return scores
 
 
 def _result(nominal, problem, solution, values, stddev, unidentifiable, metrics_before, history, singular):

@@ -13,7 +13,7 @@ from diffsim_ros.estimation.data import Dataset
 from diffsim_ros.estimation.identification import IdentificationSettings, camera_initial_guess, identify
 from diffsim_ros.io.bags import read_robot_bag
 from diffsim_ros.io.calibration import Calibration, atomic_directory, write_calibration
-from diffsim_ros.io.dataset import DatasetOptions, dataset_from_bag
+from diffsim_ros.estimation.preparation import DatasetOptions, prepare_dataset
 from diffsim_ros.io.report import calibration_report
 from diffsim_ros.io.urdf_export import export_calibrated_urdf
 
@@ -123,7 +123,7 @@ def calibrate_bag(bag_path, config, groups=None, *, options=DatasetOptions(), re
     model = config.build_model()
     bag = read_robot_bag(bag_path, config, **(read_options or {}))
     camera_frame = (config.raw.get("camera") or {}).get("tracked_frame")
-    dataset, summary = dataset_from_bag(bag, camera_frame, options)
+    dataset, summary = prepare_dataset(bag.streams(), camera_frame, options)
     groups = default_groups(model, dataset) if groups is None else groups
     run = calibrate_dataset(model, dataset, groups, robot_name=config.name, **kwargs)
     run.summary = summary

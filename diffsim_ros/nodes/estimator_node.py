@@ -1,8 +1,9 @@
-"""estimator_node: online estimation of payload, springs (and camera) from joint states and camera poses.
+"""estimator_node: online identification while the robot works (payload, springs, damping, friction, camera...).
 
-Joint states and camera poses stream into an
-:class:`~diffsim_ros.estimation.online.OnlineEstimator` (rests become static poses; bounded,
-validated updates). Accepted estimates are published with their standard deviations, the
+Joint states, commanded torques and camera poses stream into an
+:class:`~diffsim_ros.estimation.online.OnlineEstimator`: the offline identification engine on
+a sliding window of motion and rests, through the rigid-body or the PBD model, with bounded,
+validated updates and change detection. Accepted estimates are published with their standard deviations, the
 causal inverse-dynamics torque estimate is published at ``torque_rate_hz``, and the
 estimates are saved as a ``calibration.yaml`` on request and on shutdown.
 
@@ -12,6 +13,9 @@ Topics:
   name; NaN, out-of-order and incomplete samples are dropped and counted;
 * subscribes ``camera_topic`` (geometry_msgs/msg/PoseStamped, SENSOR_QOS) when the
   ``camera`` group is estimated;
+* subscribes ``commanded_torques_topic`` (std_msgs/msg/Float64MultiArray in model joint order,
+  or baxter_core_msgs/msg/JointCommand in torque mode; SENSOR_QOS) when set: the torques the
+  motion is explained by (``torque_source``); without it, the measured efforts;
 * subscribes ``~/save`` (std_msgs/msg/Empty, COMMAND_QOS): write the calibration file now;
 * serves ``~/save_calibration`` (std_srvs/srv/Trigger): write the calibration file now and
   answer with its path (or why not);
@@ -38,8 +42,9 @@ import numpy as np
 from diffsim_ros.control import JointStateBounds
 from diffsim_ros.estimation.online import OnlineEstimator, OnlineEstimatorConfig
 from diffsim_ros.io.calibration import Calibration, check_output_path, write_calibration
-from diffsim_ros.io.ros_messages import NS_PER_S, joint_state_msg
-from diffsim_ros.io.ros_types import EMPTY, JOINT_STATE, POSE_STAMPED, FLOAT64_MULTI_ARRAY
+from diffsim_ros.io.ros_messages import NS_PER_S, JointNameMap, MessageConversionError, float64_multi_array_to_array, \
+    joint_command_to_array, joint_state_msg
+from diffsim_ros.io.ros_types import EMPTY, FLOAT64_MULTI_ARRAY, JOINT_COMMAND, JOINT_STATE, POSE_STAMPED
 from diffsim_ros.nodes.messages import estimates_msg
 from diffsim_ros.nodes.robot import DEFAULT_ROBOT_CONFIG, default_calibration_path, load_robot, robot_topic, set_threads
 from diffsim_ros.resources import resolve_resource
@@ -68,6 +73,10 @@ class EstimatorNodeConfig:
     camera_frame: str = param("", "tracked link of the camera poses (default: the robot config's camera.tracked_frame)")
     joint_states_topic: str = param("", "joint state topic (default: the robot config's topics.joint_states)")
     camera_topic: str = param("", "camera pose topic (default: the robot config's topics.camera_pose)")
+    commanded_torques_topic: str = param("", "commanded torque topic (default: the robot config's "
+                                             "topics.commanded_torques; 'none': the measured efforts are the torques)")
+    commanded_torques_type: str = param(FLOAT64_MULTI_ARRAY, "std_msgs/msg/Float64MultiArray (model joint order) "
+                                                             "or baxter_core_msgs/msg/JointCommand (torque mode)")
     input_timeout: float = param(0.5, "inputs older than this are reported stale [s]")
     torque_rate_hz: float = param(10.0, "estimated torque rate [Hz] (0: off)")
     # The estimator's tuning (groups, window, rests, updates); bounds come from bounds.*.
@@ -81,6 +90,9 @@ class EstimatorNodeConfig:
     def validate(self):
         if not len(self.bound_names) == len(self.bound_lower) == len(self.bound_upper):
             raise ValueError("bounds.names, bounds.lower and bounds.upper need the same length")
+        if self.commanded_torques_type not in (FLOAT64_MULTI_ARRAY, JOINT_COMMAND):
+            raise ValueError(f"commanded_torques_type must be {FLOAT64_MULTI_ARRAY} or {JOINT_COMMAND}, "
+                             f"got {self.commanded_torques_type!r}")
         if self.torque_rate_hz < 0 or not self.input_timeout > 0:
             raise ValueError("torque_rate_hz must be >= 0 and input_timeout > 0")
 
@@ -140,6 +152,11 @@ class EstimatorNode:
             self.camera = pose_input(cfg.input_timeout, camera_topic, logger=logger,
                                      workspace=PoseWorkspace.from_config(raw_camera.get("workspace"), "camera.workspace"))
             handle.create_subscription(POSE_STAMPED, camera_topic, self._on_camera_pose, SENSOR_QOS)
+        self.commands_received = self.commands_dropped = 0
+        command_topic = robot_topic(self.robot.config, "commanded_torques", cfg.commanded_torques_topic)
+        if command_topic and command_topic != "none":
+            self._joint_map = JointNameMap(self.robot.joint_names)
+            handle.create_subscription(cfg.commanded_torques_type, command_topic, self._on_command, SENSOR_QOS)
         handle.create_subscription(EMPTY, "~/save", self._on_save, COMMAND_QOS)
         handle.create_service(TRIGGER, "~/save_calibration", self._serve_save)
         handle.create_service(TRIGGER, "~/reset", self._serve_reset)
@@ -179,6 +196,23 @@ class EstimatorNode:
         if sample is not None:
             self._feed("add_camera_pose", self._stamp(sample), sample.position, sample.quaternion)
 
+    def _on_command(self, msg):
+        """A commanded torque, applied from its receive time on (the messages carry no stamp)."""
+        self.commands_received += 1
+        try:
+            if self.config.commanded_torques_type == JOINT_COMMAND:
+                if int(msg.mode) != 3:
+                    return  # position or velocity commands are not torques
+                tau = joint_command_to_array(msg, self._joint_map)
+            else:
+                tau = float64_multi_array_to_array(msg, len(self.robot.joint_names))
+        except MessageConversionError as err:
+            self.commands_dropped += 1
+            if self.commands_dropped == 1 or self.commands_dropped % 100 == 0:
+                self.handle.get_logger().warning(f"commanded torques dropped ({self.commands_dropped}): {err}")
+            return
+        self._feed("add_commanded_torque", self.handle.now_ns() / NS_PER_S, tau)
+
     # ------------------------------------------------------------------ updates
     def _update(self):
         if self.joints.watchdog.poll(self.handle.now_ns()) == STALE:
@@ -212,7 +246,7 @@ class EstimatorNode:
         self.published += 1
         summary = ", ".join(f"{k}={np.round(v, 4).tolist()}" for k, v in self.estimator.values.items())
         self.handle.get_logger().info(
-            f"estimate accepted ({update.poses} poses, held-back RMS {update.holdout_rms_before:.3g} -> "
+            f"estimate accepted ({update.poses} poses, {update.motion_seconds:.0f} s of motion, held-back error {update.holdout_rms_before:.3g} -> "
             f"{update.holdout_rms_after:.3g} N·m): {summary}")
 
     def _publish_torques(self):
@@ -293,8 +327,8 @@ class EstimatorNode:
             return status(WARN if not self.published else OK, f"{node_label(self.handle)}: estimator",
                           "no update yet (collecting rests)", values)
         values.update({"last update [s]": f"{last.time:.3f}", "last update accepted": last.accepted,
-                       "held-back RMS before [N·m]": f"{last.holdout_rms_before:.4g}",
-                       "held-back RMS after [N·m]": f"{last.holdout_rms_after:.4g}"})
+                       "held-back error before (noise units)": f"{last.holdout_rms_before:.4g}",
+                       "held-back error after (noise units)": f"{last.holdout_rms_after:.4g}"})
         level = OK if last.accepted or self.published else WARN
         return status(level, f"{node_label(self.handle)}: estimator", last.reason, values)
 

@@ -1,4 +1,4 @@
-"""Bag streams -> identification dataset (static poses, trajectories, camera observations).
+"""Robot streams -> identification dataset (static poses, trajectories, camera observations).
 
 * Static poses: intervals where every joint rests (filtered velocities, never raw
   differences), averaged; the effort standard deviation of each average comes from the
@@ -27,7 +27,7 @@ from diffsim_ros.estimation.data import (
     Trajectory,
     static_poses_from_intervals,
 )
-from diffsim_ros.io.signals import (
+from diffsim_ros.estimation.signals import (
     DEFAULT_GAP_FACTOR,
     acceleration_kernel,
     contiguous_runs,
@@ -37,12 +37,12 @@ from diffsim_ros.io.signals import (
     window_samples,
 )
 
-__all__ = ["DatasetOptions", "DatasetSummary", "dataset_from_bag"]
+__all__ = ["DatasetOptions", "DatasetSummary", "prepare_dataset"]
 
 
 @dataclass(frozen=True)
 class DatasetOptions:
-    """How bag streams become identification data."""
+    """How recorded streams become identification data."""
 
     static_velocity_tolerance: float = 0.01
     """[rad/s] max filtered speed of every joint at rest."""
@@ -60,7 +60,7 @@ class DatasetOptions:
     noise: a quintic over 0.3 s biases accelerations by 1.6 % at 2 Hz with noise 0.035
     rad/s², a cubic over 0.1 s by 3.2 % with noise 0.14, a cubic over 0.2 s by 12 %."""
     torque_source: str = "auto"
-    """``"commanded"``, ``"effort"`` or ``"auto"`` (commanded when the bag has it)."""
+    """``"commanded"``, ``"effort"`` or ``"auto"`` (commanded when recorded)."""
     torque_hold: str = "auto"
     """How torques act between samples: ``"auto"`` (efforts: cubic interpolation; commanded:
     held from each stamp as the robot holds them, or cubic when the measured efforts show
@@ -92,7 +92,7 @@ class DatasetSummary:
         camera_observations: Camera poses used.
         torque_source: ``"commanded"``, ``"effort"`` or ``"none"``.
         notes: Human-readable notes: everything dropped or unused, with counts.
-        streams: Stream key -> :class:`~diffsim_ros.io.bags.StreamStats` of the bag.
+        streams: Stream key -> :class:`~diffsim_ros.estimation.streams.StreamStats`.
         trajectories: Number of trajectories (gap-free runs).
         sample_rate: Joint-state rate [Hz] (0 without trajectories).
     """
@@ -135,7 +135,7 @@ def _grid(stamps_ns):
     return stamps_ns[0] + period * np.arange(count, dtype=np.int64), period
 
 
-def _torque_signal(bag, options):
+def _torque_signal(streams, options):
     """The torques as the robot applied them, and their source name.
 
     Measured efforts are samples of a continuous torque and are interpolated. Commanded
@@ -145,26 +145,28 @@ def _torque_signal(bag, options):
     joint states carry efforts: the hold whose filtered torques agree better with the
     filtered efforts is used. Without efforts, the robot is taken to hold its commands.
     """
-    commanded, js = bag.commanded_torques, bag.joint_states
+    commanded, js = streams.commanded_torques, streams.joint_states
     source = options.torque_source
     if source == "auto":
         source = "commanded" if commanded is not None else "effort"
     if source == "effort":
         if js.efforts is None:
-            raise DataError(f"{bag.path}: joint states carry no efforts and no commanded torques are recorded")
-        return _signal(bag, js.stamps_ns, js.efforts, "cubic" if options.torque_hold == "auto" else options.torque_hold), source, None
+            raise DataError(f"{streams.source}: joint states carry no efforts and no commanded torques are recorded")
+        return _signal(streams, js.stamps_ns, js.efforts, "cubic" if options.torque_hold == "auto" else options.torque_hold), source, None
     if commanded is None:
-        raise DataError(f"{bag.path}: torque_source 'commanded' but the bag has no commanded torques")
+        raise DataError(f"{streams.source}: torque_source 'commanded' but no commanded torques are recorded")
     if options.torque_hold != "auto":
-        return _signal(bag, commanded.stamps_ns, commanded.torques, options.torque_hold), source, None
-    candidates = {hold: _signal(bag, commanded.stamps_ns, commanded.torques, hold) for hold in ("zoh", "cubic")}
+        return _signal(streams, commanded.stamps_ns, commanded.torques, options.torque_hold), source, None
+    candidates = {hold: _signal(streams, commanded.stamps_ns, commanded.torques, hold) for hold in ("zoh", "cubic")}
     if js.efforts is None or len(js.stamps_ns) < 10:
         return candidates["zoh"], source, None
-    measured = _signal(bag, js.stamps_ns, js.efforts, "cubic")
-    grid, period = _grid(js.stamps_ns - bag.t0_ns)
+    measured = _signal(streams, js.stamps_ns, js.efforts, "cubic")
+    grid, period = _grid(js.stamps_ns - streams.t0_ns)
     reference = _consistent_torques(measured, grid, period, options)
-    misfit = {hold: np.sqrt(np.nanmean((_consistent_torques(sig, grid, period, options) - reference) ** 2))
-              for hold, sig in candidates.items()}
+    differences = {hold: _consistent_torques(sig, grid, period, options) - reference for hold, sig in candidates.items()}
+    if not all(np.isfinite(d).any() for d in differences.values()):  # too short to compare
+        return candidates["zoh"], source, None
+    misfit = {hold: np.sqrt(np.nanmean(d**2)) for hold, d in differences.items()}
     hold = min(misfit, key=misfit.get)
     note = (f"commanded torques read as {'held' if hold == 'zoh' else 'samples of a smooth torque'} ({hold}): "
             f"filtered, they differ from the measured efforts by {misfit[hold]:.3g} N·m RMS "
@@ -172,10 +174,10 @@ def _torque_signal(bag, options):
     return candidates[hold], source, note
 
 
-def _signal(bag, stamps_ns, values, hold):
+def _signal(streams, stamps_ns, values, hold):
     if len(stamps_ns) < 2:
-        raise DataError(f"{bag.path}: {len(stamps_ns)} torque sample(s); need two or more")
-    return TorqueSignal(stamps_ns - bag.t0_ns, values, hold)
+        raise DataError(f"{streams.source}: {len(stamps_ns)} torque sample(s); need two or more")
+    return TorqueSignal(stamps_ns - streams.t0_ns, values, hold)
 
 
 def _consistent_torques(signal, grid, period, options):
@@ -197,16 +199,16 @@ def _runs(valid, min_samples):
     return [(a, b) for a, b in contiguous_runs(valid) if b - a >= min_samples]
 
 
-def _trajectory_runs(bag, options, notes):
+def _trajectory_runs(streams, options, notes):
     """Trajectories: every long enough gap-free run of filtered samples with torques."""
-    js = bag.joint_states
+    js = streams.joint_states
     if len(js.times) < 10:
         notes.append(f"trajectory: {len(js.times)} joint states are too few")
         return (), "none"
-    signal, source, note = _torque_signal(bag, options)
+    signal, source, note = _torque_signal(streams, options)
     if note:
         notes.append(note)
-    stamps = js.stamps_ns - bag.t0_ns
+    stamps = js.stamps_ns - streams.t0_ns
     filtered = filtered_derivatives(js.times, js.positions, window=options.trajectory_filter_window,
                                     polyorder=options.trajectory_polyorder)
     grid, period = _grid(stamps)
@@ -234,11 +236,11 @@ def _trajectory_runs(bag, options, notes):
     return trajectories, source
 
 
-def _camera(bag, frame, options, notes):
-    poses = bag.camera_poses
+def _camera(streams, frame, options, notes):
+    poses = streams.camera_poses
     if poses is None or frame is None:
         return None
-    js = bag.joint_states
+    js = streams.joint_states
     q, valid = interpolate(js.times, js.positions, poses.times, max_gap=options.camera_max_gap)
     dropped = int((~valid).sum())
     if dropped:
@@ -252,14 +254,14 @@ def _camera(bag, frame, options, notes):
     return obs.subsample(options.camera_samples)
 
 
-def _stream_notes(bag):
-    """Notes on every sample the bag reader dropped, reordered or skipped.
+def _stream_notes(streams):
+    """Notes on every sample the reader dropped, reordered or skipped.
 
     A stream whose messages have no stamps at all (Float64MultiArray commands) is stamped by
     its receive times by design; that is not noted.
     """
     notes = []
-    series = {"joint states": bag.joint_states, "camera poses": bag.camera_poses, "commanded torques": bag.commanded_torques}
+    series = {"joint states": streams.joint_states, "camera poses": streams.camera_poses, "commanded torques": streams.commanded_torques}
     for name, stream in series.items():
         if stream is None:
             continue
@@ -273,11 +275,11 @@ def _stream_notes(bag):
     return notes
 
 
-def dataset_from_bag(bag, camera_frame=None, options=DatasetOptions()):
-    """Identification data from a :class:`~diffsim_ros.io.bags.BagData`.
+def prepare_dataset(streams, camera_frame=None, options=DatasetOptions()):
+    """Identification data from recorded robot streams (offline: a bag; online: a window).
 
     Args:
-        bag: Streams read by :func:`~diffsim_ros.io.bags.read_bag`.
+        streams: :class:`~diffsim_ros.estimation.streams.RobotStreams` (``BagData.streams()``).
         camera_frame: Link whose pose the camera topic reports (None: ignore the camera).
         options: DatasetOptions.
 
@@ -288,24 +290,24 @@ def dataset_from_bag(bag, camera_frame=None, options=DatasetOptions()):
         raise ValueError(f"torque_source must be auto, commanded or effort, got {options.torque_source!r}")
     if options.torque_hold not in ("auto",) + HOLDS:
         raise ValueError(f"torque_hold must be auto or one of {HOLDS}, got {options.torque_hold!r}")
-    notes = _stream_notes(bag)
-    js = bag.joint_states
+    notes = _stream_notes(streams)
+    js = streams.joint_states
     static = _static_poses(js.times, js.positions, js.efforts, options)
     if static is None:
         notes.append("no static poses (no rest intervals or no efforts)")
-    trajectories, source = _trajectory_runs(bag, options, notes)
-    camera = _camera(bag, camera_frame, options, notes)
+    trajectories, source = _trajectory_runs(streams, options, notes)
+    camera = _camera(streams, camera_frame, options, notes)
     dataset = Dataset(static=static, trajectories=trajectories, camera=camera)
-    streams = {key: getattr(bag, attr).stats for key, attr in
-               (("joint_states", "joint_states"), ("camera_pose", "camera_poses"), ("commanded_torques", "commanded_torques"))
-               if getattr(bag, attr) is not None}
+    stats = {key: getattr(streams, attr).stats for key, attr in
+             (("joint_states", "joint_states"), ("camera_pose", "camera_poses"), ("commanded_torques", "commanded_torques"))
+             if getattr(streams, attr) is not None}
     summary = DatasetSummary(
         static_poses=0 if static is None else len(static),
         trajectory_seconds=sum(len(t) * t.dt for t in trajectories),
         camera_observations=0 if camera is None else len(camera),
         torque_source=source,
         notes=tuple(notes),
-        streams=streams,
+        streams=stats,
         trajectories=len(trajectories),
         sample_rate=1.0 / trajectories[0].dt if trajectories else 0.0,
     )
