@@ -24,15 +24,15 @@ import numpy as np
 
 from diffsim_ros._compiled import njit
 from diffsim_ros.control.errors import ControlError
-from diffsim_ros.control.gravity import holding_torques
 from diffsim_ros.control.mpc import MPCInfo, MPCSettings, ModelPredictiveController
-from diffsim_ros.dynamics.derivatives import lu_factor, lu_solve_columns
+from diffsim_ros.dynamics.derivatives import lu_factor, lu_solve_columns, rnea_values_into
+from diffsim_ros.dynamics.fast import spring_torques_into
 from diffsim_ros.sim.base import RigidBodySimulator
 from diffsim_ros.sim.rigid_fast import FastRigidStep, step_into, step_work, unpack_model
 
 __all__ = ["FastModelPredictiveController", "compiled_mpc_supports", "make_mpc"]
 
-_OK, _SINGULAR, _NONFINITE = 0, 1, 2
+_OK, _SINGULAR, _NONFINITE, _BAD_STATE = 0, 1, 2, 3
 
 
 @njit(cache=True)
@@ -60,7 +60,7 @@ def _cost(xs, u, weight, target, hold, previous, w_smooth, w_effort):
     horizon, n = u.shape
     for k in range(horizon):
         for i in range(2 * n):
-            r = weight[i] * xs[k + 1, i] - target[k, i]
+            r = weight[i] * (xs[k + 1, i] - target[k, i])
             total += r * r
         for i in range(n):
             before = previous[i] if k == 0 else u[k - 1, i]
@@ -83,7 +83,7 @@ def _riccati(xs, u, a_mats, b_mats, weight, target, hold, previous, w_smooth, w_
     w2 = weight * weight
     for i in range(m):  # terminal tracking cost
         p_xx[i, i] = w2[i]
-        s_x[i] = weight[i] * (weight[i] * xs[horizon, i] - target[horizon - 1, i])
+        s_x[i] = w2[i] * (xs[horizon, i] - target[horizon - 1, i])
     pivots = np.empty(n, dtype=np.int64)
     rhs = np.empty((n, 1 + m + n))
     for k in range(horizon - 1, -1, -1):
@@ -121,7 +121,7 @@ def _riccati(xs, u, a_mats, b_mats, weight, target, hold, previous, w_smooth, w_
         if k > 0:  # tracking of x_k
             for i in range(m):
                 p_xx_new[i, i] += w2[i]
-                s_x_new[i] += weight[i] * (weight[i] * xs[k, i] - target[k - 1, i])
+                s_x_new[i] += w2[i] * (xs[k, i] - target[k - 1, i])
         p_xp = q_ux.T @ k_p
         p_pp = -a * k_p
         s_p = -a * k_u
@@ -151,16 +151,44 @@ def _linear_forward(xs, u, a_mats, b_mats, gains, feedback, step, lin_xs):
 
 
 @njit(cache=True)
-def _solve(floats, ints, x0, u, weight, target, hold, previous, limit, w_smooth, w_effort, levenberg,
+def _holding_into(model, work, q, hold):
+    """Motor torques that hold ``q`` at rest, ``g(q) - tau_spring(q)`` (control.gravity.holding_torques)."""
+    fk, (mass, hm, inertia), up, springs = model[0], model[1], model[2], model[3]
+    n = q.shape[0]
+    rw, zeros, elastic, slope, grad = work[0], np.zeros(n), np.empty(n), np.empty(n), np.empty(n)
+    rnea_values_into(fk, mass, hm, inertia, up, q, zeros, zeros, rw, hold)
+    spring_torques_into(springs, fk, q, zeros, elastic, slope, (rw.rot_local, rw.pos_local, rw.rot_world, rw.pos_world), grad)
+    for j in range(n):
+        hold[j] -= elastic[j]
+
+
+@njit(cache=True)
+def _solve(floats, ints, x0, u, init, previous, weight, target, limit, w_smooth, w_effort, levenberg,
            max_iterations, step_tolerance, report):
     """Bounded Gauss-Newton from ``u`` (H, n), updated in place.
 
-    ``report`` (4,) receives (iterations, initial cost, predicted cost, status).
+    Args:
+        init: 0: start from ``u``; 1: zero torques; 2: the holding torque.
+        previous: The last command (n,), or an empty array before the first (the holding torque).
+        target: Reference states (H, 2n) at steps 1..H (unscaled; ``weight`` (2n,) scales).
+        report: (4,) receives (iterations, initial cost, predicted cost, status).
     """
     model = unpack_model(floats, ints)
     horizon, n = u.shape
     m = 2 * n
     work = step_work(n, ints[1] * 6 + ints[2] * 3 + ints[3] * 9, 0)
+    for i in range(m):
+        if not math.isfinite(x0[i]):
+            report[3] = _BAD_STATE
+            return
+    hold = np.empty(n)
+    _holding_into(model, work, x0[:n], hold)
+    if init > 0:
+        for k in range(horizon):
+            for i in range(n):
+                u[k, i] = 0.0 if init == 1 else hold[i]
+    if previous.shape[0] == 0:
+        previous = hold
     xs, lin_xs = np.empty((horizon + 1, m)), np.empty((horizon + 1, m))
     a_mats, b_mats = np.empty((horizon, m, m)), np.empty((horizon, m, n))
     gains, feedback = np.empty((horizon, n)), np.empty((horizon, n, m + n))
@@ -227,22 +255,29 @@ class FastModelPredictiveController(ModelPredictiveController):
         s = self.settings
         self._weight = np.concatenate([np.full(model.nq, 1.0 / s.position_tolerance), np.full(model.nq, 1.0 / s.velocity_tolerance)])
         self._limit = np.ascontiguousarray(self.effort_limit, dtype=np.float64)
+        self._target = np.empty((s.horizon, 2 * model.nq))  # reference states, filled on every call
+        self._no_command = np.empty(0)
 
     def _optimize(self, t, q, qd):
-        s = self.settings
-        if not (np.all(np.isfinite(q)) and np.all(np.isfinite(qd))):
-            raise ValueError(f"non-finite joint state q={q.tolist()} qd={qd.tolist()}")
-        hold = holding_torques(self.fast, q)
-        u = np.ascontiguousarray(self.initial_torques(t, q), dtype=np.float64)
-        previous = hold if self._previous_command is None else self._previous_command
-        target = self._targets(t).reshape(s.horizon, -1)
+        s, n = self.settings, len(self.joint_names)
+        warm = self._warm_start(t) if s.initialization == "previous" else None
+        init = 0 if warm is not None else (1 if s.initialization == "zero" else 2)
+        u = warm if warm is not None else np.empty((s.horizon, n))
+        previous = self._no_command if self._previous_command is None else self._previous_command
+        target, dt = self._target, self.simulator.dt
+        for k in range(s.horizon):
+            q_d, qd_d, _ = self.reference(t + (k + 1) * dt)
+            target[k, :n], target[k, n:] = q_d, qd_d
         report = np.zeros(4)
-        _solve(self.step.floats, self.step.ints, np.concatenate([q, qd]), u, self._weight, target, hold, previous,
+        _solve(self.step.floats, self.step.ints, np.concatenate([q, qd]), u, init, previous, self._weight, target,
                self._limit, 1.0 / s.smoothness_tolerance, 1.0 / s.effort_tolerance, s.levenberg,
                s.max_iterations, s.step_tolerance, report)
-        if report[3] == _SINGULAR:
+        status = int(report[3])
+        if status == _BAD_STATE:
+            raise ValueError(f"non-finite joint state q={q.tolist()} qd={qd.tolist()}")
+        if status == _SINGULAR:
             raise ArithmeticError("singular system in the compiled MPC (joint-space inertia or stage Hessian)")
-        if report[3] == _NONFINITE:
+        if status == _NONFINITE:
             raise ArithmeticError("the prediction diverged (non-finite state)")
         iterations = int(report[0])
         return u, iterations, iterations, float(report[1]), float(report[2])
