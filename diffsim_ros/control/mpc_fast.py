@@ -248,6 +248,13 @@ class FastModelPredictiveController(ModelPredictiveController):
                 "use ModelPredictiveController for other simulators"
             )
         super().__init__(simulator, reference, settings)
+        self._warm_up()
+
+    def _warm_up(self):
+        """Compile (or load from numba's cache) the solver now, not in the first control cycle."""
+        s, n = self.settings, len(self.joint_names)
+        _solve(self.step.floats, self.step.ints, np.zeros(2 * n), np.zeros((s.horizon, n)), 2, self._no_command,
+               self._weight, np.zeros((s.horizon, 2 * n)), self._limit, 1.0, 1.0, 0.0, 1, 0.0, np.zeros(4))
 
     def update_model(self, model):
         super().update_model(model)
