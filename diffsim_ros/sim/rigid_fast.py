@@ -242,18 +242,23 @@ def _substep(model, work, q, qd, tau, h, jacobians, parameters, q_out, qd_out):
     """One implicit-Euler substep into ``q_out``, ``qd_out``; with ``jacobians`` the solved
     ``dqdd/d(q, qd, tau, theta)`` are left in ``solve[2]`` (n, 3n + P). Returns False when
     ``M + h B`` is singular."""
-    fk, (mass, hm, inertia), up, springs, anchor_rot, (damping, friction), consts, (_, passive), columns = model
-    rw, spring_scratch, (elastic, de_dq, cmat, dcv_dq, ddiag_dq, de_dp, dcv_dp, ddiag_dp), solve, _ = work
+    # elements are taken as needed: unpacking every array of the model and work tuples costs a
+    # reference-count update each, microseconds per call at this size
+    fk, up, passive = model[0], model[2], model[7][1]
+    mass, hm, inertia = model[1]
+    rw, solve = work[0], work[3]
     a_mat, pivots, rhs, nle, qdd, slope, tanh_v, tau_p, zeros, d_rq, d_rqd = solve
     n = q.shape[0]
     zeros[:] = 0.0
     rnea_values_into(fk, mass, hm, inertia, up, q, qd, zeros, rw, nle)
     mass_matrix_into(fk, mass, hm, inertia, rw, a_mat)
-    vs = consts[0]
     for j in range(n):
         tau_p[j], slope[j], tanh_v[j] = 0.0, 0.0, 0.0
     if passive:
-        spring_derivatives_into(springs, anchor_rot, fk, q, qd, rw.rot_world, rw.pos_world, spring_scratch,
+        damping, friction = model[5]
+        vs = model[6][0]
+        elastic, de_dq, cmat, dcv_dq, ddiag_dq, de_dp, dcv_dp, ddiag_dp = work[2]
+        spring_derivatives_into(model[3], model[4], fk, q, qd, rw.rot_world, rw.pos_world, work[1],
                                 elastic, de_dq, cmat, dcv_dq, ddiag_dq, de_dp, dcv_dp, ddiag_dp)
         for j in range(n):
             t = np.tanh(qd[j] / vs)
@@ -278,21 +283,31 @@ def _substep(model, work, q, qd, tau, h, jacobians, parameters, q_out, qd_out):
     rnea_derivatives_into(fk, mass, hm, inertia, up, qd, rw, d_rq, d_rqd)
     cols = rhs.shape[1] - 3 * n
     rhs[:, :] = 0.0
-    for j in range(n):  # rhs = -dF/d(q, qd, tau, theta)
+    for j in range(n):  # rhs = -dF/d(q, qd, tau, theta), rigid part
         for k in range(n):
-            f_q, f_qd = d_rq[j, k], d_rqd[j, k]
-            if passive:
-                f_q += h * qdd[j] * ddiag_dq[j, k] - de_dq[j, k] + dcv_dq[j, k]
-                f_qd += cmat[j, k]
-            rhs[j, k], rhs[j, n + k] = -f_q, -f_qd
-        if passive:
-            t2 = 1.0 - tanh_v[j] * tanh_v[j]
-            rhs[j, n + j] -= damping[j] + friction[j] * t2 / vs - h * qdd[j] * friction[j] / vs * 2.0 * tanh_v[j] * t2 / vs
+            rhs[j, k], rhs[j, n + k] = -d_rq[j, k], -d_rqd[j, k]
         rhs[j, 2 * n + j] = 1.0
+    if passive:
+        _passive_rhs(model, work, h, rhs)
     if parameters and cols > 0:
         _parameter_rhs(model, work, qd, h, rhs, 3 * n, passive)
     lu_solve_columns(a_mat, pivots, rhs)
     return True
+
+
+@njit(cache=True)
+def _passive_rhs(model, work, h, rhs):
+    """Add the passive terms' ``-dF/d(q, qd)`` to ``rhs`` (springs, damping, smoothed friction)."""
+    (damping, friction), vs = model[5], model[6][0]
+    _, de_dq, cmat, dcv_dq, ddiag_dq, _, _, _ = work[2]
+    qdd, tanh_v = work[3][4], work[3][6]
+    n = qdd.shape[0]
+    for j in range(n):
+        for k in range(n):
+            rhs[j, k] -= h * qdd[j] * ddiag_dq[j, k] - de_dq[j, k] + dcv_dq[j, k]
+            rhs[j, n + k] -= cmat[j, k]
+        t2 = 1.0 - tanh_v[j] * tanh_v[j]
+        rhs[j, n + j] -= damping[j] + friction[j] * t2 / vs - h * qdd[j] * friction[j] / vs * 2.0 * tanh_v[j] * t2 / vs
 
 
 @njit(cache=True)
