@@ -22,7 +22,8 @@ import numpy as np
 
 from benchmarks.common import machine_line, markdown_table, median, write_section
 from diffsim_ros.control import MinimumJerkMove, MPCSettings, ModelPredictiveController
-from diffsim_ros.control.mpc_fast import FastModelPredictiveController
+from diffsim_ros.control.mpc_fast import FastModelPredictiveController, make_mpc
+from diffsim_ros.control.simulators import mpc_simulator
 from diffsim_ros.model import load_robot_config
 from diffsim_ros.sim import RigidBodySimulator
 from diffsim_ros.sim.rigid_fast import FastRigidStep
@@ -31,6 +32,7 @@ from oracles import BAXTER_LEFT, BAXTER_URDF, PinocchioOracle
 DT = 0.01  # [s]
 CALLS = 200  # closed-loop calls per solver and horizon
 TORCH_CALLS = 40  # the torch reference is slow
+PBD_CALLS = 60
 HORIZONS = (3, 10, 30)
 PLANT_SUBSTEPS = 10
 Q0 = np.array([0.0, -0.3, 0.0, 0.8, 0.0, 0.6, 0.0])
@@ -76,6 +78,17 @@ def closed_loop(controllers, plants, reference, calls):
             states[i] = (q, qd)
             worst[i] = max(worst[i], float(np.abs(q - reference((k + 1) * DT)[0]).max()))
     return list(zip(times, worst))
+
+
+class PBDPlant:
+    """The compiled PBD step of a PBD-predicting controller as the plant."""
+
+    def __init__(self, mpc):
+        self.pbd, self.dt, self.settings = mpc.pbd, mpc.simulator.dt, mpc.simulator.settings
+
+    def step(self, q, qd, tau):
+        q_out, qd_out, _ = self.pbd.rollout(q[None], qd[None], np.asarray(tau)[None, None], self.dt, self.settings)
+        return q_out[0, 0], qd_out[0, 0]
 
 
 class CrocoddylMPC:
@@ -184,6 +197,10 @@ def main():
     ((times, worst),) = closed_loop([mpc.compute], [FastRigidStep(config_model, DT, PLANT_SUBSTEPS, parameters=())], reference, CALLS)
     rows.append([f"diffsim_ros compiled, shipped settings ({shipped.max_iterations} iterations, springs, damping, friction, smoothness)",
                  shipped.horizon, _rate(median(times)), f"{worst * 1e3:.3f} (plant: the same model, 10 substeps)"])
+    pbd_mpc = make_mpc(mpc_simulator(config_model, DT, "pbd"), reference, shipped)
+    ((times, worst),) = closed_loop([pbd_mpc.compute], [PBDPlant(pbd_mpc)], reference, PBD_CALLS)
+    rows.append([f"diffsim_ros through PBD: compiled rollouts, finite-difference Jacobian, shipped settings",
+                 shipped.horizon, _rate(median(times)), f"{worst * 1e3:.3f} (plant: the same PBD model, {PBD_CALLS} calls)"])
     torch_mpc = ModelPredictiveController(predictor, reference, MPCSettings(horizon=3, **COMPARISON))
     ((times, worst),) = closed_loop([torch_mpc.compute], [PinocchioPlant(oracle)], reference, TORCH_CALLS)
     rows.append(["diffsim_ros torch reference, 1 iteration", 3, _rate(median(times)), f"{worst * 1e3:.3f} ({TORCH_CALLS} calls)"])

@@ -14,6 +14,7 @@ from diffsim_ros.control import (
     default_simulator,
     make_mpc,
 )
+from diffsim_ros.control.mpc_fast import FastPBDModelPredictiveController
 from diffsim_ros.model import load_robot_config
 from diffsim_ros.sim import RigidBodySimulator
 from oracles import BAXTER_LEFT
@@ -107,8 +108,31 @@ def test_failures_give_no_command_and_factory_picks_the_solver(model):
     assert "non-finite" in mpc.last.failure and mpc.last.torques is None
     assert mpc.compute(0.01, Q0, np.zeros(7)) is not None  # recovers once the state is sane
     pbd = default_simulator(model, DT, substeps=1, kind="pbd")
-    assert type(make_mpc(pbd, SetPoint(Q0), MPCSettings())) is ModelPredictiveController
+    assert type(make_mpc(pbd, SetPoint(Q0), MPCSettings())) is FastPBDModelPredictiveController
+    assert type(make_mpc(RigidBodySimulator(model, DT, integrator="rk4"), SetPoint(Q0), MPCSettings())) is ModelPredictiveController
     with pytest.raises(ControlError, match="rigid implicit-Euler"):
         FastModelPredictiveController(pbd, SetPoint(Q0), MPCSettings())
     with pytest.raises(ControlError, match="rigid implicit-Euler"):
         FastModelPredictiveController(RigidBodySimulator(model, DT, integrator="rk4"), SetPoint(Q0), MPCSettings())
+
+
+PBD_JACOBIAN_RTOL = 1e-6  # forward differences (step 1e-4 N·m) vs autograd through the torch PBD step; measured 5e-8
+PBD_SAME_TORQUE_TOL = 1e-3  # [N·m] one call of both controllers (the Jacobians differ by the above)
+
+
+def test_pbd_predictor_matches_the_torch_pbd_mpc(model):
+    simulator = default_simulator(model, DT, substeps=1, kind="pbd")
+    reference = MinimumJerkMove(Q0, GOAL, 0.0, 0.6)
+    torch_mpc, fast_mpc = ModelPredictiveController(simulator, reference, MPCSettings()), make_mpc(simulator, reference, MPCSettings())
+    assert isinstance(fast_mpc, FastPBDModelPredictiveController)
+    q, qd = torch.tensor(Q0), torch.full((7,), 0.2, dtype=torch.float64)
+    u = torch.as_tensor(np.random.default_rng(4).normal(0.0, 3.0, 21))
+    (value, jac), (fast_value, fast_jac) = torch_mpc._rollout_jacobian(q, qd, u), fast_mpc._rollout_jacobian(q, qd, u)
+    torch.testing.assert_close(fast_value, value, rtol=0, atol=1e-8 * float(value.abs().max()))
+    torch.testing.assert_close(fast_jac, jac, rtol=0, atol=PBD_JACOBIAN_RTOL * float(jac.abs().max()))
+    np.testing.assert_allclose(fast_mpc.compute(0.05, Q0, np.zeros(7)), torch_mpc.compute(0.05, Q0, np.zeros(7)),
+                               rtol=0, atol=PBD_SAME_TORQUE_TOL)
+    with pytest.raises(ControlError, match="finite_difference_step"):
+        FastPBDModelPredictiveController(simulator, reference, MPCSettings(), finite_difference_step=0.0)
+    with pytest.raises(ControlError, match="PBDSimulator"):
+        FastPBDModelPredictiveController(default_simulator(model, DT, kind="rigid"), reference, MPCSettings())
