@@ -15,6 +15,10 @@ previous torque deviation, ``z_k = (dx_k, du_{k-1})``.
 The Levenberg damping is added to each stage's torque Hessian, relative to its mean diagonal
 (the torch reference scales by the whole normal matrix; at the default 1e-9 the two steps
 agree to rounding).
+
+Through PBD, :class:`FastPBDModelPredictiveController` keeps the reference controller and
+replaces its autograd rollout Jacobian by finite differences over one compiled batched PBD
+rollout. :func:`make_mpc` picks the fastest controller a simulator allows.
 """
 
 import math
