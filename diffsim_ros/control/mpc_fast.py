@@ -79,13 +79,18 @@ def _cost(xs, u, weight, target, hold, previous, w_smooth, w_effort):
 def _riccati(xs, u, a_mats, b_mats, weight, target, hold, previous, w_smooth, w_effort, levenberg, gains, feedback):
     """Backward pass of the linearized problem: ``du_k = gains[k] + feedback[k] @ (dx_k, du_{k-1})``.
 
-    Returns False when a stage Hessian is singular.
+    The value function of ``z_k = (dx_k, du_{k-1})`` is ``0.5 z' P z + s' z`` with blocks
+    ``P_xx (2n, 2n)``, ``P_xp (2n, n)``, ``P_pp (n, n)``. Plain loops: as fast as numba's
+    matrix products at these sizes, and much quicker to compile. Returns False when a stage
+    Hessian is singular.
     """
     horizon, n = u.shape
     m = 2 * n
     a, b = w_smooth * w_smooth, w_effort * w_effort
     p_xx, p_xp, p_pp = np.zeros((m, m)), np.zeros((m, n)), np.zeros((n, n))
     s_x, s_p = np.zeros(m), np.zeros(n)
+    pb, q_uu, q_ux = np.empty((m, n)), np.empty((n, n)), np.empty((n, m))
+    pa, s_x_new = np.empty((m, m)), np.empty(m)
     w2 = weight * weight
     for i in range(m):  # terminal tracking cost
         p_xx[i, i] = w2[i]
@@ -94,49 +99,85 @@ def _riccati(xs, u, a_mats, b_mats, weight, target, hold, previous, w_smooth, w_
     rhs = np.empty((n, 1 + m + n))
     for k in range(horizon - 1, -1, -1):
         a_k, b_k = a_mats[k], b_mats[k]
-        pb = p_xx @ b_k + p_xp  # (m, n)
-        q_uu = b_k.T @ pb + p_xp.T @ b_k + p_pp
+        for i in range(m):  # pb = P_xx B + P_xp
+            for j in range(n):
+                acc = p_xp[i, j]
+                for l in range(m):
+                    acc += p_xx[i, l] * b_k[l, j]
+                pb[i, j] = acc
         trace = 0.0
-        for i in range(n):
+        for i in range(n):  # Q_uu = B' P_xx B + B' P_xp + P_xp' B + P_pp (symmetric) + stage terms
+            for j in range(i, n):
+                acc = p_pp[i, j]
+                for l in range(m):
+                    acc += b_k[l, i] * pb[l, j] + p_xp[l, i] * b_k[l, j]
+                q_uu[i, j] = acc
+                q_uu[j, i] = acc
             q_uu[i, i] += a + b
             trace += q_uu[i, i]
         mu = levenberg * max(trace / n, 1.0)
-        for i in range(n):
+        for i in range(n):  # rhs = -(q_u, Q_ux, Q_up) with Q_ux = pb' A and Q_up = -a I
             q_uu[i, i] += mu
-        q_ux = pb.T @ a_k  # (n, m)
-        q_u = b_k.T @ s_x + s_p
-        for i in range(n):
             before = previous[i] if k == 0 else u[k - 1, i]
-            q_u[i] += a * (u[k, i] - before) + b * (u[k, i] - hold[i])
-        # rhs = -(q_u, Q_ux, Q_up) with Q_up = -a I
-        rhs[:, :] = 0.0
-        for i in range(n):
-            rhs[i, 0] = -q_u[i]
+            acc = s_p[i] + a * (u[k, i] - before) + b * (u[k, i] - hold[i])
+            for l in range(m):
+                acc += b_k[l, i] * s_x[l]
+            rhs[i, 0] = -acc
             for j in range(m):
-                rhs[i, 1 + j] = -q_ux[i, j]
-            rhs[i, 1 + m + i] = a
+                acc = 0.0
+                for l in range(m):
+                    acc += pb[l, i] * a_k[l, j]
+                q_ux[i, j] = acc
+                rhs[i, 1 + j] = -acc
+            for j in range(n):
+                rhs[i, 1 + m + j] = a if i == j else 0.0
         if not lu_factor(q_uu, pivots):
             return False
         lu_solve_columns(q_uu, pivots, rhs)
-        k_u, k_x, k_p = rhs[:, 0].copy(), np.ascontiguousarray(rhs[:, 1 : 1 + m]), np.ascontiguousarray(rhs[:, 1 + m :])
-        gains[k] = k_u
-        feedback[k] = rhs[:, 1:]
-        # value function of z_k = (dx_k, du_{k-1})
-        s_x_new = a_k.T @ s_x + q_ux.T @ k_u
-        p_xx_new = a_k.T @ p_xx @ a_k + q_ux.T @ k_x
+        for i in range(n):
+            gains[k, i] = rhs[i, 0]
+            for j in range(m + n):
+                feedback[k, i, j] = rhs[i, 1 + j]
+        # value function of z_k: P_xx = A' P_xx A + Q_ux' K_x (+ W^2 for k > 0), P_xp = Q_ux' K_p, ...
+        for i in range(m):
+            for j in range(m):
+                acc = 0.0
+                for l in range(m):
+                    acc += p_xx[i, l] * a_k[l, j]
+                pa[i, j] = acc
+        for i in range(m):
+            acc = 0.0
+            for l in range(m):
+                acc += a_k[l, i] * s_x[l]
+            for l in range(n):
+                acc += q_ux[l, i] * rhs[l, 0]
+            s_x_new[i] = acc
+        for i in range(m):
+            for j in range(i, m):
+                acc = 0.0
+                for l in range(m):
+                    acc += a_k[l, i] * pa[l, j]
+                for l in range(n):
+                    acc += q_ux[l, i] * rhs[l, 1 + j]
+                p_xx[i, j] = acc  # pa holds P_xx A: P_xx may be overwritten
+            for j in range(n):
+                acc = 0.0
+                for l in range(n):
+                    acc += q_ux[l, i] * rhs[l, 1 + m + j]
+                p_xp[i, j] = acc
+        for i in range(m):
+            for j in range(i):
+                p_xx[i, j] = p_xx[j, i]
+        for i in range(n):
+            before = previous[i] if k == 0 else u[k - 1, i]
+            s_p[i] = -a * rhs[i, 0] - a * (u[k, i] - before)
+            for j in range(n):
+                p_pp[i, j] = (a if i == j else 0.0) - a * rhs[i, 1 + m + j]
         if k > 0:  # tracking of x_k
             for i in range(m):
-                p_xx_new[i, i] += w2[i]
+                p_xx[i, i] += w2[i]
                 s_x_new[i] += w2[i] * (xs[k, i] - target[k - 1, i])
-        p_xp = q_ux.T @ k_p
-        p_pp = -a * k_p
-        s_p = -a * k_u
-        for i in range(n):
-            p_pp[i, i] += a
-            before = previous[i] if k == 0 else u[k - 1, i]
-            s_p[i] -= a * (u[k, i] - before)
-        p_xx = 0.5 * (p_xx_new + p_xx_new.T)
-        s_x = s_x_new
+        s_x[:] = s_x_new
     return True
 
 
@@ -145,15 +186,26 @@ def _linear_forward(xs, u, a_mats, b_mats, gains, feedback, step, lin_xs):
     """The Gauss-Newton step ``step`` (H, n) and the linearized states ``lin_xs`` (H + 1, 2n)."""
     horizon, n = u.shape
     m = 2 * n
-    z = np.zeros(m + n)
+    z, dx = np.zeros(m + n), np.empty(m)
     lin_xs[0] = xs[0]
     for k in range(horizon):
-        du = gains[k] + feedback[k] @ z
-        step[k] = du
-        dx = a_mats[k] @ z[:m] + b_mats[k] @ du
-        z[:m] = dx
-        z[m:] = du
-        lin_xs[k + 1] = xs[k + 1] + dx
+        for i in range(n):
+            acc = gains[k, i]
+            for j in range(m + n):
+                acc += feedback[k, i, j] * z[j]
+            step[k, i] = acc
+        for i in range(m):
+            acc = 0.0
+            for j in range(m):
+                acc += a_mats[k, i, j] * z[j]
+            for j in range(n):
+                acc += b_mats[k, i, j] * step[k, j]
+            dx[i] = acc
+        for i in range(m):
+            z[i] = dx[i]
+            lin_xs[k + 1, i] = xs[k + 1, i] + dx[i]
+        for i in range(n):
+            z[m + i] = step[k, i]
 
 
 @njit(cache=True)
