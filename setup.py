@@ -41,6 +41,9 @@ setup(
     extras_require={
         "sim": ["mujoco>=3.1"],
         "test": ["pytest", "pin>=3", "mujoco>=3.1", "example-robot-data", "hypothesis>=6"],
+        # benchmarks/bench_mpc.py's peer. crocoddyl 3.2.1 with pin 4.1.0 returns wrong dynamics
+        # (the benchmark checks against pin.aba); pin 4.0.0 with boost 1.90 matches.
+        "bench": ["crocoddyl", "pin==4.0.0", "cmeel-boost~=1.90.0"],
         # ROS 2 Kilted from the package index (Python 3.11 wheels): rclpy with Fast DDS and the
         # message packages the nodes use; the build tooling builds interface packages such as
         # baxter_core_msgs (test/ros_graph.py). psutil measures the nodes (benchmarks/bench_ros.py).

@@ -19,6 +19,7 @@ from diffsim_ros.control.gravity import GravityCompensation, holding_torques
 from diffsim_ros.control.impedance import MODEL_TERMS, JointImpedanceController
 from diffsim_ros.control.loop import ControlLoop, EstimateDecision
 from diffsim_ros.control.mpc import INITIALIZATIONS, ModelPredictiveController, MPCInfo, MPCSettings
+from diffsim_ros.control.mpc_fast import FastModelPredictiveController, make_mpc
 from diffsim_ros.control.references import MinimumJerkMove, SetPoint, check_within_limits
 from diffsim_ros.control.safety import OUTPUT_TYPES, JointStateBounds, OutputType, SafetyConfig, SafetyLayer, SafetyStatus
 from diffsim_ros.control.simulators import SIMULATOR_KINDS, default_simulator, mpc_simulator
@@ -47,6 +48,8 @@ __all__ = [
     "MPCSettings",
     "MinimumJerkMove",
     "ModelPredictiveController",
+    "FastModelPredictiveController",
+    "make_mpc",
     "OutputType",
     "SafetyConfig",
     "SafetyLayer",

@@ -213,15 +213,22 @@ class ModelPredictiveController:
         """
         s = self.settings
         initialization = initialization or s.initialization
-        hold = holding_torques(self.fast, np.asarray(q, dtype=np.float64))
         if initialization == "zero":
-            return np.zeros((s.horizon, hold.shape[0]))
-        if initialization == "previous" and self._solution is not None:
-            shift = int(round((t - self._solution_time) / self.simulator.dt))
-            shift = min(max(shift, 0), s.horizon)
-            tail = np.repeat(self._solution[-1:], shift, axis=0)
-            return np.concatenate([self._solution[shift:], tail], axis=0)
+            return np.zeros((s.horizon, len(self.joint_names)))
+        warm = self._warm_start(t) if initialization == "previous" else None
+        if warm is not None:
+            return warm
+        hold = holding_torques(self.fast, np.asarray(q, dtype=np.float64))
         return np.repeat(hold[None], s.horizon, axis=0)
+
+    def _warm_start(self, t):
+        """The last solution shifted by the steps elapsed until ``t`` [s], (H, n); None before the first."""
+        if self._solution is None:
+            return None
+        shift = int(round((t - self._solution_time) / self.simulator.dt))
+        shift = min(max(shift, 0), self.settings.horizon)
+        tail = np.repeat(self._solution[-1:], shift, axis=0)
+        return np.concatenate([self._solution[shift:], tail], axis=0)
 
     def cost(self, t, q, qd, torques):
         """The MPC cost of a torque sequence (H, n) [N·m] from state ``(q, qd)`` at ``t`` [s]."""

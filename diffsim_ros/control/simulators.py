@@ -36,8 +36,8 @@ def default_simulator(model, dt=0.01, substeps=None, kind="pbd"):
 def mpc_simulator(model, dt=0.01, kind="rigid"):
     """The prediction simulator for real-time MPC: one substep, rigid-body by default.
 
-    Through PBD (``kind="pbd"``, one substep) MPC runs at ~3-13 Hz on the Baxter arm; through
-    the rigid-body simulator at ~20 Hz with exact Gauss-Newton and 50-75 Hz with
-    ``MPCSettings(jacobian_every=5..10)`` (benchmarks/RESULTS.md, "control").
+    Through these simulators in torch, the reference MPC runs at ~3-13 Hz (PBD) and ~20 Hz
+    (rigid) on the Baxter arm; :func:`~diffsim_ros.control.mpc_fast.make_mpc` solves the same
+    problem in compiled code, at kHz rates with the rigid step (benchmarks/RESULTS.md, "mpc").
     """
     return default_simulator(model, dt, substeps=1, kind=kind)

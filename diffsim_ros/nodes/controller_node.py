@@ -44,13 +44,13 @@ from diffsim_ros.control import (
     ControlLoop,
     GravityCompensation,
     JointImpedanceController,
-    ModelPredictiveController,
     MPCSettings,
     SafetyConfig,
     SafetyLayer,
     TorqueMap,
     check_within_limits,
 )
+from diffsim_ros.control.mpc_fast import make_mpc
 from diffsim_ros.control.simulators import mpc_simulator
 from diffsim_ros.io.ros_messages import MessageConversionError, NS_PER_S, joint_state_msg
 from diffsim_ros.io.ros_types import FLOAT64_MULTI_ARRAY, JOINT_STATE
@@ -205,7 +205,8 @@ class ControllerNode:
             tmap = TorqueMap.load(resolve_resource(cfg.torque_map), model) if cfg.torque_map else None
             return JointImpedanceController(model, per_joint_value(cfg.stiffness), per_joint_value(cfg.damping),
                                             self.reference, cfg.model_term, cfg.model_scale, tmap)
-        return ModelPredictiveController(mpc_simulator(model, cfg.mpc_dt, cfg.mpc_simulator), self.reference, cfg.mpc)
+        # compiled solver for the rigid predictor (shipped default); torch MPC for PBD prediction
+        return make_mpc(mpc_simulator(model, cfg.mpc_dt, cfg.mpc_simulator), self.reference, cfg.mpc)
 
     @staticmethod
     def _safety_config(cfg):

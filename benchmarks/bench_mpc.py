@@ -1,0 +1,225 @@
+"""Compiled MPC against Crocoddyl on the same problem, in one run (issue 17).
+
+Problem (both solvers): Baxter's left arm (nominal URDF, rigid, no passive terms), Euler steps
+of dt = 0.01 s (semi-implicit: ``v+ = v + dt a``, ``q+ = q + dt v+``), horizon H, one
+Gauss-Newton / FDDP iteration per call, warm-started from the previous solution; cost terms:
+position and velocity tracking of the reference at the predicted states (tolerances 1e-3 rad,
+2e-2 rad/s) and torque regularization to the holding torque (100 N·m). The package's
+torque-smoothness term is off here because Crocoddyl has no control-difference residual; the
+"shipped" rows run the controller node's defaults (springs, damping, friction, smoothness,
+two iterations) on the same loop. Each solver closes the loop on a Pinocchio plant (ABA,
+10 substeps per period) tracking a 0.45 rad minimum-jerk move; the time per call includes
+each side's Python work (references, warm start). Crocoddyl's dynamics are checked against
+``pin.aba`` before it is timed (crocoddyl 3.2.1 with pin 4.1.0 returned wrong accelerations).
+
+Run: ``.venv/bin/python -m benchmarks.bench_mpc`` (Crocoddyl: ``pip install -e '.[bench]'``).
+"""
+
+import os
+import time
+
+import numpy as np
+
+from benchmarks.common import machine_line, markdown_table, median, write_section
+from diffsim_ros.control import MinimumJerkMove, MPCSettings, ModelPredictiveController
+from diffsim_ros.control.mpc_fast import FastModelPredictiveController, make_mpc
+from diffsim_ros.control.simulators import mpc_simulator
+from diffsim_ros.model import load_robot_config
+from diffsim_ros.sim import RigidBodySimulator
+from diffsim_ros.sim.rigid_fast import FastRigidStep
+from oracles import BAXTER_LEFT, BAXTER_URDF, PinocchioOracle
+
+DT = 0.01  # [s]
+CALLS = 200  # closed-loop calls per solver and horizon
+TORCH_CALLS = 40  # the torch reference is slow
+PBD_CALLS = 60
+HORIZONS = (3, 10, 30)
+PLANT_SUBSTEPS = 10
+Q0 = np.array([0.0, -0.3, 0.0, 0.8, 0.0, 0.6, 0.0])
+MOVE = np.array([0.45, -0.45, 0.0, 0.45, 0.0, 0.0, 0.0])  # [rad] 0.45 rad on three joints
+MOVE_SECONDS = 1.2
+PEER_DYNAMICS_TOL = 1e-8  # [rad/s²] Crocoddyl vs pin.aba
+COMPARISON = dict(max_iterations=1, initialization="previous", smoothness_tolerance=1e12, step_tolerance=0.0)
+
+
+class PinocchioPlant:
+    """The rigid arm integrated by pin.aba with fine semi-implicit Euler substeps."""
+
+    def __init__(self, oracle):
+        self.o = oracle
+
+    def step(self, q, qd, tau):
+        o, h = self.o, DT / PLANT_SUBSTEPS
+        for _ in range(PLANT_SUBSTEPS):
+            qdd = o.sel(o.pin.aba(o.model, o.data, o.q(q), o.v(qd), o.v(tau)))
+            qd = qd + h * qdd
+            q = q + h * qd
+        return q, qd
+
+
+def closed_loop(controllers, plants, reference, calls):
+    """Close the loop of every ``controller(t, q, qd)`` on its plant, the controllers taking turns
+    call by call (so that load from other jobs affects them alike).
+
+    Returns:
+        Per controller: (per-call times [s], largest tracking error [rad]).
+    """
+    states = [(Q0.copy(), np.zeros(7)) for _ in controllers]
+    times, worst = [[] for _ in controllers], [0.0 for _ in controllers]
+    for k in range(calls):
+        for i, (controller, plant) in enumerate(zip(controllers, plants)):
+            q, qd = states[i]
+            start = time.perf_counter()
+            tau = controller(k * DT, q, qd)
+            times[i].append(time.perf_counter() - start)
+            if tau is None:
+                raise RuntimeError(f"controller {i} failed at call {k}")
+            q, qd = plant.step(q, qd, tau)
+            states[i] = (q, qd)
+            worst[i] = max(worst[i], float(np.abs(q - reference((k + 1) * DT)[0]).max()))
+    return list(zip(times, worst))
+
+
+class PBDPlant:
+    """The compiled PBD step of a PBD-predicting controller as the plant."""
+
+    def __init__(self, mpc):
+        self.pbd, self.dt, self.settings = mpc.pbd, mpc.simulator.dt, mpc.simulator.settings
+
+    def step(self, q, qd, tau):
+        q_out, qd_out, _ = self.pbd.rollout(q[None], qd[None], np.asarray(tau)[None, None], self.dt, self.settings)
+        return q_out[0, 0], qd_out[0, 0]
+
+
+class CrocoddylMPC:
+    """The same MPC in Crocoddyl: FDDP on IntegratedActionModelEuler nodes, warm-started."""
+
+    def __init__(self, crocoddyl, oracle, fast, reference, horizon, settings):
+        self.croc, self.o, self.fast, self.reference, self.horizon = crocoddyl, oracle, fast, reference, horizon
+        pm, n = oracle.model, 7
+        state = crocoddyl.StateMultibody(pm)
+        actuation = crocoddyl.ActuationModelFull(state)
+        weights = np.concatenate([np.full(n, settings.position_tolerance ** -2), np.full(n, settings.velocity_tolerance ** -2)])
+        self.track, self.effort, nodes = [], [], []
+        for k in range(horizon + 1):
+            costs = crocoddyl.CostModelSum(state, n)
+            track = crocoddyl.ResidualModelState(state, np.zeros(2 * n), n)
+            # Euler nodes scale running costs by dt; node k's state is x_k (x_0 is fixed)
+            scale = 0.0 if k == 0 else (1.0 if k == horizon else 1.0 / DT)
+            costs.addCost("track", crocoddyl.CostModelResidual(state, crocoddyl.ActivationModelWeightedQuad(weights * scale), track), 1.0)
+            if k < horizon:
+                effort = crocoddyl.ResidualModelControl(state, np.zeros(n))
+                act = crocoddyl.ActivationModelWeightedQuad(np.full(n, settings.effort_tolerance ** -2 / DT))
+                costs.addCost("effort", crocoddyl.CostModelResidual(state, act, effort), 1.0)
+                self.effort.append(effort)
+            self.track.append(track)
+            dam = crocoddyl.DifferentialActionModelFreeFwdDynamics(state, actuation, costs)
+            nodes.append(crocoddyl.IntegratedActionModelEuler(dam, DT if k < horizon else 0.0))
+        self.problem = crocoddyl.ShootingProblem(np.zeros(2 * n), nodes[:-1], nodes[-1])
+        self.problem.nthreads = 1  # as ours; OpenMP threads only contend on a loaded 2-core machine
+        self.solver = crocoddyl.SolverFDDP(self.problem)
+        self.dam = nodes[0].differential
+        self.xs = self.us = None
+        self.last_t = None
+
+    def check_dynamics(self, samples=20):
+        """Largest |a_crocoddyl - pin.aba| [rad/s²] over random states."""
+        o, rng = self.o, np.random.default_rng(0)
+        data, worst = self.dam.createData(), 0.0
+        for _ in range(samples):
+            q, qd, tau = rng.uniform(-1, 1, 7), rng.uniform(-1, 1, 7), rng.uniform(-10, 10, 7)
+            self.dam.calc(data, np.concatenate([q, qd]), tau)
+            worst = max(worst, float(np.abs(data.xout - o.sel(o.pin.aba(o.model, o.data, o.q(q), o.v(qd), o.v(tau)))).max()))
+        return worst
+
+    def __call__(self, t, q, qd):
+        x0 = np.concatenate([q, qd])
+        hold = self.fast.gravity_torques(q)
+        for k in range(1, self.horizon + 1):
+            q_d, qd_d, _ = self.reference(t + k * DT)
+            self.track[k].reference = np.concatenate([q_d, qd_d])
+        for effort in self.effort:
+            effort.reference = hold
+        self.problem.x0 = x0
+        if self.us is None:
+            xs, us = [x0] * (self.horizon + 1), [hold] * self.horizon
+        else:  # shift the previous solution by one period
+            xs, us = [x0] + list(self.xs[2:]) + [self.xs[-1]], list(self.us[1:]) + [self.us[-1]]
+        self.solver.solve(xs, us, 1, False)
+        self.xs, self.us = self.solver.xs, self.solver.us
+        return np.array(self.us[0])
+
+
+def _rate(seconds):
+    return f"{seconds * 1e3:.3f} ms ({1.0 / seconds / 1e3:.2f} kHz)" if seconds < 1e-3 else f"{seconds * 1e3:.2f} ms ({1.0 / seconds:.0f} Hz)"
+
+
+def main():
+    start = time.perf_counter()
+    load = os.getloadavg()[0]  # other jobs on the machine make every figure noisy
+    config_model = load_robot_config(BAXTER_LEFT).build_model()
+    nominal = config_model.with_springs(()).with_parameters(
+        {f"{j}.{key}": 0.0 for j in config_model.joint_names for key in ("damping", "friction")}
+    )
+    oracle = PinocchioOracle(nominal, BAXTER_URDF)
+    reference = MinimumJerkMove(Q0, Q0 + MOVE, 0.0, MOVE_SECONDS)
+    predictor = RigidBodySimulator(nominal, DT, passive=False)
+    try:
+        import crocoddyl
+    except ImportError:
+        crocoddyl = None
+    rows, ours_by_h, croc_by_h, notes = [], {}, {}, []
+    for horizon in HORIZONS:
+        settings = MPCSettings(horizon=horizon, **COMPARISON)
+        ours = FastModelPredictiveController(predictor, reference, settings)
+        ours.compute(0.0, Q0, np.zeros(7))  # compile / load the cached kernels
+        ours.reset()
+        controllers = [ours.compute]
+        if crocoddyl is not None:
+            peer = CrocoddylMPC(crocoddyl, oracle, ours.fast, reference, horizon, settings)
+            error = peer.check_dynamics()
+            if error < PEER_DYNAMICS_TOL:
+                controllers.append(peer)
+            else:
+                notes.append(f"Crocoddyl {crocoddyl.__version__}: dynamics differ from pin.aba by {error:.3g} rad/s², not timed")
+                crocoddyl = None
+        results = closed_loop(controllers, [PinocchioPlant(oracle) for _ in controllers], reference, CALLS)
+        ours_by_h[horizon] = median(results[0][0])
+        rows.append(["diffsim_ros compiled, 1 iteration", horizon, _rate(ours_by_h[horizon]), f"{results[0][1] * 1e3:.3f}"])
+        if len(results) > 1:
+            croc_by_h[horizon] = median(results[1][0])
+            rows.append([f"Crocoddyl {crocoddyl.__version__} FDDP, Euler, 1 iteration", horizon, _rate(croc_by_h[horizon]),
+                         f"{results[1][1] * 1e3:.3f}"])
+        print(rows[-2:] if crocoddyl is not None else rows[-1], flush=True)
+    shipped = MPCSettings()
+    mpc = FastModelPredictiveController(RigidBodySimulator(config_model, DT), reference, shipped)
+    # its model has Baxter's springs, damping and friction: the plant is that model, 10 substeps
+    ((times, worst),) = closed_loop([mpc.compute], [FastRigidStep(config_model, DT, PLANT_SUBSTEPS, parameters=())], reference, CALLS)
+    rows.append([f"diffsim_ros compiled, shipped settings ({shipped.max_iterations} iterations, springs, damping, friction, smoothness)",
+                 shipped.horizon, _rate(median(times)), f"{worst * 1e3:.3f} (plant: the same model, 10 substeps)"])
+    pbd_mpc = make_mpc(mpc_simulator(config_model, DT, "pbd"), reference, shipped)
+    ((times, worst),) = closed_loop([pbd_mpc.compute], [PBDPlant(pbd_mpc)], reference, PBD_CALLS)
+    rows.append([f"diffsim_ros through PBD: compiled rollouts, finite-difference Jacobian, shipped settings",
+                 shipped.horizon, _rate(median(times)), f"{worst * 1e3:.3f} (plant: the same PBD model, {PBD_CALLS} calls)"])
+    torch_mpc = ModelPredictiveController(predictor, reference, MPCSettings(horizon=3, **COMPARISON))
+    ((times, worst),) = closed_loop([torch_mpc.compute], [PinocchioPlant(oracle)], reference, TORCH_CALLS)
+    rows.append(["diffsim_ros torch reference, 1 iteration", 3, _rate(median(times)), f"{worst * 1e3:.3f} ({TORCH_CALLS} calls)"])
+    print(rows[-2:], flush=True)
+    ratio = {h: croc_by_h[h] / ours_by_h[h] if h in croc_by_h else float("nan") for h in HORIZONS}
+    body = "\n\n".join([
+        "## MPC: compiled solver vs Crocoddyl (`python -m benchmarks.bench_mpc`)",
+        machine_line() + (f"; Crocoddyl {crocoddyl.__version__}" if crocoddyl is not None else "; Crocoddyl not installed")
+        + f"; load average {load:.2f} at the start" + (" (measured under load)" if load > 0.5 else ""),
+        __doc__.split("\n\n")[1].replace("\n", " "),
+        markdown_table(["solver", "H", "median time per call (rate)", "worst tracking error [mrad]"], rows),
+        "Ratio = Crocoddyl's time per call / ours (above 1: we are faster): "
+        + ", ".join(f"H={h} {ratio[h]:.2f}" for h in HORIZONS),
+        *notes,
+        f"Run time {time.perf_counter() - start:.0f} s.",
+    ])
+    write_section("mpc", body)
+    print(f"mpc ratio to crocoddyl: H=3 {ratio[3]:.2f}, H=30 {ratio[30]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,503 @@
+"""Compiled analytic derivatives of rigid-body dynamics (single configuration, float64).
+
+The derivatives of forward dynamics follow Carpentier & Mansard (RSS 2018): with
+``tau = RNEA(q, qd, qdd)`` at the solved acceleration, ``dqdd/dx = -M^-1 dRNEA/dx`` and
+``dqdd/dtau = M^-1``. The partial derivatives of RNEA are propagated here in forward mode
+through the body-frame recursion of :mod:`.fast` (exact to rounding: no finite
+differences), one tangent direction per joint position and per joint velocity. Directions
+are sparse: the motion of body i depends only on the joints that support it, and the seed
+of joint i's own rotation enters body i only, which keeps the forward sweep at half the
+dense cost. M comes from the composite-rigid-body algorithm in world coordinates.
+
+Parameters enter RNEA linearly through each body's inertial ``(m, h, I_o)``:
+:func:`inertial_columns_into` maps increments of one body's inertial to joint torques
+(the columns of the inertial regressor for any parametrization: body mass, COM, inertia,
+payload), reusing the body motions of the last value sweep.
+
+All kernels write into a :data:`RneaWork` area (no allocation per call). The torch
+algorithms stay the reference; the tests hold these to them to 1e-9.
+"""
+
+import math
+from collections import namedtuple
+
+import numpy as np
+
+from diffsim_ros._compiled import njit
+from diffsim_ros.dynamics.fast import placements_into
+
+__all__ = [
+    "RneaWork",
+    "aba_derivatives",
+    "inertial_columns_into",
+    "lu_factor",
+    "lu_solve_columns",
+    "mass_matrix_into",
+    "rnea_derivatives_into",
+    "rnea_values_into",
+    "rnea_work",
+]
+
+RneaWork = namedtuple(
+    "RneaWork",
+    [
+        # placements: local (n, 3, 3), (n, 3) and world (n, 3, 3), (n, 3)
+        "rot_local", "pos_local", "rot_world", "pos_world",
+        # body motion and body forces of the last value sweep, body frames (n, 3)
+        "omega", "vel", "alpha", "acc", "torque", "force", "n_v", "f_v",
+        # wrenches accumulated over subtrees in the backward sweeps (n, 3)
+        "acc_torque", "acc_force",
+        # tangents (n, 2n, 3): directions 0..n-1 = q_j, n..2n-1 = qd_j
+        "d_omega", "d_vel", "d_alpha", "d_acc", "d_torque", "d_force",
+        # composite inertias for CRBA (n,), (n, 3), (n, 3, 3)
+        "c_mass", "c_h", "c_inertia",
+    ],
+)
+"""Work area of the kernels in this module (:func:`rnea_work`)."""
+
+
+@njit(cache=True)
+def rnea_work(n):
+    """A :data:`RneaWork` for ``n`` joints."""
+    z = np.zeros
+    return RneaWork(
+        z((n, 3, 3)), z((n, 3)), z((n, 3, 3)), z((n, 3)),
+        z((n, 3)), z((n, 3)), z((n, 3)), z((n, 3)), z((n, 3)), z((n, 3)), z((n, 3)), z((n, 3)),
+        z((n, 3)), z((n, 3)),
+        z((n, 2 * n, 3)), z((n, 2 * n, 3)), z((n, 2 * n, 3)), z((n, 2 * n, 3)), z((n, 2 * n, 3)), z((n, 2 * n, 3)),
+        z(n), z((n, 3)), z((n, 3, 3)),
+    )
+
+
+# ---------------------------------------------------------------- 3-vectors as tuples
+
+
+@njit(cache=True)
+def _row(a, i):
+    return (a[i, 0], a[i, 1], a[i, 2])
+
+
+@njit(cache=True)
+def _put(a, i, x):
+    a[i, 0], a[i, 1], a[i, 2] = x[0], x[1], x[2]
+
+
+@njit(cache=True)
+def _cross(a, b):
+    return (a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0])
+
+
+@njit(cache=True)
+def _add(a, b):
+    return (a[0] + b[0], a[1] + b[1], a[2] + b[2])
+
+
+@njit(cache=True)
+def _sub(a, b):
+    return (a[0] - b[0], a[1] - b[1], a[2] - b[2])
+
+
+@njit(cache=True)
+def _scale(a, s):
+    return (a[0] * s, a[1] * s, a[2] * s)
+
+
+@njit(cache=True)
+def _dot(a, b):
+    return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
+
+
+@njit(cache=True)
+def _mv(m, a):
+    """``m @ a`` for m (3, 3)."""
+    return (
+        m[0, 0] * a[0] + m[0, 1] * a[1] + m[0, 2] * a[2],
+        m[1, 0] * a[0] + m[1, 1] * a[1] + m[1, 2] * a[2],
+        m[2, 0] * a[0] + m[2, 1] * a[1] + m[2, 2] * a[2],
+    )
+
+
+@njit(cache=True)
+def _mtv(m, a):
+    """``m.T @ a`` for m (3, 3)."""
+    return (
+        m[0, 0] * a[0] + m[1, 0] * a[1] + m[2, 0] * a[2],
+        m[0, 1] * a[0] + m[1, 1] * a[1] + m[2, 1] * a[2],
+        m[0, 2] * a[0] + m[1, 2] * a[1] + m[2, 2] * a[2],
+    )
+
+
+@njit(cache=True)
+def _body_wrench(m, h, inertia, w, v, al, a):
+    """Body torque and force of inertial ``(m, h, I_o)`` moving with ``(w, v, al, a)`` (fast._rnea)."""
+    n_v = _add(_mv(inertia, w), _cross(h, v))
+    f_v = _sub(_scale(v, m), _cross(h, w))
+    torque = _add(_add(_mv(inertia, al), _cross(h, a)), _add(_cross(w, n_v), _cross(v, f_v)))
+    force = _add(_sub(_scale(a, m), _cross(h, al)), _cross(w, f_v))
+    return torque, force, n_v, f_v
+
+
+# ---------------------------------------------------------------- RNEA values and tangents
+
+
+@njit(cache=True)
+def rnea_values_into(fk, mass, h, inertia_o, up, q, qd, qdd, work, tau):
+    """RNEA ``M qdd + C qd + g`` into ``tau`` (n,), keeping placements and body motions in ``work``.
+
+    Args:
+        fk: ``(parents, origin_rot, origin_xyz, axis, is_revolute)``.
+        mass, h, inertia_o: Body inertials (n,), (n, 3), (n, 3, 3) (payload included).
+        up: Minus gravity (3,) [m/s²].
+        q, qd, qdd: Joint positions, velocities, accelerations (n,).
+        work: :data:`RneaWork`.
+        tau: Output (n,).
+    """
+    parents, origin_rot, origin_xyz, axis, is_revolute = fk
+    n = q.shape[0]
+    placements_into(parents, origin_rot, origin_xyz, axis, is_revolute, q, work.rot_local, work.pos_local, work.rot_world, work.pos_world)
+    zero = (0.0, 0.0, 0.0)
+    for i in range(n):
+        e, r, p = work.rot_local[i], _row(work.pos_local, i), parents[i]
+        if p < 0:
+            w_p, v_p, al_p, a_p = zero, zero, zero, (up[0], up[1], up[2])
+        else:
+            w_p, v_p, al_p, a_p = _row(work.omega, p), _row(work.vel, p), _row(work.alpha, p), _row(work.acc, p)
+        ax = _row(axis, i)
+        if is_revolute[i]:
+            sa, sl, sa_dd, sl_dd = _scale(ax, qd[i]), zero, _scale(ax, qdd[i]), zero
+        else:
+            sa, sl, sa_dd, sl_dd = zero, _scale(ax, qd[i]), zero, _scale(ax, qdd[i])
+        w = _add(_mtv(e, w_p), sa)
+        v = _add(_mtv(e, _add(v_p, _cross(w_p, r))), sl)
+        al = _add(_add(_mtv(e, al_p), sa_dd), _cross(w, sa))
+        a = _add(_add(_mtv(e, _add(a_p, _cross(al_p, r))), sl_dd), _add(_cross(w, sl), _cross(v, sa)))
+        torque, force, n_v, f_v = _body_wrench(mass[i], _row(h, i), inertia_o[i], w, v, al, a)
+        _put(work.omega, i, w)
+        _put(work.vel, i, v)
+        _put(work.alpha, i, al)
+        _put(work.acc, i, a)
+        _put(work.torque, i, torque)
+        _put(work.force, i, force)
+        _put(work.n_v, i, n_v)
+        _put(work.f_v, i, f_v)
+    # the backward sweep accumulates in copies so the body wrenches stay available
+    acc_t, acc_f = work.acc_torque, work.acc_force
+    acc_t[:, :] = work.torque
+    acc_f[:, :] = work.force
+    for i in range(n - 1, -1, -1):
+        ax = _row(axis, i)
+        tau[i] = _dot(ax, _row(acc_t, i)) if is_revolute[i] else _dot(ax, _row(acc_f, i))
+        p = parents[i]
+        if p >= 0:
+            rot = work.rot_local[i]
+            f_par = _mv(rot, _row(acc_f, i))
+            _put(acc_f, p, _add(_row(acc_f, p), f_par))
+            t_par = _add(_mv(rot, _row(acc_t, i)), _cross(_row(work.pos_local, i), f_par))
+            _put(acc_t, p, _add(_row(acc_t, p), t_par))
+
+
+@njit(cache=True)
+def _supports(parents, j, i):
+    """Whether joint j is body i or one of its ancestors."""
+    while i > j:
+        i = parents[i]
+    return i == j
+
+
+@njit(cache=True)
+def rnea_derivatives_into(fk, mass, h, inertia_o, up, qd, work, dtau_dq, dtau_dqd):
+    """Partial derivatives of RNEA with respect to q and qd at the last :func:`rnea_values_into` point.
+
+    ``qdd`` is held fixed (it is the third argument of RNEA), so at the solved acceleration
+    these are the ``dRNEA/dq`` and ``dRNEA/dqd`` of Carpentier & Mansard.
+
+    Args:
+        fk, mass, h, inertia_o, up: As :func:`rnea_values_into`.
+        qd: Joint velocities (n,) of that call.
+        work: :data:`RneaWork` filled by :func:`rnea_values_into`.
+        dtau_dq, dtau_dqd: Outputs (n, n): ``[i, j] = d tau_i / d q_j`` (resp. qd_j).
+    """
+    parents, origin_rot, _, axis, is_revolute = fk
+    n = qd.shape[0]
+    zero = (0.0, 0.0, 0.0)
+    dw, dv, dal, da, dt, df = work.d_omega, work.d_vel, work.d_alpha, work.d_acc, work.d_torque, work.d_force
+    dt[:, :, :] = 0.0
+    df[:, :, :] = 0.0
+    for i in range(n):
+        e, r, p = work.rot_local[i], _row(work.pos_local, i), parents[i]
+        if p < 0:
+            w_p, v_p, al_p, a_p = zero, zero, zero, (up[0], up[1], up[2])
+        else:
+            w_p, v_p, al_p, a_p = _row(work.omega, p), _row(work.vel, p), _row(work.alpha, p), _row(work.acc, p)
+        ax, rev = _row(axis, i), is_revolute[i]
+        w, v = _row(work.omega, i), _row(work.vel, i)
+        sa = _scale(ax, qd[i]) if rev else zero
+        sl = zero if rev else _scale(ax, qd[i])
+        m_i, h_i, inertia = mass[i], _row(h, i), inertia_o[i]
+        n_v, f_v = _row(work.n_v, i), _row(work.f_v, i)
+        for j in range(i + 1):
+            if not _supports(parents, j, i):
+                continue
+            for kind in range(2):  # 0: q_j, 1: qd_j
+                k = j + kind * n
+                if j == i:
+                    d_wp, d_vp, d_alp, d_ap = zero, zero, zero, zero
+                else:
+                    d_wp, d_vp, d_alp, d_ap = _row(dw[p], k), _row(dv[p], k), _row(dal[p], k), _row(da[p], k)
+                s_w, s_v, s_al, s_a, d_r = zero, zero, zero, zero, zero
+                if j == i:
+                    if kind == 0 and rev:  # de x = -(axis x (e x))
+                        s_w = _scale(_cross(ax, _mtv(e, w_p)), -1.0)
+                        s_v = _scale(_cross(ax, _mtv(e, _add(v_p, _cross(w_p, r)))), -1.0)
+                        s_al = _scale(_cross(ax, _mtv(e, al_p)), -1.0)
+                        s_a = _scale(_cross(ax, _mtv(e, _add(a_p, _cross(al_p, r)))), -1.0)
+                    elif kind == 0:  # prismatic: the origin slides along origin_rot @ axis
+                        d_r = _mv(origin_rot[i], ax)
+                    elif rev:
+                        s_w, s_al, s_a = ax, _cross(w, ax), _cross(v, ax)
+                    else:
+                        s_v, s_a = ax, _cross(w, ax)
+                d_w = _add(_mtv(e, d_wp), s_w)
+                d_v = _add(_mtv(e, _add(_add(d_vp, _cross(d_wp, r)), _cross(w_p, d_r))), s_v)
+                d_al = _add(_add(_mtv(e, d_alp), _cross(d_w, sa)), s_al)
+                d_t2 = _add(_add(d_ap, _cross(d_alp, r)), _cross(al_p, d_r))
+                d_a = _add(_add(_mtv(e, d_t2), _cross(d_w, sl)), _add(_cross(d_v, sa), s_a))
+                _put(dw[i], k, d_w)
+                _put(dv[i], k, d_v)
+                _put(dal[i], k, d_al)
+                _put(da[i], k, d_a)
+                d_nv = _add(_mv(inertia, d_w), _cross(h_i, d_v))
+                d_fv = _sub(_scale(d_v, m_i), _cross(h_i, d_w))
+                d_torque = _add(
+                    _add(_mv(inertia, d_al), _cross(h_i, d_a)),
+                    _add(_add(_cross(d_w, n_v), _cross(w, d_nv)), _add(_cross(d_v, f_v), _cross(v, d_fv))),
+                )
+                d_force = _add(_sub(_scale(d_a, m_i), _cross(h_i, d_al)), _add(_cross(d_w, f_v), _cross(w, d_fv)))
+                _put(dt[i], k, d_torque)
+                _put(df[i], k, d_force)
+    _backward_tangents(parents, origin_rot, axis, is_revolute, work, dtau_dq, dtau_dqd)
+
+
+@njit(cache=True)
+def _backward_tangents(parents, origin_rot, axis, is_revolute, work, dtau_dq, dtau_dqd):
+    """Accumulate body wrench tangents towards the root and project them on the joint axes."""
+    n = dtau_dq.shape[0]
+    dt, df = work.d_torque, work.d_force
+    acc_t, acc_f = work.acc_torque, work.acc_force  # the accumulated wrenches, as in the value sweep
+    acc_t[:, :] = work.torque
+    acc_f[:, :] = work.force
+    for i in range(n - 1, -1, -1):
+        ax, rev = _row(axis, i), is_revolute[i]
+        for k in range(2 * n):
+            value = _dot(ax, _row(dt[i], k)) if rev else _dot(ax, _row(df[i], k))
+            if k < n:
+                dtau_dq[i, k] = value
+            else:
+                dtau_dqd[i, k - n] = value
+        p = parents[i]
+        if p < 0:
+            continue
+        rot, r = work.rot_local[i], _row(work.pos_local, i)
+        force_i, torque_i = _row(acc_f, i), _row(acc_t, i)
+        f_par = _mv(rot, force_i)
+        for k in range(2 * n):
+            d_fpar = _mv(rot, _row(df[i], k))
+            d_tpar = _mv(rot, _row(dt[i], k))
+            if k == i and rev:  # d rot_local / dq_i = rot_local [axis]x
+                d_fpar = _add(d_fpar, _mv(rot, _cross(ax, force_i)))
+                d_tpar = _add(d_tpar, _mv(rot, _cross(ax, torque_i)))
+            d_tpar = _add(d_tpar, _cross(r, d_fpar))
+            if k == i and not rev:
+                d_tpar = _add(d_tpar, _cross(_mv(origin_rot[i], ax), f_par))
+            _put(df[p], k, _add(_row(df[p], k), d_fpar))
+            _put(dt[p], k, _add(_row(dt[p], k), d_tpar))
+        _put(acc_f, p, _add(_row(acc_f, p), f_par))
+        _put(acc_t, p, _add(_add(_row(acc_t, p), _mv(rot, torque_i)), _cross(r, f_par)))
+
+
+# ---------------------------------------------------------------- inertial regressor columns
+
+
+@njit(cache=True)
+def inertial_columns_into(fk, body, d_mass, d_h, d_inertia, work, out, column):
+    """``out[:, column] += dtau`` for an increment ``(d_mass, d_h (3,), d_inertia (3, 3))`` of body ``body``'s inertial.
+
+    RNEA is linear in every body's ``(m, h, I_o)`` (body frame, about the body origin), so this
+    is exact; it uses the body motions of the last :func:`rnea_values_into`.
+    """
+    parents, _, _, axis, is_revolute = fk
+    i = body
+    torque, force, _, _ = _body_wrench(
+        d_mass, (d_h[0], d_h[1], d_h[2]), d_inertia,
+        _row(work.omega, i), _row(work.vel, i), _row(work.alpha, i), _row(work.acc, i),
+    )
+    while i >= 0:
+        ax = _row(axis, i)
+        out[i, column] += _dot(ax, torque) if is_revolute[i] else _dot(ax, force)
+        p = parents[i]
+        if p >= 0:
+            rot = work.rot_local[i]
+            force = _mv(rot, force)
+            torque = _add(_mv(rot, torque), _cross(_row(work.pos_local, i), force))
+        i = p
+
+
+# ---------------------------------------------------------------- CRBA and small solves
+
+
+@njit(cache=True)
+def mass_matrix_into(fk, mass, h, inertia_o, work, out):
+    """Joint-space inertia M(q) (n, n) at the placements in ``work`` (composite rigid bodies, world axes)."""
+    parents, _, _, axis, is_revolute = fk
+    n = mass.shape[0]
+    rw, pw = work.rot_world, work.pos_world
+    cm, ch, ci = work.c_mass, work.c_h, work.c_inertia
+    for k in range(n):  # each body's inertial about the world origin, world axes
+        pos, rot = _row(pw, k), rw[k]
+        hw = _mv(rot, _row(h, k))
+        cm[k] = mass[k]
+        _put(ch, k, _add(_scale(pos, mass[k]), hw))
+        for r in range(3):
+            for c in range(3):
+                acc = 0.0
+                for s in range(3):
+                    acc += rot[r, s] * (inertia_o[k, s, 0] * rot[c, 0] + inertia_o[k, s, 1] * rot[c, 1] + inertia_o[k, s, 2] * rot[c, 2])
+                ci[k, r, c] = acc
+        # -m [p]x[p]x - [p]x[hw]x - [hw]x[p]x = m (|p|^2 1 - p p^T) + 2 (p . hw) 1 - p hw^T - hw p^T
+        pp, ph = _dot(pos, pos), _dot(pos, hw)
+        for r in range(3):
+            for c in range(3):
+                ci[k, r, c] += -mass[k] * pos[r] * pos[c] - pos[r] * hw[c] - hw[r] * pos[c]
+            ci[k, r, r] += mass[k] * pp + 2.0 * ph
+    for k in range(n - 1, 0, -1):
+        p = parents[k]
+        if p >= 0:
+            cm[p] += cm[k]
+            _put(ch, p, _add(_row(ch, p), _row(ch, k)))
+            for r in range(3):
+                for c in range(3):
+                    ci[p, r, c] += ci[k, r, c]
+    for i in range(n):
+        z_i, o_i = _mv(rw[i], _row(axis, i)), _row(pw, i)
+        if is_revolute[i]:
+            om, lin = z_i, _cross(o_i, z_i)  # spatial motion at the world origin
+        else:
+            om, lin = (0.0, 0.0, 0.0), z_i
+        hc = _row(ch, i)
+        mom_ang = _add(_mv(ci[i], om), _cross(hc, lin))  # momentum of subtree i under joint i's motion
+        mom_lin = _add(_scale(lin, cm[i]), _cross(om, hc))
+        j = i
+        while j >= 0:
+            z_j, o_j = _mv(rw[j], _row(axis, j)), _row(pw, j)
+            if is_revolute[j]:
+                value = _dot(z_j, mom_ang) + _dot(_cross(o_j, z_j), mom_lin)
+            else:
+                value = _dot(z_j, mom_lin)
+            out[i, j] = value
+            out[j, i] = value
+            j = parents[j]
+    for i in range(n):  # entries of joints on different branches
+        for j in range(i):
+            if not _supports(parents, j, i) and not _supports(parents, i, j):
+                out[i, j] = 0.0
+                out[j, i] = 0.0
+
+
+@njit(cache=True)
+def lu_factor(a, pivots):
+    """In-place LU with partial pivoting of ``a`` (n, n); returns False when singular."""
+    n = a.shape[0]
+    for k in range(n):
+        best, row = abs(a[k, k]), k
+        for r in range(k + 1, n):
+            if abs(a[r, k]) > best:
+                best, row = abs(a[r, k]), r
+        pivots[k] = row
+        if not best > 0.0 or not math.isfinite(best):
+            return False
+        if row != k:
+            for c in range(n):
+                a[k, c], a[row, c] = a[row, c], a[k, c]
+        inv = 1.0 / a[k, k]
+        for r in range(k + 1, n):
+            a[r, k] *= inv
+            f = a[r, k]
+            if f != 0.0:
+                for c in range(k + 1, n):
+                    a[r, c] -= f * a[k, c]
+    return True
+
+
+@njit(cache=True)
+def lu_solve_columns(lu, pivots, b):
+    """Solve ``A X = B`` in place for ``b`` (n, m) with the factors of :func:`lu_factor`."""
+    n, m = b.shape
+    for k in range(n):
+        row = pivots[k]
+        if row != k:
+            for c in range(m):
+                b[k, c], b[row, c] = b[row, c], b[k, c]
+    for r in range(n):
+        for k in range(r):
+            f = lu[r, k]
+            if f != 0.0:
+                for c in range(m):
+                    b[r, c] -= f * b[k, c]
+    for r in range(n - 1, -1, -1):
+        for k in range(r + 1, n):
+            f = lu[r, k]
+            if f != 0.0:
+                for c in range(m):
+                    b[r, c] -= f * b[k, c]
+        inv = 1.0 / lu[r, r]
+        for c in range(m):
+            b[r, c] *= inv
+
+
+# ---------------------------------------------------------------- forward dynamics derivatives
+
+
+@njit(cache=True)
+def _aba_derivatives(fk, mass, h, inertia_o, up, q, qd, tau):
+    n = q.shape[0]
+    work = rnea_work(n)
+    nle, zeros = np.empty(n), np.zeros(n)
+    rnea_values_into(fk, mass, h, inertia_o, up, q, qd, zeros, work, nle)
+    lu, pivots = np.zeros((n, n)), np.zeros(n, dtype=np.int64)
+    mass_matrix_into(fk, mass, h, inertia_o, work, lu)
+    if not lu_factor(lu, pivots):
+        return False, zeros, lu, lu, lu
+    qdd = (tau - nle).reshape((n, 1))
+    lu_solve_columns(lu, pivots, qdd)
+    qdd = qdd.reshape(n)
+    rnea_values_into(fk, mass, h, inertia_o, up, q, qd, qdd, work, nle)
+    d_q, d_qd = np.empty((n, n)), np.empty((n, n))
+    rnea_derivatives_into(fk, mass, h, inertia_o, up, qd, work, d_q, d_qd)
+    minv = np.eye(n)
+    rhs = np.empty((n, 3 * n))
+    rhs[:, :n], rhs[:, n : 2 * n], rhs[:, 2 * n :] = -d_q, -d_qd, minv
+    lu_solve_columns(lu, pivots, rhs)
+    return True, qdd, rhs[:, :n].copy(), rhs[:, n : 2 * n].copy(), rhs[:, 2 * n :].copy()
+
+
+def aba_derivatives(fast, q, qd, tau):
+    """Forward dynamics and its derivatives (Pinocchio's ``computeABADerivatives``), rigid terms only.
+
+    Args:
+        fast: :class:`~diffsim_ros.dynamics.fast.FastDynamics` (payload included; springs,
+            damping and friction are not: see :class:`~diffsim_ros.sim.rigid_fast.FastRigidStep`).
+        q, qd, tau: Joint positions [rad or m], velocities and torques [N·m or N], (n,) each.
+
+    Returns:
+        ``(qdd (n,), dqdd/dq (n, n), dqdd/dqd (n, n), M^-1 (n, n))``; ``M^-1 = dqdd/dtau``.
+
+    Raises:
+        ArithmeticError: Singular joint-space inertia.
+    """
+    ok, qdd, d_q, d_qd, minv = _aba_derivatives(
+        fast.fk, fast.mass, fast.first_moment, fast.inertia_o, fast.up,
+        fast._vector(q), fast._vector(qd), fast._vector(tau),
+    )
+    if not ok:
+        raise ArithmeticError("singular joint-space inertia: check the model's masses and inertias")
+    return qdd, d_q, d_qd, minv
