@@ -33,7 +33,7 @@ def recording(tmp_path_factory):
 
 def _replay(recording, out, *extra):
     tmp, bag, _, config = recording
-    argv = ["replay", "--bag", str(bag), "--config", str(config), "--out", str(tmp / out), "--estimate", "payload,spring"]
+    argv = ["replay", "--bag", str(bag), "--config", str(config), "--out", str(tmp / out), "--estimate", "payload,spring,damping"]
     for item in TUNING:
         argv += ["--set", item]
     return cli_main(argv + list(extra))

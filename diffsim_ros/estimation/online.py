@@ -43,6 +43,7 @@ MODELS = ("rigid", "pbd")
 """Differentiable models of the residuals: exact rigid-body dynamics or the PBD simulator."""
 _REST_FILTER_WINDOW = 0.1  # [s] Savitzky-Golay window of the rest detector (as offline)
 _NS = 1_000_000_000
+_CHANGE_RESOLUTION = 0.25  # [s] spans scanned to locate a change (older data at most this long stay)
 
 
 @dataclass(frozen=True)
@@ -467,12 +468,31 @@ class OnlineEstimator:
         return before > self.config.change_ratio * refitted
 
     def _forget(self, now_ns, previous_ns, record, before, fitted):
-        """A change since the previous update (whose held-back data still agreed): older data stop voting."""
-        self._change_ns = now_ns - int(self.config.holdout_seconds * _NS) if previous_ns is None else previous_ns
+        """A change: data from before it stop voting."""
+        start = now_ns - int(self.config.holdout_seconds * _NS)
+        if previous_ns is not None:  # the previous held-back span agreed as a whole, but may end after the change
+            start = min(start, previous_ns - int(self.config.holdout_seconds * _NS))
+        self._change_ns = self._locate_change(start, now_ns, fitted)
         self._held_scores = []
         self._trim(now_ns)
-        return record(False, f"change detected: the held-back data are predicted {before / max(fitted, 1e-12):.1f} "
-                             "times worse than the fitted and the usual ones; older data forgotten", math.sqrt(before))
+        return record(False, f"change detected at {self._change_ns / _NS:.2f} s of the stream: the held-back data are "
+                             f"predicted {before / max(fitted, 1e-12):.1f} times worse than the fitted and the usual "
+                             "ones; older data forgotten", math.sqrt(before))
+
+    def _locate_change(self, start_ns, now_ns, reference):
+        """Start of the first short motion span from ``start_ns`` on that the current model
+        predicts ``change_ratio`` times worse than ``reference`` (``start_ns`` when none does,
+        e.g. without motion); what came before it stops voting."""
+        step = int(_CHANGE_RESOLUTION * _NS)
+        half = int(self.config.dataset_options().trajectory_filter_window * _NS) // 2
+        for a in range(start_ns, now_ns - step, step):
+            trajectories, _, _ = self._motion(self._streams(a - half, a + step + half))
+            if not trajectories:
+                continue
+            score = self._scores([(self.model, self.camera_pose)], Dataset(trajectories=trajectories), self.config.groups)[0]
+            if score > self.config.change_ratio * reference:
+                return a
+        return start_ns
 
     def _budget(self, result, cpu):
         """Evaluations of the next update, to fit the CPU budget (measured on this one)."""
