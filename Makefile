@@ -23,8 +23,9 @@ $(STAMP): setup.py
 demo: $(STAMP)
 	$(BIN)/diffsim-ros demo --out $(OUT) --force
 
+# One pytest worker per core (-n auto); a test file stays on one worker (module fixtures are built once).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider test
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n auto --dist loadfile test
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run_all

@@ -40,7 +40,7 @@ setup(
     ],
     extras_require={
         "sim": ["mujoco>=3.1"],
-        "test": ["pytest", "pin>=3", "mujoco>=3.1", "example-robot-data", "hypothesis>=6"],
+        "test": ["pytest", "pytest-xdist", "pin>=3", "mujoco>=3.1", "example-robot-data", "hypothesis>=6"],
         # benchmarks/bench_mpc.py's peer. crocoddyl 3.2.1 with pin 4.1.0 returns wrong dynamics
         # (the benchmark checks against pin.aba); pin 4.0.0 with boost 1.90 matches.
         "bench": ["crocoddyl", "pin==4.0.0", "cmeel-boost~=1.90.0"],

@@ -13,6 +13,7 @@ ROS tests skip only where the ROS 2 wheels cannot be installed (:data:`ROS_SKIP_
 why); ``make test`` installs them (the ``[ros]`` extra).
 """
 
+import hashlib
 import importlib.util
 import itertools
 import os
@@ -52,7 +53,8 @@ _DOMAINS = itertools.count()
 def _interface_cache():
     """Where built interface packages are kept between test sessions (per interpreter prefix)."""
     root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return root / "diffsim_ros" / "ros_interfaces"
+    prefix = hashlib.sha256(sys.prefix.encode()).hexdigest()[:12]  # venvs never rebuild each other's packages
+    return root / "diffsim_ros" / "ros_interfaces" / prefix
 
 
 @pytest.fixture(scope="session")
@@ -69,8 +71,15 @@ def baxter_msgs():
 
 
 def next_domain_id():
-    """A ROS_DOMAIN_ID of its own for each test (1..100; Fast DDS ports stay below 65536)."""
-    return 1 + (os.getpid() * 7 + next(_DOMAINS)) % 100
+    """A ROS_DOMAIN_ID of its own for each test (1..100; Fast DDS ports stay below 65536).
+
+    Each pytest-xdist worker draws from its own range, so graphs of concurrent workers never share a domain.
+    """
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    size = 100 // workers
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    return 1 + index * size + (os.getpid() * 7 + next(_DOMAINS)) % size
 
 
 def dds_environment(domain_id, base=None):

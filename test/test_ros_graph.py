@@ -119,7 +119,9 @@ def test_sim_time_graph_converges_commands_baxter_and_saves_on_sigint(domain, ba
     commands = lambda: probe.messages("/robot/limb/left/joint_command")  # noqa: E731
     probe.wait_for(lambda: len(commands()) > 400, START_TIMEOUT, "Baxter commands")
 
-    # Mode and rate: every command is TORQUE_MODE on the 7 joints; 200 per simulated second.
+    # Mode and rate: every command is TORQUE_MODE on the 7 joints; at most 200 per simulated second
+    # (the timer runs on the sim clock). The sim does not wait for the controller, so how close to
+    # 200 it gets depends on the CPU the controller process gets: not asserted (no timing assertions).
     received = commands()
     assert all(msg.mode == JointCommand.TORQUE_MODE and len(msg.command) == 7 for _, msg in received)
     assert list(received[-1][1].names) == [f"left_{j}" for j in ("s0", "s1", "e0", "e1", "w0", "w1", "w2")]
@@ -127,7 +129,7 @@ def test_sim_time_graph_converges_commands_baxter_and_saves_on_sigint(domain, ba
     window = [t for t, _ in received[-300:]]
     inside = [ns for t, ns in clock if window[0] <= t <= window[-1]]
     sim_seconds = (inside[-1] - inside[0]) / 1e9
-    assert abs(300 / sim_seconds / 200.0 - 1.0) < RATE_TOLERANCE, f"{300 / sim_seconds:.1f} commands per sim second"
+    assert 300 / sim_seconds / 200.0 - 1.0 < RATE_TOLERANCE, f"{300 / sim_seconds:.1f} commands per sim second"
     for topic in ("/robot/limb/left/joint_command", "/robot/joint_states", "/clock"):
         assert_qos_compatible(probe, topic)
 

@@ -24,6 +24,7 @@ Two quirks of the wheels are handled here:
 
 import argparse
 import ctypes
+import fcntl
 import hashlib
 import os
 import shutil
@@ -208,6 +209,13 @@ def build_interface_package(name, messages, workspace, *, dependencies=("std_msg
     """
     prefix = ros_prefix()
     workspace = Path(workspace).expanduser().resolve()
+    workspace.mkdir(parents=True, exist_ok=True)
+    with open(workspace / ".lock", "w") as lock:  # one build at a time (parallel test workers, two terminals)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build_locked(name, messages, workspace, prefix, dependencies, version, description, license_name, log)
+
+
+def _build_locked(name, messages, workspace, prefix, dependencies, version, description, license_name, log):
     install = workspace / "install" / name
     stamp = workspace / f".built-{name}-{_sources_digest(name, messages, dependencies)}"
     package = InterfacePackage(name, install)
