@@ -28,7 +28,7 @@ from diffsim_ros.cli import main as cli_main
 STEP_TIME, MASSES, DURATION = 45.0, (1.0, 1.9), 90.0
 TARGETS = {"mass": 2.0, "k": 1.0, "offset": 0.5, "damping": 10.0}
 SETTLE = 15.0  # [s] after the step, every update must be within the mass target
-PBD_TUNING = ("motion_stride=3",)  # PBD residuals cost more per sample
+TUNING = {"rigid": ("motion_rate=0",), "pbd": ("motion_rate=33",)}  # PBD residuals cost more per sample
 
 
 def _read(out):
@@ -81,7 +81,7 @@ def run(seeds, models, workdir):
             out = workdir / f"out{seed}_{model}"
             argv = ["replay", "--bag", str(bag), "--config", str(config), "--out", str(out), "--estimate",
                     "payload,spring,damping", "--model", model]
-            for item in PBD_TUNING if model == "pbd" else ():
+            for item in TUNING[model]:
                 argv += ["--set", item]
             start = time.perf_counter()
             code = cli_main(argv)

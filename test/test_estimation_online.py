@@ -42,7 +42,7 @@ def setup():
 
 def test_online_estimates_converge_and_track_a_payload_change(setup):
     config, model, first, second = setup
-    cfg = OnlineEstimatorConfig(window_poses=10, min_poses=6, holdout=2, update_period=4.0, motion_stride=4)
+    cfg = OnlineEstimatorConfig(window_poses=10, min_poses=6, holdout=2, update_period=4.0, motion_rate=25.0)
     estimator = OnlineEstimator(model, cfg)
     updates = _stream(estimator, first, 0.0)
     assert estimator.pose_count >= 10 and any(u.accepted for u in updates)
@@ -59,7 +59,7 @@ def test_online_estimates_converge_and_track_a_payload_change(setup):
 def test_out_of_bounds_candidates_are_rejected(setup):
     config, model, first, _ = setup
     cfg = OnlineEstimatorConfig(window_poses=10, min_poses=6, holdout=2, bounds={"payload.mass": (0.0, 0.5)},
-                                update_period=6.0, motion_stride=4)
+                                update_period=6.0, motion_rate=25.0)
     estimator = OnlineEstimator(model, cfg)
     updates = [u for u in _stream(estimator, first, 0.0) if not u.reason.startswith("collecting")]
     assert updates and not any(u.accepted for u in updates)
@@ -69,7 +69,7 @@ def test_out_of_bounds_candidates_are_rejected(setup):
 
 def test_updates_that_worsen_recent_poses_are_rejected(setup):
     config, model, first, second = setup
-    cfg = OnlineEstimatorConfig(window_poses=12, min_poses=6, holdout=3, update_period=6.0, motion_stride=4)
+    cfg = OnlineEstimatorConfig(window_poses=12, min_poses=6, holdout=3, update_period=6.0, motion_rate=25.0)
     estimator = OnlineEstimator(model, cfg)
     _stream(estimator, first, 0.0)
     estimator._last_update_ns, estimator._fresh = None, True  # allow one update now

@@ -272,8 +272,8 @@ def test_controller_start_up_errors_name_the_problem(overrides, error, match):
 
 def test_estimator_and_sim_start_up_errors_name_the_problem():
     with EmbeddedRuntime(parameter_files=[PARAMS]) as runtime:
-        with pytest.raises(ValueError, match="group 'camera' needs camera_frame|trajectory data"):
-            runtime.add_node(EstimatorNode, "estimator", parameter_overrides={"groups": ["damping"]})
+        with pytest.raises(ValueError, match="model must be one of"):
+            runtime.add_node(EstimatorNode, "estimator", parameter_overrides={"model": "mujoco"})
         with pytest.raises(ParameterError, match="bounds.names, bounds.lower and bounds.upper need the same length"):
             runtime.add_node(EstimatorNode, "estimator2", parameter_overrides={"bounds.names": ["payload.mass"]})
         with pytest.raises(ParameterError, match=r"extra_joints \['left_s0'\] are model joints"):

@@ -21,7 +21,7 @@ MASSES = (1.0, 1.9)
 DURATION = 36.0
 MASS_TOL = 0.02  # relative, before the step and from SETTLE after it
 SETTLE = 12.0  # [s] after the step (the window is 10 s here)
-TUNING = ("window_seconds=10", "update_period=3", "motion_stride=3")
+TUNING = ("window_seconds=10", "update_period=3", "motion_rate=33")
 
 
 @pytest.fixture(scope="module")

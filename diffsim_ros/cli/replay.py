@@ -67,7 +67,7 @@ def _overrides(args, config):
                        f"the bag has {sorted(info.topics)}")
     overrides = {"use_sim_time": True, "save_on_shutdown": False, "robot_config": str(args.config.resolve()),
                  "calibration_file": args.calibration, "groups": groups, "model": args.model, "torque_rate_hz": 0.0,
-                 "joint_states_topic": topics.joint_states, "commanded_torques_topic": "none"}
+                 "joint_states_topic": topics.joint_states}
     played = [topics.joint_states]
     if topics.commanded_torques and topics.commanded_torques in info.topics:
         msgtype = info.topics[topics.commanded_torques][0]

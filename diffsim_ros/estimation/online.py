@@ -75,9 +75,9 @@ class OnlineEstimatorConfig:
         torque_source: ``"auto"``, ``"commanded"`` or ``"effort"`` (as offline).
         bounds: Extra plausibility bounds ``name -> (low, high)`` on scalar parameters.
         effort_std_floor: Floor of an averaged effort's standard deviation [N·m].
-        motion_stride: Every k-th filtered motion sample enters the fits (the samples of a
-            smoothing window are strongly correlated; a stride cuts the work of an update
-            about k-fold and loses little information).
+        motion_rate: Filtered motion enters the fits at no more than this rate [Hz] (every
+            k-th sample; 0: every sample). The samples of one smoothing window are strongly
+            correlated: thinning cuts the work of an update about k-fold and loses little.
         camera_window: At most this many camera observations per fit.
         torque_window: Samples used for the causal torque estimate.
     """
@@ -102,7 +102,7 @@ class OnlineEstimatorConfig:
     torque_source: str = "auto"
     bounds: dict = field(default_factory=dict)
     effort_std_floor: float = 2e-3
-    motion_stride: int = 1
+    motion_rate: float = 50.0
     camera_window: int = 300
     torque_window: int = 21
 
@@ -115,8 +115,8 @@ class OnlineEstimatorConfig:
             raise ValueError("need 0 < holdout_seconds < window_seconds")
         if self.min_motion_seconds <= 0 or self.update_period <= 0 or self.change_ratio <= 1 or self.cpu_budget < 0:
             raise ValueError("min_motion_seconds and update_period must be positive, change_ratio > 1, cpu_budget >= 0")
-        if int(self.motion_stride) < 1:
-            raise ValueError(f"motion_stride must be >= 1, got {self.motion_stride}")
+        if self.motion_rate < 0:
+            raise ValueError(f"motion_rate must be >= 0, got {self.motion_rate}")
         if self.torque_source not in ("auto", "commanded", "effort"):
             raise ValueError(f"torque_source must be auto, commanded or effort, got {self.torque_source!r}")
         for name, bound in self.bounds.items():
@@ -354,8 +354,9 @@ class OnlineEstimator:
             dataset, summary = prepare_dataset(streams, self.camera_frame, self.config.dataset_options())
         except DataError as err:  # e.g. no torques at all: rests may still inform the fit
             return (), None, str(err)
-        k = int(self.config.motion_stride)
-        trajectories = tuple(_strided(t, k) for t in dataset.trajectories if len(t) >= 2 * k)
+        rate = self.config.motion_rate
+        strides = [1 if rate <= 0 else max(1, int(round(1.0 / (t.dt * rate)))) for t in dataset.trajectories]
+        trajectories = tuple(_strided(t, k) for t, k in zip(dataset.trajectories, strides) if len(t) >= 2 * k)
         return trajectories, dataset.camera, ""
 
     def _datasets(self, now_ns):

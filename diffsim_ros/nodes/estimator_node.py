@@ -73,8 +73,8 @@ class EstimatorNodeConfig:
     camera_frame: str = param("", "tracked link of the camera poses (default: the robot config's camera.tracked_frame)")
     joint_states_topic: str = param("", "joint state topic (default: the robot config's topics.joint_states)")
     camera_topic: str = param("", "camera pose topic (default: the robot config's topics.camera_pose)")
-    commanded_torques_topic: str = param("", "commanded torque topic (default: the robot config's "
-                                             "topics.commanded_torques; 'none': the measured efforts are the torques)")
+    commanded_torques_topic: str = param("", "commanded torque topic whose torques explain the motion "
+                                             "('': none, the measured efforts do)")
     commanded_torques_type: str = param(FLOAT64_MULTI_ARRAY, "std_msgs/msg/Float64MultiArray (model joint order) "
                                                              "or baxter_core_msgs/msg/JointCommand (torque mode)")
     input_timeout: float = param(0.5, "inputs older than this are reported stale [s]")
@@ -153,8 +153,8 @@ class EstimatorNode:
                                      workspace=PoseWorkspace.from_config(raw_camera.get("workspace"), "camera.workspace"))
             handle.create_subscription(POSE_STAMPED, camera_topic, self._on_camera_pose, SENSOR_QOS)
         self.commands_received = self.commands_dropped = 0
-        command_topic = robot_topic(self.robot.config, "commanded_torques", cfg.commanded_torques_topic)
-        if command_topic and command_topic != "none":
+        command_topic = cfg.commanded_torques_topic
+        if command_topic:
             self._joint_map = JointNameMap(self.robot.joint_names)
             handle.create_subscription(cfg.commanded_torques_type, command_topic, self._on_command, SENSOR_QOS)
         handle.create_subscription(EMPTY, "~/save", self._on_save, COMMAND_QOS)
