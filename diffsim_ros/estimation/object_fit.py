@@ -16,8 +16,10 @@
 4. **Everything together** from the best scanned point (local trust-region fit; restarts
    from the next-best scanned points if the fit fails its quality check).
 5. **Quality**: per object, the rms position and orientation residuals against the camera
-   noise estimated from the data. A fit more than QUALITY_LIMIT times above the noise did
-   not explain the data and is reported as ``"poor_fit"``, never as a result.
+   noise estimated from the data, and their drift (:func:`residual_drift`: a model that
+   departs from the data steadily, even within the noise in plain rms, biases its
+   estimates). A fit more than QUALITY_LIMIT times above the noise, or drifting more than
+   DRIFT_LIMIT, did not explain the data and is reported as ``"poor_fit"``, never as a result.
 
 Why scans rather than the user's starting values (measured on MuJoCo collisions, see
 ``benchmarks/RESULTS.md``, contact-estimation): a collision moves in time with the
