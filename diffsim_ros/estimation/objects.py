@@ -87,10 +87,6 @@ MIN_POSES = 3
 # the noise estimate of a 20-pose series is good to ~20 %), deliberately wrong scenes far above.
 QUALITY_LIMIT = 3.0
 NOISE_FLOOR = (2e-4, 2e-3)  # [m], [rad]: no camera is better; noise-free data are judged against these
-# Poses are compared at second order (see _second_order_poses). A step whose velocity change
-# (of a surface point, [m/s]) exceeds IMPACT_ACCELERATION * dt is an impact: contact forces of
-# bounded size (gravity plus Coulomb friction up to mu = 2) cannot do it.
-IMPACT_ACCELERATION = 3.0 * 9.81  # [m/s²]
 
 
 @dataclass(frozen=True)
@@ -372,43 +368,6 @@ def _interpolate(traj_pos, traj_quat, t0, dt, times):
     return p, quat_normalize((1 - alpha) * q0 + alpha * q1)
 
 
-def _second_order_poses(world, pos, quat, lin, ang):
-    """Object poses of a rollout at second order in the step, (..., S+1, J, 3) and (..., S+1, J, 4).
-
-    The world steps semi-implicitly (``x+ = x + h v+``): under a steady force such as sliding
-    friction its positions trail the continuous motion by ``h/2`` times the velocity change
-    so far (``a h t / 2``: 7 mm at 10 ms for a box sliding 0.5 s at mu 0.3, against 1 mm camera
-    noise). A free slide absorbs that into its fitted initial velocity, but an object set
-    moving by a collision cannot: measured on MuJoCo collisions, the truth replayed at 10 ms
-    ended 7-8 mm off, and fits on noise-free data from the truth moved to mass +2 % / +67 %
-    (issue 19 scenes 0 / 1). The trapezoidal positions ``x - h/2 (v - v0)`` are exact for
-    steady forces; steps with an impact (velocity change above IMPACT_ACCELERATION * h, whose
-    displacement the world already places, see ContactWorld.step) are left out of the sum.
-    Orientations likewise with the angular velocity.
-
-    Args:
-        world: ContactWorld (dt, object sizes).
-        pos, quat: Positions and orientations, index 0 the initial state.
-        lin, ang: Linear and angular velocities (world), (..., S+1, J, 3).
-    """
-    radius = torch.tensor([bounding_radius(o.shape) for o in world.objects], dtype=pos.dtype, device=pos.device)
-    d_lin, d_ang = lin.diff(dim=-3), ang.diff(dim=-3)
-    change = torch.linalg.vector_norm(d_lin, dim=-1) + torch.linalg.vector_norm(d_ang, dim=-1) * radius
-    steady = (change <= IMPACT_ACCELERATION * world.dt).detach().to(pos.dtype)[..., None]
-    zero = torch.zeros_like(pos[..., :1, :, :])
-    shift_lin = torch.cat([zero, (d_lin * steady).cumsum(-3)], -3) * (-0.5 * world.dt)
-    shift_ang = torch.cat([zero, (d_ang * steady).cumsum(-3)], -3) * (-0.5 * world.dt)
-    return pos + shift_lin, integrate_orientation(quat, shift_ang)
-
-
-def _rollout_poses(world, state0, states):
-    """Second-order poses (see :func:`_second_order_poses`) of ``state0`` followed by ``states``."""
-    fields = [torch.cat([getattr(state0, f)[..., None, :, :], getattr(states, f)], -3)
-              for f in ("position", "orientation", "linear_velocity", "angular_velocity")]
-    lead = torch.broadcast_shapes(*(f.shape[:-1] for f in fields))
-    return _second_order_poses(world, *(f.expand(*lead, f.shape[-1]) for f in fields))
-
-
 def object_pose_residuals(world, state0, observations, steps, t0):
     """Pose residuals of a rollout against observations.
 
@@ -424,7 +383,8 @@ def object_pose_residuals(world, state0, observations, steps, t0):
         then the orientation error as a rotation vector times the object's bounding radius (3).
     """
     states, _ = world.rollout(state0, steps, check_start=False)
-    pos, quat = _rollout_poses(world, state0, states)
+    pos = torch.cat([state0.position[..., None, :, :], states.position], -3)
+    quat = torch.cat([state0.orientation[..., None, :, :], states.orientation], -3)
     return _trajectory_residuals(world, observations, pos, quat, t0)
 
 
@@ -490,8 +450,7 @@ def _residuals_of_trajectory(problem, flats):
     """Pose residuals from stacked states (S+1, D)."""
     world = problem.world
     traj = flats.reshape(flats.shape[0], len(world.objects), 13)
-    pos, quat = _second_order_poses(world, traj[..., :3], traj[..., 3:7], traj[..., 7:10], traj[..., 10:])
-    return _trajectory_residuals(world, problem.observations, pos, quat, problem.t0)
+    return _trajectory_residuals(world, problem.observations, traj[..., :3], traj[..., 3:7], problem.t0)
 
 
 def _evaluate(problem, x, with_jacobian):
@@ -815,7 +774,8 @@ def fitted_poses(world, estimate, observations):
     fitted = world.with_parameters(estimate.values)
     with torch.no_grad():
         states, _ = fitted.rollout(estimate.initial_state, steps, check_start=False)
-        pos, quat = _rollout_poses(fitted, estimate.initial_state, states)
+        pos = torch.cat([estimate.initial_state.position[None], states.position], 0)
+        quat = torch.cat([estimate.initial_state.orientation[None], states.orientation], 0)
         out = {}
         for j, (name, obs) in enumerate(zip(world.object_names, series)):
             p, q = _interpolate(pos[:, j, :], quat[:, j, :], t0, world.dt, obs.times)
