@@ -30,7 +30,7 @@ from diffsim_ros.cli.estimate_objects import load_inputs
 from diffsim_ros.cli.exits import OK, UNDETERMINED
 from diffsim_ros.estimation.data import DataError
 from diffsim_ros.estimation.object_events import contact_events, pose_noise
-from diffsim_ros.estimation.object_fit import fit_objects
+from diffsim_ros.estimation.object_fit import FitSettings, fit_objects
 from diffsim_ros.estimation.objects import (
     PoseSeries,
     estimate_in_stages,
@@ -396,21 +396,46 @@ def test_slide_friction_from_a_bag_through_the_cli(tmp_path, capsys):
     assert result["status"] == "ok" and (out / "trajectories.png").stat().st_size > 0 and (out / "summary.txt").exists()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "issue 19 accuracy target not met on the new scenes (measured 2026-11-24): scene 1 from this start ends at status ok "
-    "with mass +20.4 %, mu +11.7 %, restitution -0.022; scene 0 at mass -7.9 % (the same point as a fit started at the "
-    "truth). See benchmarks/RESULTS.md, contact-objects"))
-def test_collision_from_the_worst_initial_guess_meets_the_targets(tmp_path):
-    bag, scene_path, calibration = _files(tmp_path, "collision", SCENE_COLLISION)
+@pytest.fixture(scope="module")
+def worst_start_collision(tmp_path_factory):
+    """``(ObjectFit, truth)`` of collision scene SCENE_COLLISION from the worst start of the
+    grid, read from its bag as the CLI does. One joint fit, no restarts (they only add joint
+    fits from other scanned points; the verdict is the property under test)."""
+    bag, scene_path, calibration = _files(tmp_path_factory.mktemp("collision"), "collision", SCENE_COLLISION)
     parsed, observations, _ = load_inputs(scene_path, bag, calibration)
     scene, sim = _scene("collision", SCENE_COLLISION)
     truth = scenes.truth_values(scene, sim)
-    fit = fit_objects(parsed.world(), observations, parsed.unknowns, initial={**WORST_START, "box.mass": 2 * truth["box.mass"]})
+    fit = fit_objects(parsed.world(), observations, parsed.unknowns, initial={**WORST_START, "box.mass": 2 * truth["box.mass"]},
+                      settings=FitSettings(restarts=0))
+    return fit, truth
+
+
+def _within_targets(values, truth):
+    return (abs(values["box.mass"] / truth["box.mass"] - 1) < COLLISION_MASS_REL_TOL
+            and abs(values["box/ground.friction"] / truth["box/ground.friction"] - 1) < COLLISION_MU_REL_TOL
+            and abs(values["box/target.restitution"] - truth["box/target.restitution"]) < COLLISION_RESTITUTION_TOL)
+
+
+def test_collision_fit_is_never_ok_outside_the_targets(worst_start_collision):
+    """Never a silent wrong result: this scene once ended 'ok' at mass +20 %, mu +12 %."""
+    fit, truth = worst_start_collision
+    assert fit.status in ("ok", "poor_fit", "undetermined")
+    if fit.ok:
+        assert _within_targets(fit.values, truth), (fit.values, truth, fit.message)
+    else:
+        assert fit.message.startswith(("poor fit", "the data do not determine")), fit.message
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "issue 19 accuracy target not met on the new scenes (measured 2026-11-24 with poses compared at second order, a change "
+    "since reverted: it moved the older cube collision test's friction to -3.4 %): from the "
+    "worst start scene 1 ends at mass +3.2 %, mu +1.8 %, restitution +0.023, scene 0 at -2.9 % / +5.8 % / -0.000, scene 2 "
+    "at -4.5 % / -3.6 % / +0.001, all poor_fit: the 10 ms cone step decays the target's spin faster than MuJoCo (and our "
+    "2 ms step), target yaw residuals 4-6.5x the noise. See benchmarks/RESULTS.md, contact-objects"))
+def test_collision_from_the_worst_initial_guess_meets_the_targets(worst_start_collision):
+    fit, truth = worst_start_collision
     assert fit.status == "ok", fit.message
-    values = fit.values
-    assert abs(values["box.mass"] / truth["box.mass"] - 1) < COLLISION_MASS_REL_TOL, (values, truth)
-    assert abs(values["box/ground.friction"] / truth["box/ground.friction"] - 1) < COLLISION_MU_REL_TOL, (values, truth)
-    assert abs(values["box/target.restitution"] - truth["box/target.restitution"]) < COLLISION_RESTITUTION_TOL, (values, truth)
+    assert _within_targets(fit.values, truth), (fit.values, truth)
 
 
 def test_a_fit_that_does_not_explain_the_data_is_not_a_success(tmp_path, capsys):
@@ -443,3 +468,29 @@ def test_quality_verdict_names_the_worst_residual():
     message = quality_verdict(bad, noise)
     assert message.startswith("poor fit: the orientation residual of 'target' is 3.5x") and "0.7 deg per axis vs 0.2 deg" in message
     assert quality_verdict({}, None) is None  # too few poses to estimate the noise: no verdict
+
+
+def test_residual_drift_separates_noise_from_a_model_that_departs_slowly():
+    """White camera noise leaves block means at ~1x; a model departing steadily to two noise
+    sigmas (as the 10 ms model's target yaw did), which raises the plain rms only to ~1.5x
+    (within QUALITY_LIMIT), is far above the drift limit."""
+    from diffsim_ros.estimation.object_events import PoseNoise
+    from diffsim_ros.estimation.object_fit import DRIFT_LIMIT, residual_drift
+    from diffsim_ros.estimation.objects import QUALITY_LIMIT
+
+    rng = np.random.default_rng(SEED)
+    sigma, count = 1e-3, 24
+    noise = PoseNoise(position=sigma, orientation=math.radians(0.2), windows=40)
+    times = np.arange(count) / 30.0
+    identity = np.tile([1.0, 0.0, 0.0, 0.0], (count, 1))
+    model = {"box": PoseSeries(times, np.zeros((count, 3)), identity)}
+    worst_white = 0.0
+    for _ in range(50):
+        white = {"box": PoseSeries(times, rng.normal(0.0, sigma, (count, 3)), identity)}
+        worst_white = max(worst_white, residual_drift(white, model, noise)["box"]["position"])
+    assert worst_white < DRIFT_LIMIT
+    departure = np.linspace(0.0, 2.0 * sigma, count)[:, None] * np.ones(3)
+    drifting = {"box": PoseSeries(times, rng.normal(0.0, sigma, (count, 3)) + departure, identity)}
+    rms_ratio = float(np.sqrt(np.mean(drifting["box"].position ** 2))) / sigma
+    assert rms_ratio < QUALITY_LIMIT
+    assert residual_drift(drifting, model, noise)["box"]["position"] > DRIFT_LIMIT

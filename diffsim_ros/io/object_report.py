@@ -10,7 +10,7 @@
       box/ground.restitution: "..."
     not_estimated:              # unknowns the data cannot involve, with the reason
     known: {target.mass: 0.6, ...}
-    quality: {noise: {...}, fit_ratio: {box: {position: 1.05, orientation: 1.01}, ...}}
+    quality: {noise: {...}, fit_ratio: {box: {position: 1.05, orientation: 1.01}, ...}, drift: {box: {...}, ...}}
     events: [{pair: [box, target], time: 0.2, last_apart: 0.167}]
     stages: [{name: ..., parameters: [...], seconds: 3.1, ...}]
     data: {box: {poses: 25, start: 0.0, end: 0.8}, ...}
@@ -52,6 +52,7 @@ def estimates_document(fit, scene, data):
         "quality": {
             "noise": {"position_m": fit.noise.position, "orientation_rad": fit.noise.orientation, "windows": fit.noise.windows},
             "fit_ratio": {k: {c: round(float(v), 4) for c, v in r.items()} for k, r in fit.fit_ratio.items()},
+            "drift": {k: {c: round(float(v), 4) for c, v in r.items()} for k, r in fit.drift.items()},
         },
         "events": [{"pair": list(e.pair), "time": round(e.time, 6), "last_apart": round(e.last_apart, 6)} for e in fit.events],
         "at_rest": list(fit.at_rest),
@@ -84,7 +85,7 @@ def summary_table(fit, scene):
     ratios = ", ".join(f"{k} {max(r.values()):.2f}x" for k, r in fit.fit_ratio.items())
     lines += ["", f"status: {fit.status}: {fit.message}",
               f"camera noise from the data: {fit.noise.position * 1e3:.2f} mm, {math.degrees(fit.noise.orientation):.3f} deg; "
-              f"fit rms / noise: {ratios}"]
+              f"fit rms / noise: {ratios}; residual drift: {', '.join(f'{k} {max(r.values()):.2f}x' for k, r in fit.drift.items())}"]
     return "\n".join(lines)
 
 
