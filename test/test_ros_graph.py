@@ -205,7 +205,7 @@ def test_faults_lifecycle_parameters_and_diagnostics(domain, baxter_msgs, probe,
 
     assert set_parameter("gravity_scale", 0.9, ParameterType.PARAMETER_DOUBLE).successful
     rejected = set_parameter("safety.limit_margin", -1.0, ParameterType.PARAMETER_DOUBLE)
-    assert not rejected.successful and "limit_margin must be positive" in rejected.reason
+    assert not rejected.successful and "limit_margin must be a positive number" in rejected.reason
     rejected = set_parameter("mode", "impedance", ParameterType.PARAMETER_STRING)
     assert not rejected.successful and "restart" in rejected.reason
 
@@ -215,7 +215,11 @@ def test_faults_lifecycle_parameters_and_diagnostics(domain, baxter_msgs, probe,
     assert response.success
     time.sleep(0.5)
     count = len(efforts())
-    assert list(efforts()[-1][1].data) == [0.5] * 7
+    # The hold command, bounded by the joint-limit zone of the safety layer's last state: the
+    # arm sags under gravity compensation on the nominal model (hidden payload), and a joint in
+    # its zone gets less (never more, never the other way) than the configured 0.5 N·m.
+    held = np.array(efforts()[-1][1].data)
+    assert np.all((held >= 0.0) & (held <= 0.5)) and np.count_nonzero(held == 0.5) >= 1, held
     time.sleep(0.5)
     assert len(efforts()) == count, "an inactive controller published"
     response = probe.call(ChangeState, "/controller/change_state",
