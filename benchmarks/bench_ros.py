@@ -15,6 +15,10 @@ Measures, each node a separate process started as a user would (``--ros-args --p
    controller (JointCommand, impedance through rest poses, 200 Hz timer), with the built
    ``baxter_core_msgs``; the probe records every JointCommand: mean rate and largest gap.
 3. **CPU and memory per node** during both runs (psutil: CPU time / wall time, peak RSS).
+4. **Soak** (issue 14: a 10-minute run of the sim graph): the Baxter run is also the soak. The
+   probe records the estimator's estimates (payload, spring against sim_robot's hidden truth),
+   its estimated torques (one per joint state) and each node's resident memory every second:
+   no drift, no rate loss (per-minute rates), flat memory (growth from minute 2 to the end).
 
 The machine's load average is recorded with the figures: on a shared machine the numbers
 are an upper bound of what an idle one gives. Writes the ``ros`` section of RESULTS.md.
@@ -44,6 +48,8 @@ HOME = np.array([0.0, -0.55, 0.0, 1.3, 0.0, 0.8, 0.0])  # [rad]
 STATE_RATE = 500.0  # [Hz]
 STATE_TIMEOUT = 0.05  # [s] safety.state_timeout of config/baxter_sim.params.yaml
 TARGETS = {"receipt_p99_ms": 1.0, "end_to_end_p99_ms": 3.0, "baxter_rate_hz": 100.0, "baxter_gap_ms": 50.0}
+SOAK_SETTLE = 60.0  # [s] estimates from then on are judged for drift
+SOAK_TOLERANCE = {"payload.mass": 0.02, "left_s1.spring.stiffness": 0.01, "left_s1.spring.offset": 0.03}  # relative
 WAYPOINTS = [0.0, -0.55, 0.0, 1.3, 0.0, 0.8, 0.0, 0.3, -0.3, -0.2, 1.0, 0.3, 1.0, 0.2,
              -0.3, -0.7, 0.3, 1.5, -0.3, 0.6, -0.2]  # [rad] 3 rest poses, looped
 
@@ -57,6 +63,7 @@ class ResourceMonitor:
         self.processes = {name: psutil.Process(p.pid) for name, p in processes.items()}
         self.cpu0 = {name: self._cpu(p) for name, p in self.processes.items()}
         self.rss = {name: 0 for name in self.processes}
+        self.samples = {name: [] for name in self.processes}  # (seconds since start, RSS [MiB])
         self.start, self._running = time.monotonic(), True
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
@@ -70,7 +77,9 @@ class ResourceMonitor:
         while self._running:
             for name, process in self.processes.items():
                 try:
-                    self.rss[name] = max(self.rss[name], process.memory_info().rss)
+                    rss = process.memory_info().rss
+                    self.rss[name] = max(self.rss[name], rss)
+                    self.samples[name].append((time.monotonic() - self.start, rss / 2**20))
                 except Exception:  # the process ended
                     pass
             time.sleep(1.0)
@@ -172,21 +181,27 @@ def baxter_run(seconds, log_dir, baxter):
             "output": "baxter", "reference.waypoints": WAYPOINTS, "reference.loop": True}, log_dir),
     }
     from diagnostic_msgs.msg import DiagnosticArray
-    from rclpy.qos import qos_profile_sensor_data
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
     from sensor_msgs.msg import JointState
+    from std_msgs.msg import Float64MultiArray
 
+    latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
     probe = Probe(domain, "bench_probe")
     try:
         probe.subscribe(JointCommand, "/robot/limb/left/joint_command")
         probe.subscribe(JointState, "/robot/joint_states", qos_profile_sensor_data)
+        probe.subscribe(JointState, "/estimator/estimated_torques", qos_profile_sensor_data)
+        probe.subscribe(Float64MultiArray, "/estimator/estimates", latched)
         probe.subscribe(DiagnosticArray, "/diagnostics")
         topic = "/robot/limb/left/joint_command"
         probe.wait_for(lambda: len(probe.messages(topic)) > 200, 180.0, "Baxter commands")
         start = len(probe.messages(topic))
         monitor = ResourceMonitor({name: p.process for name, p in processes.items()})
+        t0 = time.monotonic()
         time.sleep(seconds)
         resources = monitor.stop()
         received = probe.messages(topic)[start:]
+        soak = soak_figures(probe, monitor, t0, seconds)
         states = np.asarray([t for t, _ in probe.messages("/robot/joint_states")])
         stale_warnings = processes["controller_node"].output().count("joint states stale")
         control = [{kv.key: kv.value for kv in st.values} for _, msg in probe.messages("/diagnostics")
@@ -216,7 +231,39 @@ def baxter_run(seconds, log_dir, baxter):
             "max_state_gap_ms": float(state_gaps_ms.max()), "stale_warnings": stale_warnings,
             "controller_largest_gap_ms": float(control[-1]["largest command gap [ms]"]),
             "controller_gaps_over_50ms": int(control[-1]["command gaps > 50 ms"]),
-            "gap_p99_ms": percentile(gaps, 99), "modes": sorted(modes), "resources": resources}
+            "gap_p99_ms": percentile(gaps, 99), "modes": sorted(modes), "resources": resources, "soak": soak}
+
+
+def _truth():
+    import yaml
+
+    truth = yaml.safe_load(SIM_PARAMS.read_text())["sim_robot"]["ros__parameters"]["truth"]
+    return {"payload.mass": truth["payload_mass"], "left_s1.spring.stiffness": truth["spring_stiffness"][0],
+            "left_s1.spring.offset": truth["spring_offset"][0]}
+
+
+def soak_figures(probe, monitor, t0, seconds):
+    """Estimates against the truth after SOAK_SETTLE, per-minute rates, memory growth."""
+    from diffsim_ros.nodes.messages import estimates_from_msg
+
+    truth, estimates = _truth(), []
+    for t, msg in probe.messages("/estimator/estimates"):
+        values, _ = estimates_from_msg(msg)
+        estimates.append((t - t0, {k: float(np.asarray(values[k]).reshape(-1)[0]) for k in truth if k in values}))
+    settled = [(t, v) for t, v in estimates if t >= SOAK_SETTLE]
+    worst = {k: max((abs(v[k] / truth[k] - 1.0) for _, v in settled if k in v), default=float("nan")) for k in truth}
+    minutes = int(seconds // 60)
+    rates = {}
+    for topic in ("/robot/limb/left/joint_command", "/robot/joint_states", "/estimator/estimated_torques"):
+        times = np.asarray([t - t0 for t, _ in probe.messages(topic)])
+        rates[topic] = [np.sum((times >= 60 * m) & (times < 60 * (m + 1))) / 60.0 for m in range(minutes)]
+    memory = {}
+    for name, samples in monitor.samples.items():
+        t, rss = np.asarray(samples, dtype=float).T if samples else (np.zeros(1), np.zeros(1))
+        after = rss[t >= 120.0] if np.any(t >= 120.0) else rss
+        memory[name] = (float(after[0]), float(rss[-1]), float(rss[-1] - after[0]))
+    return {"estimates": len(estimates), "settled": len(settled), "worst": worst, "rates": rates, "memory": memory,
+            "last": estimates[-1][1] if estimates else {}}
 
 
 def _resources_rows(*runs):
@@ -278,8 +325,35 @@ def report(latency, baxter, load_before, load_after, duration):
         "",
         markdown_table(["run", "node", "CPU", "peak RSS"],
                        _resources_rows(("latency (500 Hz states)", latency), (f"Baxter, {duration:.0f} s", baxter))),
-    ]
+        "",
+    ] + soak_report(baxter["soak"], duration)
     return "\n".join(body)
+
+
+def soak_report(soak, duration):
+    """The soak section (issue 14, item 7) of the Baxter run."""
+    truth = _truth()
+    rows = [[name, f"{truth[name]:g}", f"{soak['last'].get(name, float('nan')):.4g}",
+             f"{100 * soak['worst'][name]:.2f} %", f"{100 * SOAK_TOLERANCE[name]:g} %",
+             "met" if soak["worst"][name] <= SOAK_TOLERANCE[name] else "**not met**"] for name in truth]
+    rate_rows = [[topic, f"{min(r):.1f}", f"{max(r):.1f}", f"{r[0]:.1f} / {r[-1]:.1f}"]
+                 for topic, r in soak["rates"].items() if r]
+    memory_rows = [[name, f"{a:.0f}", f"{b:.0f}", f"{growth:+.1f}"] for name, (a, b, growth) in soak["memory"].items()]
+    return [
+        f"### Soak: the same {duration:.0f} s run of the sim graph (issue 14)",
+        "",
+        f"{soak['estimates']} accepted estimates, {soak['settled']} of them after {SOAK_SETTLE:.0f} s; the arm "
+        "loops through three rest poses under impedance control the whole time (sim_robot's hidden truth: "
+        "config/baxter_sim.params.yaml).",
+        "",
+        markdown_table(["parameter", "true", "last estimate", f"worst error after {SOAK_SETTLE:.0f} s", "tolerance", ""],
+                       rows),
+        "",
+        markdown_table(["topic (messages per second, per minute)", "lowest minute", "highest minute",
+                        "first / last minute"], rate_rows),
+        "",
+        markdown_table(["node", "RSS at 2 min [MiB]", "RSS at the end [MiB]", "growth [MiB]"], memory_rows),
+    ]
 
 
 def main(argv=None):

@@ -2,6 +2,7 @@
 
     ros2 launch diffsim_ros baxter.launch.py side:=left|right
         [mode:=gravity_compensation|impedance|mpc] [calibration_file:=...] [params_file:=...]
+        [model_term:=analytic|map|map_servo|gravity|none] [torque_map:=MAP.npz]
 
 Commands go to /robot/limb/<side>/joint_command (baxter_core_msgs/JointCommand, TORQUE_MODE)
 with /robot/limb/<side>/suppress_gravity_compensation. The common ROS 1-2 bridge forwards
@@ -40,6 +41,12 @@ def generate_launch_description():
                               description="calibration.yaml to start from ('' for the nominal model)"),
         DeclareLaunchArgument("calibration_output", default_value="",
                               description="where the estimator saves calibration.yaml ('' for $ROS_HOME/diffsim_ros/)"),
+        DeclareLaunchArgument("model_term", default_value="analytic",
+                              choices=["analytic", "map", "map_servo", "gravity", "none"],
+                              description="impedance model term (map, map_servo: needs torque_map)"),
+        DeclareLaunchArgument("torque_map", default_value="",
+                              description="torque map .npz for the map terms (diffsim-ros torque-map build); "
+                                          "it follows the estimator's calibration and is rebuilt in the background"),
         DeclareLaunchArgument("use_sim_time", default_value="false", description="take node time from /clock (bag replay)"),
     ]
     common = {"robot_config": robot_config, "calibration_file": _text("calibration_file"),
@@ -48,6 +55,8 @@ def generate_launch_description():
         Node(package="diffsim_ros", executable="estimator_node", name="estimator", output="screen",
              parameters=[params_file, common, {"calibration_output": _text("calibration_output")}]),
         Node(package="diffsim_ros", executable="controller_node", name="controller", output="screen",
-             parameters=[params_file, common, {"side": ParameterValue(side, value_type=str), "mode": _text("mode")}]),
+             parameters=[params_file, common, {"side": ParameterValue(side, value_type=str), "mode": _text("mode"),
+                                               "impedance.model_term": _text("model_term"),
+                                               "impedance.torque_map": _text("torque_map")}]),
     ]
     return LaunchDescription(arguments + nodes)

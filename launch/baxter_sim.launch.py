@@ -3,6 +3,7 @@
     ros2 launch diffsim_ros baxter_sim.launch.py [output:=ros2_control|baxter]
         [mode:=impedance|gravity_compensation|mpc] [params_file:=...]
         [calibration_output:=/tmp/calibration.yaml] [use_sim_time:=false]
+        [model_term:=analytic|map|map_servo|gravity|none] [torque_map:=MAP.npz]
 
 Commands go through a ros2_control effort controller interface by default (standard messages
 only); ``output:=baxter`` uses Baxter's JointCommand and needs the baxter_core_msgs package
@@ -40,6 +41,12 @@ def generate_launch_description():
                               description="controller mode: gravity_compensation, impedance or mpc"),
         DeclareLaunchArgument("calibration_output", default_value="",
                               description="where the estimator saves calibration.yaml ('' for $ROS_HOME/diffsim_ros/)"),
+        DeclareLaunchArgument("model_term", default_value="analytic",
+                              choices=["analytic", "map", "map_servo", "gravity", "none"],
+                              description="impedance model term (map, map_servo: needs torque_map)"),
+        DeclareLaunchArgument("torque_map", default_value="",
+                              description="torque map .npz for the map terms (diffsim-ros torque-map build); "
+                                          "it follows the estimator's calibration and is rebuilt in the background"),
         DeclareLaunchArgument("use_sim_time", default_value="false",
                               description="sim_robot publishes /clock; the other nodes take their time from it"),
     ]
@@ -51,6 +58,8 @@ def generate_launch_description():
              parameters=[params_file, {"calibration_output": _text("calibration_output"),
                                        "use_sim_time": use_sim_time}]),
         Node(package="diffsim_ros", executable="controller_node", name="controller", output="screen",
-             parameters=[params_file, output, {"mode": _text("mode"), "use_sim_time": use_sim_time}]),
+             parameters=[params_file, output, {"mode": _text("mode"), "use_sim_time": use_sim_time,
+                                               "impedance.model_term": _text("model_term"),
+                                               "impedance.torque_map": _text("torque_map")}]),
     ]
     return LaunchDescription(arguments + nodes)

@@ -18,6 +18,7 @@ from diffsim_ros.control import (
     solve_one_step_torques,
     validate_torque_map,
 )
+from diffsim_ros.control.torque_map import rebuild_torque_map, simulator_settings
 from diffsim_ros.control.jacobians import rowwise_jacobian
 from diffsim_ros.dynamics.fast import FastDynamics
 from diffsim_ros.model import load_robot_config
@@ -29,6 +30,7 @@ LOOKUP_TOL = 1e-9  # [N·m] interpolation of data that is affine in every key
 # Conditioned map vs direct optimization at off-grid keys and configurations [N·m]
 # (measured: s1 ~0.05 max with 2-5 substeps, ~1e-13 with the default single step).
 CONDITIONED_MAX_ERR = 0.1
+CONDITIONED_PAYLOAD_TOL = 1e-6  # [N·m] one-substep rigid map served to a model with another payload
 UNCONDITIONED_MIN_ERR = 10.0  # the paper's single-configuration map misses s0's inertia change by more
 SMALL_GRID = TorqueMapGrid(angle_points=5, velocity_points=5, inertia_contexts=4, context_pool=128)
 
@@ -127,12 +129,16 @@ def test_save_load_and_refuse_other_models(built, model, tmp_path):
     np.testing.assert_array_equal(loaded.residual, tmap.residual)
     assert loaded.grid == tmap.grid and loaded.parameter_hash == parameter_hash(model)
     assert [p.name for p in tmp_path.iterdir()] == ["map.npz"]  # no temporary files left
+    assert loaded.check_model(model) is True  # exact
     calibrated = model.with_payload(0.5)
-    with pytest.raises(TorqueMapError, match="parameter hash"):
-        TorqueMap.load(path, calibrated)
+    assert TorqueMap.load(path, calibrated).check_model(calibrated) is False  # same structure: conditioned
     right = load_robot_config(BAXTER_LEFT.parent / "baxter_right.yaml").build_model()
     with pytest.raises(TorqueMapError, match="joints"):
         loaded.check_model(right)
+    version1 = dataclasses.replace(loaded, structure_hash="")  # files written before structure hashes
+    assert version1.check_model(model) is True
+    with pytest.raises(TorqueMapError, match="version-1 map serves only its exact model"):
+        version1.check_model(calibrated)
     with pytest.raises(TorqueMapError, match="not found"):
         TorqueMap.load(tmp_path / "missing.npz")
     (tmp_path / "bad.npz").write_bytes(b"not a zip")
@@ -174,8 +180,40 @@ def test_cli_build_and_show(model, tmp_path, capsys):
     assert "exists; use --force" in capsys.readouterr().err
     assert cli_main(["torque-map", "show", str(out), "--png", str(tmp_path / "heat.png")]) == 0
     assert (tmp_path / "heat.png").stat().st_size > 10_000
-    assert cli_main(["torque-map", "show", str(out), "--config", str(BAXTER_LEFT)]) == 2  # nominal model: refused
-    assert "parameter hash" in capsys.readouterr().err
+    assert cli_main(["torque-map", "show", str(out), "--config", str(BAXTER_LEFT)]) == 0  # nominal model: conditioned
+    assert "conditioned on the given model" in capsys.readouterr().out
     calibration.write_text(yaml.safe_dump({"robot": "baxter_left", "parameters": {"left_s9.damping": 1.0}}))
     assert cli_main(args + small + ["--force"]) == 2
     assert "unknown parameter" in capsys.readouterr().err
+
+
+def test_a_conditioned_map_follows_a_payload_change_and_a_rebuild_makes_it_exact(built, model):
+    """After calibration the map serves the new model through h(q) and M_jj(q); the rebuild is exact."""
+    simulator, tmap = built
+    calibrated = model.with_payload(1.5)
+    assert tmap.check_model(calibrated) is False
+    fast_new = FastDynamics.from_model(calibrated)
+    sim_new = default_simulator(calibrated, SMALL_GRID.dt, kind="rigid")
+    q = tmap.contexts[1, 1].copy()
+    qd = np.zeros(7)
+    qd[1] = 0.2
+    goal = q.copy()
+    goal[1] += tmap.angle_axis[1]
+    exact, _ = solve_one_step_torques(sim_new, torch.tensor(q)[None], torch.tensor(qd)[None], torch.tensor(goal)[None],
+                                      torch.zeros(1, 7, dtype=torch.float64))
+    stale = tmap.torques(FastDynamics.from_model(model), q, qd, goal)[1]  # the old model's h and M_jj
+    conditioned = tmap.torques(fast_new, q, qd, goal)[1]
+    assert abs(stale - exact[0, 1].item()) > 1.0  # the payload matters at s1
+    assert abs(conditioned - exact[0, 1].item()) < CONDITIONED_PAYLOAD_TOL
+    rebuilt = rebuild_torque_map(tmap, calibrated)
+    assert rebuilt.check_model(calibrated) is True and rebuilt.simulator == tmap.simulator
+    np.testing.assert_allclose(rebuilt.torques(fast_new, q, qd, goal)[1], exact[0, 1].item(), atol=1e-8)
+    with pytest.raises(TorqueMapError, match="joints"):
+        rebuild_torque_map(tmap, load_robot_config(BAXTER_LEFT.parent / "baxter_right.yaml").build_model())
+
+
+def test_simulator_settings_of_a_map_description():
+    assert simulator_settings("PBDSimulator(dt=0.01, substeps=10, compliance=0.0)") == ("pbd", 10)
+    assert simulator_settings("RigidBodySimulator(dt=0.01, integrator=implicit_euler, passive=True, substeps=1)") == ("rigid", 1)
+    with pytest.raises(TorqueMapError, match="cannot be rebuilt"):
+        simulator_settings("MujocoSimulator(dt=0.01)")

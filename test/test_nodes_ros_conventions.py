@@ -9,11 +9,14 @@ import numpy as np
 import pytest
 import yaml
 
-from diffsim_ros.io.ros_types import FLOAT64_MULTI_ARRAY
+from diffsim_ros.control import TorqueMapGrid, build_torque_map, default_simulator, parameter_hash
+from diffsim_ros.io.ros_types import FLOAT64_MULTI_ARRAY, JOINT_STATE
+from diffsim_ros.model import load_robot_config
 from diffsim_ros.nodes.controller_node import ControllerNode, ControllerNodeConfig
 from diffsim_ros.nodes.estimator_node import EstimatorNode, EstimatorNodeConfig
+from diffsim_ros.nodes.messages import estimates_msg
 from diffsim_ros.nodes.sim_robot_node import SimRobotNode
-from diffsim_ros.runtime import COMMAND_QOS
+from diffsim_ros.runtime import COMMAND_QOS, LATCHED_QOS, SENSOR_QOS
 from diffsim_ros.runtime.diagnostics import DIAGNOSTIC_ARRAY, ERROR, OK
 from diffsim_ros.runtime.embedded import EmbeddedRuntime
 from diffsim_ros.runtime.params import ParameterError, parameter_specs
@@ -22,6 +25,7 @@ from oracles import REPO
 PARAMS = REPO / "config" / "baxter_sim.params.yaml"
 HOLD = [0.25]  # [N·m] hold command of every joint
 ROS2_CONTROL = {"output": "ros2_control"}
+SIM_TORQUE_RMS = 1.0  # [N·m] simulator torque estimate vs the efforts MuJoCo applied (true model, noisy states)
 
 
 class Recorder:
@@ -168,3 +172,69 @@ def test_invalid_library_settings_name_the_node():
     runtime = EmbeddedRuntime(parameter_files=[PARAMS])
     with pytest.raises(ParameterError, match="node 'estimator': invalid parameters: need holdout >= 1"):
         runtime.add_node(EstimatorNode, "estimator", parameter_overrides={"holdout": 0})
+
+
+def _truth_calibration(path):
+    """The sim's hidden truth as a calibration file (params file: sim_robot.truth)."""
+    truth = yaml.safe_load(PARAMS.read_text())["sim_robot"]["ros__parameters"]["truth"]
+    path.write_text(yaml.safe_dump({"robot": "baxter_left", "parameters": {
+        "payload.mass": truth["payload_mass"], "payload.com": truth["payload_com"],
+        "left_s1.spring.stiffness": truth["spring_stiffness"][0], "left_s1.spring.offset": truth["spring_offset"][0]}}))
+    return path
+
+
+def test_estimator_publishes_simulator_torques_at_the_joint_state_rate(tmp_path):
+    """One torque estimate per joint state, stamped with it, close to the efforts the sim applied."""
+    runtime = EmbeddedRuntime(parameter_files=[PARAMS])
+    runtime.add_node(SimRobotNode, "sim_robot", parameter_overrides={**ROS2_CONTROL, "camera_rate_hz": 0.0})
+    runtime.add_node(EstimatorNode, "estimator", parameter_overrides={
+        "calibration_file": str(_truth_calibration(tmp_path / "truth.yaml")), "save_on_shutdown": False})
+    runtime.add_node(EstimatorNode, "nominal_estimator", parameter_overrides={"save_on_shutdown": False})
+    runtime.add_node(ControllerNode, "controller", parameter_overrides={**ROS2_CONTROL, "follow_estimates": False})
+    states = Recorder(runtime, JOINT_STATE, "/robot/joint_states", SENSOR_QOS)
+    torques = Recorder(runtime, JOINT_STATE, "/estimator/estimated_torques", SENSOR_QOS)
+    nominal = Recorder(runtime, JOINT_STATE, "/nominal_estimator/estimated_torques", SENSOR_QOS)
+    runtime.spin_for(3.0)
+    runtime.shutdown()
+    assert len(torques.messages) == len(states.messages) - 1  # every joint state but the first
+    stamps = [(m.header.stamp.sec, m.header.stamp.nanosec) for _, m in states.messages[1:]]
+    assert [(m.header.stamp.sec, m.header.stamp.nanosec) for _, m in torques.messages] == stamps
+    order = [list(states.messages[0][1].name).index(name) for name in torques.messages[0][1].name]
+    applied = np.array([np.asarray(m.effort)[order] for _, m in states.messages[1:]])
+    moving = slice(50, None)  # after the controller's torque ramp-in
+    rms = {}
+    for label, recorder in (("truth", torques), ("nominal", nominal)):
+        estimated = np.array([m.effort for _, m in recorder.messages])
+        rms[label] = np.sqrt(np.mean((estimated[moving] - applied[moving]) ** 2, axis=0))
+    assert rms["truth"].max() < SIM_TORQUE_RMS, rms
+    assert rms["nominal"][1] > 3 * SIM_TORQUE_RMS  # the payload and spring the nominal model lacks
+
+
+def _small_map(model, path):
+    grid = TorqueMapGrid(angle_points=3, velocity_points=3, inertia_contexts=2, context_pool=32)
+    build_torque_map(default_simulator(model, grid.dt, kind="rigid"), grid).save(path)
+    return path
+
+
+@pytest.mark.parametrize("rebuild", [True, False])
+def test_controller_torque_map_follows_estimates_and_is_rebuilt(tmp_path, rebuild):
+    nominal = load_robot_config(REPO / "config" / "baxter_left.yaml").build_model()
+    path = _small_map(nominal, tmp_path / "map.npz")
+    runtime, _, controller, commands = controller_graph(**{
+        "mode": "impedance", "impedance.model_term": "map", "impedance.torque_map": str(path),
+        "impedance.rebuild_map": rebuild, "follow_estimates": True})
+    diagnostics = Recorder(runtime, DIAGNOSTIC_ARRAY, "/diagnostics", 10)
+    runtime.spin_for(0.5)
+    assert controller.controller.map_exact
+    handle = runtime.create_node("fake_estimator")
+    publisher = handle.create_publisher(FLOAT64_MULTI_ARRAY, "/estimator/estimates", LATCHED_QOS)
+    publisher.publish(estimates_msg(handle.messages, {"payload.mass": 1.2, "payload.com": [0.02, -0.01, 0.06]}))
+    runtime.spin_for(1.5)
+    assert controller.model_updates == 1 and controller.controller.model is controller.model
+    assert controller.controller.map_exact is rebuild and controller.map_rebuilds == int(rebuild)
+    if rebuild:
+        assert controller.controller.torque_map.parameter_hash == parameter_hash(controller.model)
+    control = {kv.key: kv.value for kv in diagnostics.messages[-1][1].status[-1].values}
+    assert control["torque map"] == ("exact" if rebuild else "conditioned on the model")
+    assert controller.status.active and len(commands.messages) > 350  # commanded throughout
+    runtime.shutdown()

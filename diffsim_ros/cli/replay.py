@@ -66,7 +66,7 @@ def _overrides(args, config):
         raise BagError(f"{args.bag}: no joint states on {topics.joint_states} (the robot config's topics.joint_states); "
                        f"the bag has {sorted(info.topics)}")
     overrides = {"use_sim_time": True, "save_on_shutdown": False, "robot_config": str(args.config.resolve()),
-                 "calibration_file": args.calibration, "groups": groups, "model": args.model, "torque_rate_hz": 0.0,
+                 "calibration_file": args.calibration, "groups": groups, "model": args.model, "torque_estimate": "off",
                  "joint_states_topic": topics.joint_states}
     played = [topics.joint_states]
     if topics.commanded_torques and topics.commanded_torques in info.topics:

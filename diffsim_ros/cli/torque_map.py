@@ -134,7 +134,9 @@ def show_command(args):
         return _error(err)
     print(f"{args.map}: {_summary(tmap)}")
     if model is not None:
-        print("matches the given model (parameter hash)")
+        print("exact for the given model (parameter hash)" if tmap.check_model(model) else
+              "conditioned on the given model: same structure, other parameter values (a controller follows "
+              "them through h(q) and M_jj(q); rebuild for the exact map)")
     print(f"wrote {png}")
     return OK
 

@@ -6,24 +6,36 @@ with the model term
 
 - ``"analytic"``: ``M(q) qdd_d + S(q, qd) qd + g(q) - tau_spring(q)``, i.e. the compiled RNEA
   at ``(q, qd, qdd_d)`` minus the springs' torque;
-- ``"map"``: the net torque of a :class:`~diffsim_ros.control.torque_map.TorqueMap` that
-  takes each joint from ``(q, qd)`` to the reference one map step ahead, ``q_d(t + dt)``;
+- ``"map"``: the feedforward of a :class:`~diffsim_ros.control.torque_map.TorqueMap` along
+  the reference: the net torque that moves each joint by the reference's own step
+  ``q_d(t + dt) - q_d(t)`` from its previous step's velocity ``(q_d(t) - q_d(t - dt)) / dt``,
+  with the holding torque h(q) and the joint inertia M_jj(q) of the measured configuration. The gains K and D are
+  then the only feedback: the arm is as compliant as they say (a push of tau deflects a
+  joint by about tau / K);
+- ``"map_servo"``: the map's net torque from the measured ``(q, qd)`` to ``q_d(t + dt)``
+  in one map step: a stiff (~M / dt^2 per joint) but bounded position servo on top of K and
+  D, for comparison (it needs a high torque rate limit and control rate);
 - ``"gravity"``: ``g(q) - tau_spring(q)`` only (PD plus gravity compensation);
 - ``"none"``: zero (PD only).
 
-The paper uses ``scale`` = 1 in simulation and 0.6 on the real robot.
+The paper uses ``scale`` = 1 in simulation and 0.6 on the real robot. A map follows model
+updates (calibration) through h(q) and M_jj(q); :attr:`JointImpedanceController.map_exact`
+says whether it is exact for the current model or needs a rebuild
+(:func:`~diffsim_ros.control.torque_map.rebuild_torque_map`, :meth:`use_map`).
 """
 
 import numpy as np
 
 from diffsim_ros.control.errors import ControlError
 from diffsim_ros.control.gravity import holding_torques
+from diffsim_ros.control.torque_map import joint_inertias
 from diffsim_ros.control.vectors import per_joint
 from diffsim_ros.dynamics.fast import FastDynamics
 
-__all__ = ["MODEL_TERMS", "JointImpedanceController"]
+__all__ = ["MAP_TERMS", "MODEL_TERMS", "JointImpedanceController"]
 
-MODEL_TERMS = ("analytic", "map", "gravity", "none")
+MODEL_TERMS = ("analytic", "map", "map_servo", "gravity", "none")
+MAP_TERMS = ("map", "map_servo")
 
 
 class JointImpedanceController:
@@ -37,11 +49,15 @@ class JointImpedanceController:
             (see :mod:`diffsim_ros.control.references`).
         model_term: One of :data:`MODEL_TERMS`.
         model_scale: Factor on the model term.
-        torque_map: TorqueMap, required for ``model_term="map"``.
+        torque_map: TorqueMap, required for the map terms.
+
+    Attributes:
+        map_exact: Whether the torque map (if any) was built for exactly the current model's
+            parameters (else it is conditioned on them through h(q) and M_jj(q)).
 
     Raises:
         ControlError: Negative gains, an unknown model term, or a missing map.
-        TorqueMapError: A map built for another model.
+        TorqueMapError: A map built for another structure (joints, tree, springs).
     """
 
     def __init__(self, model, stiffness, damping, reference, model_term="analytic", model_scale=1.0, torque_map=None):
@@ -52,8 +68,8 @@ class JointImpedanceController:
             raise ControlError("impedance stiffness and damping must be >= 0")
         if model_term not in MODEL_TERMS:
             raise ControlError(f"unknown model term '{model_term}'; choose from {MODEL_TERMS}")
-        if model_term == "map" and torque_map is None:
-            raise ControlError("model_term='map' needs a torque_map")
+        if model_term in MAP_TERMS and torque_map is None:
+            raise ControlError(f"model_term='{model_term}' needs a torque_map")
         self.reference = reference
         self.model_term = model_term
         self.model_scale = float(model_scale)
@@ -61,13 +77,19 @@ class JointImpedanceController:
         self.update_model(model)
 
     def update_model(self, model):
-        """Use new parameter values; a torque map must match them (else TorqueMapError)."""
+        """Use new parameter values; a torque map follows them (TorqueMapError for another structure)."""
         if tuple(model.joint_names) != self.joint_names:
             raise ControlError(f"model joints {list(model.joint_names)} differ from {list(self.joint_names)}")
-        if self.torque_map is not None:
-            self.torque_map.check_model(model)
-        self.fast = FastDynamics.from_model(model)
+        exact = self.torque_map.check_model(model) if self.torque_map is not None else True
+        self.model, self.fast, self.map_exact = model, FastDynamics.from_model(model), exact
         self._zero = np.zeros(len(self.joint_names))
+
+    def use_map(self, torque_map):
+        """Swap in a (rebuilt) map if it is exact for the current model; returns whether it was."""
+        if torque_map.check_model(self.model):
+            self.torque_map, self.map_exact = torque_map, True  # one reference: readers see old or new
+            return True
+        return False
 
     def reset(self):
         """Nothing to forget (stateless); part of the controller interface."""
@@ -81,8 +103,22 @@ class JointImpedanceController:
         if self.model_term == "analytic":
             _, _, qdd_d = self.reference(t)
             return self.fast.rnea(q, qd, qdd_d) - self.fast.spring_torques(q)
-        q_next, _, _ = self.reference(t + self.torque_map.dt)
-        return self.torque_map.torques(self.fast, q, qd, q_next)
+        tmap = self.torque_map
+        q_next, _, _ = self.reference(t + tmap.dt)
+        if self.model_term == "map_servo":
+            return tmap.torques(self.fast, q, qd, q_next)
+        # Keys of the reference's own discrete step: the step ahead and the backward-difference
+        # velocity, so that the map's implicit-Euler acceleration is the reference's (second
+        # central difference) rather than half of it.
+        # Beyond the grid's velocity range the velocity is clamped and the step shifted with it,
+        # which keeps the acceleration (only the damping is then the range edge's).
+        q_d, _, _ = self.reference(t)
+        q_prev, _, _ = self.reference(t - tmap.dt)
+        grid = tmap.grid
+        omega = (q_d - q_prev) / tmap.dt
+        clamped = np.clip(omega, -grid.max_velocity, grid.max_velocity)
+        dtheta = np.clip(q_next - q_d - tmap.dt * (omega - clamped), -grid.max_angle_step, grid.max_angle_step)
+        return holding_torques(self.fast, q) + tmap.lookup(dtheta, clamped, joint_inertias(self.fast, q))
 
     def compute(self, t, q, qd):
         """Torques [N·m], shape (n,), for time ``t`` [s], positions ``q`` [rad], velocities ``qd`` [rad/s]."""

@@ -27,11 +27,24 @@ ways, handled separately:
 
 The lookup is a compiled trilinear interpolation; angle and velocity keys outside the grid
 are clamped to its edges (the grid bounds the torque the map can ask for).
+
+**Following the calibration.** Because h(q) and M_jj(q) come from the model at lookup time,
+a map keeps serving a model whose parameters changed (payload, masses, springs): it is
+*conditioned* on the new values through both. What is baked into the table (damping,
+friction, the substeps' nonlinearity) is only approximate until the map is rebuilt:
+:meth:`TorqueMap.check_model` tells exact from conditioned, and :func:`rebuild_torque_map`
+builds the exact map for the new model with the same grid and simulator (the controller node
+does so in the background and swaps it in). A different structure (joints, kinematic tree,
+spring layout, gravity) is refused.
 """
 
+import concurrent.futures
 import dataclasses
 import hashlib
 import json
+import multiprocessing
+import os
+import pickle
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +56,7 @@ from diffsim_ros import dynamics as dyn
 from diffsim_ros.control.errors import TorqueMapError
 from diffsim_ros.control.gravity import holding_torques
 from diffsim_ros.control.jacobians import rowwise_jacobian
+from diffsim_ros.control.simulators import default_simulator
 from diffsim_ros.control.vectors import to_numpy
 from diffsim_ros.outputs import atomic_file
 from diffsim_ros.sim.scenarios import random_poses
@@ -59,11 +73,16 @@ __all__ = [
     "describe_simulator",
     "joint_inertias",
     "parameter_hash",
+    "rebuild_torque_map",
+    "rebuild_torque_map_in_process",
+    "simulator_settings",
     "solve_one_step_torques",
+    "structure_hash",
     "validate_torque_map",
 ]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+_READABLE_VERSIONS = (1, 2)  # version 1 has no structure hash: it serves only its exact model
 MAX_MAP_TORQUE = 1e5
 """[N·m] Largest plausible net torque in a map (a corrupted or hand-edited file holds more)."""
 INERTIA_EXTRAPOLATION = 0.1
@@ -122,17 +141,27 @@ class TorqueMapGrid:
             raise TorqueMapError("batch_size must be >= 1")
 
 
-def parameter_hash(model):
-    """SHA-256 (hex) of a model's structure and parameter values: identifies what a map is for."""
+def _hash(model, with_parameters):
     digest = hashlib.sha256()
     structure = [model.name, list(model.joint_names), model.payload_frame, list(model.spring_joints)]
     others = [element for element in model.spring_layout() if element[0] != "lever"]
     digest.update(json.dumps(structure + ([others] if others else [])).encode())  # lever-only: hashes as before
     tensors = [model.gravity, model.joint_axis, model.joint_origin_rot]
-    tensors += [getattr(model.params, f.name) for f in dataclasses.fields(model.params)]
+    if with_parameters:
+        tensors += [getattr(model.params, f.name) for f in dataclasses.fields(model.params)]
     for tensor in tensors:
         digest.update(np.ascontiguousarray(to_numpy(tensor)).tobytes())
     return digest.hexdigest()
+
+
+def parameter_hash(model):
+    """SHA-256 (hex) of a model's structure and parameter values: identifies what a map is exact for."""
+    return _hash(model, True)
+
+
+def structure_hash(model):
+    """SHA-256 (hex) of a model's structure without the parameter values: what a map can serve at all."""
+    return _hash(model, False)
 
 
 def describe_simulator(simulator):
@@ -142,6 +171,21 @@ def describe_simulator(simulator):
     if dataclasses.is_dataclass(extra):
         settings.update(dataclasses.asdict(extra))
     return f"{type(simulator).__name__}({', '.join(f'{k}={v}' for k, v in sorted(settings.items()))})"
+
+
+def simulator_settings(description):
+    """``(kind, substeps)`` of a :func:`describe_simulator` line, for rebuilding with the same simulator.
+
+    Raises:
+        TorqueMapError: A description this package did not write.
+    """
+    kinds = {"PBDSimulator": "pbd", "RigidBodySimulator": "rigid"}
+    name, _, rest = description.partition("(")
+    settings = dict(item.split("=", 1) for item in rest.rstrip(")").split(", ") if "=" in item)
+    try:
+        return kinds[name], int(settings["substeps"])
+    except (KeyError, ValueError):
+        raise TorqueMapError(f"torque map simulator {description!r} cannot be rebuilt (unknown simulator)") from None
 
 
 def joint_inertias(fast, q):
@@ -325,6 +369,8 @@ class TorqueMap:
         robot: Model name.
         joint_names: Joint order, length n.
         parameter_hash: :func:`parameter_hash` of the model the map was built for.
+        structure_hash: :func:`structure_hash` of that model ('' in version-1 files: the map
+            then serves only its exact model).
         grid: TorqueMapGrid it was built with.
         simulator: :func:`describe_simulator` of the simulator used.
         inertia_axis: Joint inertia M_jj of each context [kg·m²], (n, K), non-decreasing.
@@ -344,6 +390,7 @@ class TorqueMap:
     residual: np.ndarray
     build_seconds: float = 0.0
     max_goal_residual: float = 0.0
+    structure_hash: str = ""
 
     @property
     def dt(self):
@@ -397,18 +444,25 @@ class TorqueMap:
 
     # ------------------------------------------------------------------ compatibility
     def check_model(self, model):
-        """Raise TorqueMapError unless the map was built for exactly this model's parameters."""
+        """Whether the map is exact for ``model`` (True) or conditioned on its parameters (False).
+
+        Raises:
+            TorqueMapError: Other joints or another structure (or, for a version-1 map without
+                a structure hash, other parameter values): the map cannot serve this model.
+        """
         if tuple(model.joint_names) != tuple(self.joint_names):
             raise TorqueMapError(
                 f"torque map joints {list(self.joint_names)} differ from the model's {list(model.joint_names)}"
             )
-        actual = parameter_hash(model)
-        if actual != self.parameter_hash:
-            raise TorqueMapError(
-                f"torque map was built for robot '{self.robot}' with parameter hash {self.parameter_hash[:12]}, "
-                f"but this model ('{model.name}') has {actual[:12]}: its parameters differ (e.g. another "
-                "calibration); rebuild it with `diffsim-ros torque-map build`"
-            )
+        if parameter_hash(model) == self.parameter_hash:
+            return True
+        if self.structure_hash and structure_hash(model) == self.structure_hash:
+            return False
+        what = "structure" if self.structure_hash else "parameters (a version-1 map serves only its exact model)"
+        raise TorqueMapError(
+            f"torque map was built for robot '{self.robot}', but this model ('{model.name}') differs in its "
+            f"{what}; rebuild it with `diffsim-ros torque-map build`"
+        )
 
     # ------------------------------------------------------------------ files
     def save(self, path):
@@ -419,6 +473,7 @@ class TorqueMap:
             "robot": self.robot,
             "joint_names": list(self.joint_names),
             "parameter_hash": self.parameter_hash,
+            "structure_hash": self.structure_hash,
             "grid": dataclasses.asdict(self.grid),
             "dt": self.grid.dt,
             "simulator": self.simulator,
@@ -447,7 +502,7 @@ class TorqueMap:
                 arrays = {k: np.array(data[k], dtype=np.float64) for k in ("inertia_axis", "contexts", "residual")}
         except (OSError, ValueError, KeyError, TypeError, EOFError) as err:
             raise TorqueMapError(f"{path} is not a diffsim_ros torque map: {err}") from None
-        if not isinstance(metadata, dict) or metadata.get("format_version") != FORMAT_VERSION:
+        if not isinstance(metadata, dict) or metadata.get("format_version") not in _READABLE_VERSIONS:
             version = metadata.get("format_version") if isinstance(metadata, dict) else None
             raise TorqueMapError(f"{path}: unsupported torque map format {version}")
         try:
@@ -455,6 +510,7 @@ class TorqueMap:
                 robot=str(metadata["robot"]),
                 joint_names=tuple(str(name) for name in metadata["joint_names"]),
                 parameter_hash=str(metadata["parameter_hash"]),
+                structure_hash=str(metadata.get("structure_hash", "")),
                 grid=_grid_from_metadata(metadata["grid"]),
                 simulator=str(metadata["simulator"]),
                 build_seconds=float(metadata["build_seconds"]),
@@ -567,6 +623,7 @@ def build_torque_map(simulator, grid=TorqueMapGrid(), progress=None):
         robot=model.name,
         joint_names=tuple(model.joint_names),
         parameter_hash=parameter_hash(model),
+        structure_hash=structure_hash(model),
         grid=grid,
         simulator=describe_simulator(simulator),
         inertia_axis=axis,
@@ -575,6 +632,45 @@ def build_torque_map(simulator, grid=TorqueMapGrid(), progress=None):
         build_seconds=time.perf_counter() - start,
         max_goal_residual=worst,
     )
+
+
+def rebuild_torque_map(tmap, model, progress=None):
+    """The map ``tmap`` rebuilt for ``model`` (same grid, same simulator kind and substeps).
+
+    Raises:
+        TorqueMapError: Another structure, a simulator that cannot be rebuilt, or a build failure.
+    """
+    tmap.check_model(model)
+    kind, substeps = simulator_settings(tmap.simulator)
+    return build_torque_map(default_simulator(model, tmap.grid.dt, substeps=substeps, kind=kind), tmap.grid, progress)
+
+
+def _rebuild_in_child(payload, niceness):
+    os.nice(niceness)
+    torch.set_num_threads(1)
+    return rebuild_torque_map(*pickle.loads(payload))
+
+
+def rebuild_torque_map_in_process(tmap, model, niceness=10):
+    """:func:`rebuild_torque_map` in a separate, lower-priority process; blocks until it is done.
+
+    A build is seconds (rigid) to minutes (PBD) of Python and torch work: in a thread it would
+    hold the interpreter lock against a control loop in the same process, so it runs in a
+    spawned child at ``niceness`` and only the waiting happens here.
+
+    Raises:
+        TorqueMapError: As :func:`rebuild_torque_map`, or the child process ended abnormally.
+    """
+    tmap.check_model(model)  # refuse another structure before starting a process
+    context = multiprocessing.get_context("spawn")  # no fork of a process with DDS and torch threads
+    # Plain pickle bytes: handing tensors to multiprocessing moves their storage to shared memory,
+    # which leaves the numpy views of compiled snapshots (FastDynamics) pointing at freed memory.
+    payload = pickle.dumps((tmap, model))
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
+        try:
+            return pool.submit(_rebuild_in_child, payload, int(niceness)).result()
+        except concurrent.futures.process.BrokenProcessPool as err:
+            raise TorqueMapError(f"torque map rebuild process ended abnormally: {err}") from None
 
 
 def validate_torque_map(tmap, simulator, fast, samples=20, seed=1):

@@ -13,6 +13,9 @@ torque-smoothness term ``|tau_k - tau_{k-1}|^2 / s_tau^2`` and keeps the first t
 Time steps are independent for the zero and gravity initializations without smoothness,
 so they are solved in one batch; "previous" and the smoothness term chain the steps and are
 solved sequentially. Jacobians come from one batched reverse pass per iteration.
+
+:class:`StreamingTorqueEstimator` solves the same problem (horizon 1) one joint state at a time
+through the compiled rigid-body step, fast enough for the joint-state rate of a node.
 """
 
 from dataclasses import dataclass
@@ -22,8 +25,10 @@ import torch
 
 from diffsim_ros.dynamics.passive import spring_torques
 from diffsim_ros.dynamics.rnea import gravity_torques
+from diffsim_ros.sim.rigid_fast import FastRigidStep
 
-__all__ = ["SCHEMES", "INITIALIZATIONS", "TorqueEstimationSettings", "TorqueEstimate", "estimate_torques"]
+__all__ = ["SCHEMES", "INITIALIZATIONS", "StreamingTorqueEstimator", "TorqueEstimationSettings", "TorqueEstimate",
+           "estimate_torques"]
 
 SCHEMES = ("angle", "velocity", "both")
 INITIALIZATIONS = ("zero", "previous", "gravity")
@@ -199,3 +204,73 @@ def estimate_torques(simulator, q, qd, settings=TorqueEstimationSettings()):
 def _rms(residual, settings, n):
     per_joint = residual.reshape(residual.shape[0], -1, n)
     return per_joint.square().mean(dim=(0, 1)).sqrt().cpu().numpy()
+
+
+class StreamingTorqueEstimator:
+    """Liu et al.'s torque estimate (Eq. 26, horizon 1), one joint state at a time, compiled.
+
+    Each new sample ``(t1, q1, qd1)`` gives the torque applied since the previous one
+    ``(t0, q0, qd0)``: the torque whose implicit-Euler step of the current model (passive terms
+    included, :class:`~diffsim_ros.sim.rigid_fast.FastRigidStep`) from ``(q0, qd0)`` over
+    ``t1 - t0`` best reproduces ``(q1, qd1)`` in the settings' scheme and tolerances. The
+    step is affine in the torque, so Gauss-Newton from the previous estimate is exact after
+    one iteration; ``settings.iterations`` bounds the work all the same. Sample periods may
+    vary from sample to sample (the step takes each one).
+
+    Args:
+        model: RobotModel (its parameter values are copied: call :meth:`set_model` after an update).
+        settings: TorqueEstimationSettings: ``scheme``, ``iterations``, ``q_std``, ``qd_std`` and
+            ``levenberg`` are used; ``horizon`` must be 1 and ``smoothness_std`` 0.
+        substeps: Substeps per sample period.
+        max_period: [s] A longer gap between samples (or a stamp that does not increase)
+            restarts the estimate at the new sample instead of bridging the gap.
+
+    Attributes:
+        residual_rms: RMS of the last fit's residual in units of the scheme's tolerances.
+    """
+
+    def __init__(self, model, settings=TorqueEstimationSettings(), substeps=1, max_period=0.1):
+        if settings.horizon != 1 or settings.smoothness_std > 0:
+            raise ValueError("the streaming torque estimator solves horizon 1 without the smoothness term")
+        if not max_period > 0:
+            raise ValueError(f"max_period must be positive, got {max_period}")
+        self.settings, self.substeps, self.max_period = settings, int(substeps), float(max_period)
+        rows = [settings.scheme in ("angle", "both"), settings.scheme in ("velocity", "both")]
+        self._rows = np.repeat(rows, model.nq)
+        self._weights = np.repeat([1.0 / settings.q_std, 1.0 / settings.qd_std], model.nq)[self._rows]
+        self.set_model(model)
+        self.reset()
+
+    def set_model(self, model):
+        """Estimate with these parameter values from the next sample on."""
+        self._step = FastRigidStep(model, self.max_period, self.substeps, parameters=())
+
+    def reset(self):
+        """Forget the previous sample and estimate."""
+        self._last, self._tau, self.residual_rms = None, None, float("nan")
+
+    def add(self, t, q, qd):
+        """The torque [N·m], (n,), applied from the previous sample to this one, or None for the first.
+
+        Args:
+            t: Sample time [s]. q: Positions [rad], (n,). qd: Velocities [rad/s], (n,).
+        """
+        q, qd = np.asarray(q, dtype=np.float64), np.asarray(qd, dtype=np.float64)
+        last, self._last = self._last, (float(t), q, qd)
+        if last is None or not 0.0 < t - last[0] <= self.max_period:
+            self._tau = None
+            return None
+        step = self._step.with_dt(t - last[0])
+        target = np.concatenate([q, qd])[self._rows]
+        tau = np.zeros(len(q)) if self._tau is None else self._tau
+        for _ in range(self.settings.iterations):
+            result = step.jacobians(last[1], last[2], tau)
+            residual = self._weights * (np.concatenate([result.q, result.qd])[self._rows] - target)
+            jac = self._weights[:, None] * result.d_torque[self._rows]
+            normal = jac.T @ jac
+            normal[np.diag_indices_from(normal)] *= 1.0 + self.settings.levenberg
+            tau = tau - np.linalg.solve(normal, jac.T @ residual)
+        q_new, qd_new = step.step(last[1], last[2], tau)
+        final = self._weights * (np.concatenate([q_new, qd_new])[self._rows] - target)
+        self._tau, self.residual_rms = tau, float(np.sqrt(np.mean(final**2)))
+        return tau

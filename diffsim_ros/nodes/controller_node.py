@@ -13,6 +13,12 @@ stops publishing, so the robot falls back to position mode; ros2_control — it 
 configured hold command. With ``follow_estimates`` it switches to each new model the
 estimator publishes.
 
+Impedance with a torque map (``impedance.model_term: map``, ``impedance.torque_map``) follows
+each new model at once (the map is conditioned on it through h(q) and M_jj(q)); with
+``impedance.rebuild_map`` the exact map for the new model is rebuilt in a separate
+low-priority process and swapped in when done (a newer model meanwhile starts another
+rebuild). Diagnostics say whether the map in use is exact.
+
 Topics:
 
 * subscribes ``joint_states_topic`` (sensor_msgs/msg/JointState, SENSOR_QOS), mapped by name;
@@ -52,6 +58,7 @@ from diffsim_ros.control import (
 )
 from diffsim_ros.control.mpc_fast import make_mpc
 from diffsim_ros.control.simulators import mpc_simulator
+from diffsim_ros.control.torque_map import rebuild_torque_map_in_process
 from diffsim_ros.io.ros_messages import MessageConversionError, NS_PER_S, joint_state_msg
 from diffsim_ros.io.ros_types import FLOAT64_MULTI_ARRAY, JOINT_STATE
 from diffsim_ros.nodes.messages import estimates_from_msg
@@ -74,7 +81,7 @@ _DIAGNOSTICS_PERIOD = 1.0  # [s]
 _LATENCY_WINDOW = 2000  # cycles kept for the latency percentiles of the diagnostics
 _BAXTER_MIN_RATE = 100.0  # [Hz] Baxter leaves torque mode when commands stop for 0.2 s
 # Impedance model terms that include gravity: the robot's own compensation must be suppressed.
-_GRAVITY_TERMS = ("analytic", "map", "gravity")
+_GRAVITY_TERMS = ("analytic", "map", "map_servo", "gravity")
 
 
 @dataclass(frozen=True)
@@ -95,9 +102,12 @@ class ControllerNodeConfig:
     gravity_scale: float = param(1.0, "gravity compensation factor")
     stiffness: list[float] = param([50.0], "impedance stiffness K [N·m/rad]", name="impedance.stiffness")
     damping: list[float] = param([5.0], "impedance damping D [N·m·s/rad]", name="impedance.damping")
-    model_term: str = param("analytic", "impedance model term: analytic, map, gravity or none", name="impedance.model_term")
+    model_term: str = param("analytic", "impedance model term: analytic, map, map_servo, gravity or none",
+                            name="impedance.model_term")
     model_scale: float = param(1.0, "impedance model-term factor", name="impedance.model_scale")
-    torque_map: str = param("", "torque map .npz (model_term map)", name="impedance.torque_map")
+    torque_map: str = param("", "torque map .npz (model terms map and map_servo)", name="impedance.torque_map")
+    rebuild_map: bool = param(True, "rebuild the torque map for each new model in the background and swap it in",
+                              name="impedance.rebuild_map")
     mpc_dt: float = param(0.01, "MPC simulator step [s]", name="mpc.dt")
     mpc_simulator: str = param("rigid", "MPC prediction simulator (one substep): rigid or pbd (slower)",
                                name="mpc.simulator")
@@ -173,6 +183,7 @@ class ControllerNode:
         self.output = CommandOutput(handle, cfg.output, self.joint_names, cfg.side, cfg.controller_name,
                                     cfg.controller_joints)
         self.status, self.model_updates, self.stopped, self.active = None, 0, False, False
+        self._map_rebuild, self.map_rebuilds = None, 0  # None, "running" or "again"
         self.latencies = deque(maxlen=_LATENCY_WINDOW)
         # Wall-clock gaps between consecutive commands (a deliberate stop restarts the count).
         self.command_gaps = {"largest [ms]": 0.0, "over 50 ms": 0}
@@ -202,7 +213,9 @@ class ControllerNode:
         if cfg.mode == "gravity_compensation":
             return GravityCompensation(model, cfg.gravity_scale)
         if cfg.mode == "impedance":
-            tmap = TorqueMap.load(resolve_resource(cfg.torque_map), model) if cfg.torque_map else None
+            tmap = getattr(getattr(self, "controller", None), "torque_map", None)  # a retune keeps a rebuilt map
+            if tmap is None and cfg.torque_map:
+                tmap = TorqueMap.load(resolve_resource(cfg.torque_map), model)
             return JointImpedanceController(model, per_joint_value(cfg.stiffness), per_joint_value(cfg.damping),
                                             self.reference, cfg.model_term, cfg.model_scale, tmap)
         # compiled solver for the rigid predictor (shipped default); torch MPC for PBD prediction
@@ -272,6 +285,32 @@ class ControllerNode:
         decision = self.loop.apply_estimates(values)  # only plausible estimates; a bad one must not reach the arm
         (logger.info if decision.applied else logger.error)(decision.message)
         self.model, self.model_updates = self.loop.model, self.loop.model_updates
+        if decision.applied and not getattr(self.controller, "map_exact", True) and self.config.rebuild_map:
+            self._rebuild_map()
+
+    # ------------------------------------------------------------------ torque map
+    def _rebuild_map(self):
+        """Rebuild the torque map for the current model off the node (one rebuild at a time)."""
+        if self._map_rebuild is not None:
+            self._map_rebuild = "again"  # the running one is for an older model
+            return
+        controller = self.controller
+        tmap, model, start = controller.torque_map, controller.model, time.monotonic()
+        self._map_rebuild = "running"
+        self.handle.get_logger().info("torque map conditioned on the new model; rebuilding it in the background")
+        self.handle.run_in_background(lambda: rebuild_torque_map_in_process(tmap, model),
+                                      lambda result, error: self._map_rebuilt(result, error, start))
+
+    def _map_rebuilt(self, tmap, error, start):
+        again, self._map_rebuild = self._map_rebuild == "again", None
+        logger = self.handle.get_logger()
+        if error is not None:
+            logger.error(f"torque map rebuild failed (the conditioned map stays in use): {error}")
+        elif self.controller.use_map(tmap):
+            self.map_rebuilds += 1
+            logger.info(f"torque map rebuilt for the current model in {time.monotonic() - start:.1f} s and swapped in")
+        if not self.controller.map_exact and not self.stopped and (again or error is None):
+            self._rebuild_map()  # the model changed while it was being built
 
     def _on_set_parameters(self, changes):
         """Validate and apply run-time gain/limit changes; a reason string rejects them."""
@@ -399,6 +438,9 @@ class ControllerNode:
                   "safety faults": last.faults if last else 0, "model updates": self.model_updates,
                   "largest command gap [ms]": f"{self.command_gaps['largest [ms]']:.1f}",
                   "command gaps > 50 ms": self.command_gaps["over 50 ms"]}
+        if getattr(self.controller, "torque_map", None) is not None:
+            values.update({"torque map": "exact" if self.controller.map_exact else "conditioned on the model",
+                           "torque map rebuilds": self.map_rebuilds, "torque map rebuild": self._map_rebuild or "idle"})
         if last is not None:
             values.update({"clipped": ",".join(last.clipped), "near limit": ",".join(last.near_limit),
                            "late": last.late})

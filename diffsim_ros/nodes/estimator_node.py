@@ -4,8 +4,8 @@ Joint states, commanded torques and camera poses stream into an
 :class:`~diffsim_ros.estimation.online.OnlineEstimator`: the offline identification engine on
 a sliding window of motion and rests, through the rigid-body or the PBD model, with bounded,
 validated updates and change detection. Accepted estimates are published with their standard deviations, the
-causal inverse-dynamics torque estimate is published at ``torque_rate_hz``, and the
-estimates are saved as a ``calibration.yaml`` on request and on shutdown.
+joint torques are estimated through the simulator at the joint-state rate (Liu et al. §V-D), and
+the estimates are saved as a ``calibration.yaml`` on request and on shutdown.
 
 Topics:
 
@@ -26,8 +26,13 @@ Topics:
 * publishes ``~/estimates`` (std_msgs/msg/Float64MultiArray, LATCHED_QOS) after every
   accepted update (layout in :mod:`diffsim_ros.nodes.messages`);
 * publishes ``~/estimated_torques`` (sensor_msgs/msg/JointState, SENSOR_QOS): model joints,
-  ``position`` the latest measured positions [rad], ``effort`` the estimated joint torques
-  [N·m] (inverse dynamics of the current model minus passive torques).
+  ``position`` the measured positions [rad], ``effort`` the estimated actuator torques [N·m]
+  (passive torques excluded). ``torque_estimate: simulator`` (default): one message per joint
+  state, stamped with it, the torque applied since the previous joint state, through the
+  compiled rigid-body step of the current model
+  (:class:`~diffsim_ros.estimation.torque_estimation.StreamingTorqueEstimator`);
+  ``inverse_dynamics``: the causal inverse dynamics of a quadratic fit, at ``torque_rate_hz``;
+  ``off``: none.
 
 Updates (a bounded least-squares fit, up to seconds) run off the executor
 (``NodeHandle.run_in_background``), so joint states keep flowing in while one runs; samples
@@ -41,6 +46,7 @@ import numpy as np
 
 from diffsim_ros.control import JointStateBounds
 from diffsim_ros.estimation.online import OnlineEstimator, OnlineEstimatorConfig
+from diffsim_ros.estimation.torque_estimation import StreamingTorqueEstimator
 from diffsim_ros.io.calibration import Calibration, check_output_path, write_calibration
 from diffsim_ros.io.ros_messages import NS_PER_S, JointNameMap, MessageConversionError, float64_multi_array_to_array, \
     joint_command_to_array, joint_state_msg
@@ -60,6 +66,7 @@ __all__ = ["EstimatorNode", "EstimatorNodeConfig", "TRIGGER", "main"]
 TRIGGER = "std_srvs/srv/Trigger"
 _UPDATE_CHECK_PERIOD = 0.25  # [s] how often the node asks the estimator whether an update is due
 _DIAGNOSTICS_PERIOD = 1.0  # [s]
+_TORQUE_ESTIMATES = ("simulator", "inverse_dynamics", "off")
 
 
 @dataclass(frozen=True)
@@ -78,7 +85,10 @@ class EstimatorNodeConfig:
     commanded_torques_type: str = param(FLOAT64_MULTI_ARRAY, "std_msgs/msg/Float64MultiArray (model joint order) "
                                                              "or baxter_core_msgs/msg/JointCommand (torque mode)")
     input_timeout: float = param(0.5, "inputs older than this are reported stale [s]")
-    torque_rate_hz: float = param(10.0, "estimated torque rate [Hz] (0: off)")
+    torque_estimate: str = param("simulator", "estimated torques: simulator (through the compiled rigid-body step, "
+                                              "one per joint state), inverse_dynamics (at torque_rate_hz) or off")
+    torque_rate_hz: float = param(10.0, "estimated torque rate [Hz] of torque_estimate inverse_dynamics")
+    torque_max_period: float = param(0.1, "longest joint-state gap [s] a simulator torque estimate bridges")
     # The estimator's tuning (groups, window, rests, updates); bounds come from bounds.*.
     estimation: OnlineEstimatorConfig = group(OnlineEstimatorConfig, "", exclude=("bounds",),
                                               kinds={"groups": list[str]})
@@ -86,6 +96,8 @@ class EstimatorNodeConfig:
     bound_lower: list[float] = param([], "lower bounds, one per bounds.names", name="bounds.lower")
     bound_upper: list[float] = param([], "upper bounds, one per bounds.names", name="bounds.upper")
     threads: int = param(1, "torch threads")
+    update_niceness: int = param(10, "CPU niceness of the background updates (0-19), so that control and "
+                                     "drivers on the same cores keep their rate")
 
     def validate(self):
         if not len(self.bound_names) == len(self.bound_lower) == len(self.bound_upper):
@@ -93,8 +105,12 @@ class EstimatorNodeConfig:
         if self.commanded_torques_type not in (FLOAT64_MULTI_ARRAY, JOINT_COMMAND):
             raise ValueError(f"commanded_torques_type must be {FLOAT64_MULTI_ARRAY} or {JOINT_COMMAND}, "
                              f"got {self.commanded_torques_type!r}")
-        if self.torque_rate_hz < 0 or not self.input_timeout > 0:
-            raise ValueError("torque_rate_hz must be >= 0 and input_timeout > 0")
+        if not 0 <= self.update_niceness <= 19:
+            raise ValueError(f"update_niceness must be in 0..19, got {self.update_niceness}")
+        if self.torque_estimate not in _TORQUE_ESTIMATES:
+            raise ValueError(f"torque_estimate must be one of {_TORQUE_ESTIMATES}, got {self.torque_estimate!r}")
+        if not self.torque_rate_hz > 0 or not self.input_timeout > 0 or not self.torque_max_period > 0:
+            raise ValueError("torque_rate_hz, torque_max_period and input_timeout must be positive")
 
     @property
     def groups(self):
@@ -165,7 +181,10 @@ class EstimatorNode:
         self.estimates = handle.create_publisher(FLOAT64_MULTI_ARRAY, "~/estimates", LATCHED_QOS)
         self.torques = handle.create_publisher(JOINT_STATE, "~/estimated_torques", SENSOR_QOS)
         handle.create_timer(_UPDATE_CHECK_PERIOD, self._update)
-        if cfg.torque_rate_hz > 0:
+        self.torque_estimator = None
+        if cfg.torque_estimate == "simulator":
+            self.torque_estimator = StreamingTorqueEstimator(self.robot.model, max_period=cfg.torque_max_period)
+        elif cfg.torque_estimate == "inverse_dynamics":
             handle.create_timer(1.0 / cfg.torque_rate_hz, self._publish_torques)
         if cfg.save_on_shutdown:
             handle.add_on_shutdown(self.save)
@@ -188,8 +207,22 @@ class EstimatorNode:
 
     def _on_joint_state(self, msg):
         sample = self.joints.update(msg, self.handle.now_ns())  # logs what it drops
-        if sample is not None:
-            self._feed("add_joint_state", self._stamp(sample), sample.positions, sample.velocities, sample.efforts)
+        if sample is None:
+            return
+        self._feed("add_joint_state", self._stamp(sample), sample.positions, sample.velocities, sample.efforts)
+        if self.torque_estimator is not None:
+            self._estimate_torques(sample)
+
+    def _estimate_torques(self, sample):
+        """The torque since the previous joint state, through the simulator (needs velocities)."""
+        if sample.velocities is None or not np.all(np.isfinite(sample.velocities)):
+            self.torque_estimator.reset()
+            return
+        tau = self.torque_estimator.add(self._stamp(sample), sample.positions, sample.velocities)
+        if tau is not None and np.all(np.isfinite(tau)):
+            stamp_ns = sample.stamp_ns or self.handle.now_ns()
+            self.torques.publish(joint_state_msg(self.handle.messages, stamp_ns, self.robot.joint_names,
+                                                 sample.positions, efforts=tau))
 
     def _on_camera_pose(self, msg):
         sample = self.camera.update(msg, self.handle.now_ns())
@@ -222,7 +255,7 @@ class EstimatorNode:
             return
         self.busy = True
         estimator, now = self.estimator, self._stamp(latest)
-        self.handle.run_in_background(lambda: estimator.update(now), self._update_done)
+        self.handle.run_in_background(lambda: estimator.update(now), self._update_done, self.config.update_niceness)
 
     def _update_done(self, update, error):
         """Back on the node's callbacks: catch up on queued samples, then publish an accepted update."""
@@ -243,6 +276,8 @@ class EstimatorNode:
             self.handle.get_logger().info(f"update not accepted ({update.poses} poses): {update.reason}")
             return
         self.estimates.publish(estimates_msg(self.handle.messages, self.estimator.values, self.estimator.stddev))
+        if self.torque_estimator is not None:
+            self.torque_estimator.set_model(self.estimator.model)
         self.published += 1
         summary = ", ".join(f"{k}={np.round(v, 4).tolist()}" for k, v in self.estimator.values.items())
         self.handle.get_logger().info(
@@ -306,6 +341,8 @@ class EstimatorNode:
 
     def _reset(self):
         self.estimator, self.last_update, self._reset_requested = self._new_estimator(), None, False
+        if self.torque_estimator is not None:
+            self.torque_estimator.set_model(self.estimator.model)
         self.handle.get_logger().info("estimator reset: rests and estimates forgotten")
 
     # ------------------------------------------------------------------ diagnostics

@@ -257,6 +257,11 @@ class SimRobotNode:
         """
         self._held = (self.now_ns() + seconds_to_ns(seconds), self.plant.true_state()[0])
 
+    def set_payload_mass(self, mass):
+        """Change the hidden true payload mass [kg] now (in-process use: demos and tests)."""
+        self.plant.set_payload_mass(mass)
+        self.handle.get_logger().info(f"true payload mass changed to {mass:g} kg")
+
     def _publish_joint_state(self):
         values = [np.concatenate([v, self._extra])[self._order] for v in self.plant.read_joint_state()]
         self.joint_states.publish(joint_state_msg(self.handle.messages, self.now_ns(), self._published_names, *values))

@@ -290,8 +290,8 @@ class EmbeddedNodeHandle(NodeHandle):
         self.parameters.update(changes)
         return None
 
-    def run_in_background(self, work, done):
-        # Deterministic: the work runs now and its completion is the next event.
+    def run_in_background(self, work, done, niceness=0):
+        # Deterministic: the work runs now and its completion is the next event (no priority change).
         try:
             result, error = work(), None
         except Exception as err:  # handed to done(), as the threaded backend does

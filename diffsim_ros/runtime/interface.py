@@ -227,13 +227,15 @@ class NodeHandle(ABC):
         """
 
     @abstractmethod
-    def run_in_background(self, work, done):
+    def run_in_background(self, work, done, niceness=0):
         """Run ``work()`` off the node's callbacks, then ``done(result, error)`` on them.
 
         Long computations (an estimator update) must not delay message callbacks. The rclpy
         backend runs ``work`` on a worker thread and ``done`` on the executor; the embedded
         runtime runs both at once (deterministic). ``error`` is the exception ``work``
         raised, else None. The caller keeps data ``work`` uses away from its callbacks.
+        ``niceness`` (0-19) lowers the worker thread's CPU priority (Linux), so that control
+        loops and drivers on the same cores keep their rate while it computes.
         """
 
     def now(self):

@@ -29,6 +29,7 @@ are rclpy's own. Message types are resolved by name (``sensor_msgs/msg/JointStat
 
 import array
 import importlib
+import os
 import re
 import signal
 import threading
@@ -84,6 +85,14 @@ _SEQUENCE = re.compile(r"^sequence<([^,>]+)(?:,\s*\d+)?>$")
 _ARRAY = re.compile(r"^(.+)\[(\d+)\]$")
 _INTS = {"int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "octet", "char", "byte"}
 
+
+
+def _lower_thread_priority(niceness):
+    """Nice the calling thread only (Linux applies PRIO_PROCESS to a thread id); elsewhere a no-op."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), int(niceness))
+    except (AttributeError, OSError):  # not Linux, or not permitted: run at the node's priority
+        pass
 
 class RosNotAvailableError(ImportError):
     """rclpy cannot be imported (no sourced ROS 2 installation)."""
@@ -433,7 +442,7 @@ class RclpyNodeHandle(NodeHandle):
         self._parameter_callbacks.append(check)
         self.node.add_on_set_parameters_callback(check)
 
-    def run_in_background(self, work, done):
+    def run_in_background(self, work, done, niceness=0):
         from rclpy.clock import Clock, ClockType
 
         if self._background is not None:
@@ -441,6 +450,8 @@ class RclpyNodeHandle(NodeHandle):
         outcome = {}
 
         def run():
+            if niceness > 0:
+                _lower_thread_priority(niceness)
             try:
                 outcome["result"] = work()
             except Exception as err:  # handed to done() on the executor

@@ -162,6 +162,20 @@ class MujocoPlant:
         self._external = np.zeros(len(self.joint_names))
         mujoco.mj_forward(self.mj_model, self.data)
 
+    def set_payload_mass(self, mass):
+        """Change the payload's mass [kg] from now on (same COM), as when more load is picked up.
+
+        Raises:
+            ValueError: A plant built without a payload (``truth.payload_mass`` 0), or mass <= 0.
+        """
+        body = self._mj.mj_name2id(self.mj_model, self._mj.mjtObj.mjOBJ_BODY, "diffsim_payload")
+        if body < 0:
+            raise ValueError("this plant has no payload body (built with truth.payload_mass 0)")
+        if not mass > 0:
+            raise ValueError(f"payload mass must be positive, got {mass}")
+        self.mj_model.body_mass[body] = float(mass)
+        self.truth = dataclasses.replace(self.truth, payload_mass=float(mass))
+
     # ------------------------------------------------------------------ construction helpers
     def _joint_id(self, name):
         jid = self._mj.mj_name2id(self.mj_model, self._mj.mjtObj.mjOBJ_JOINT, name)

@@ -20,6 +20,7 @@ them once with :func:`unpack_model`. The torch simulator stays the reference: th
 hold the two to 1e-9 and the Jacobians to autograd and to finite differences.
 """
 
+import copy
 from collections import namedtuple
 
 import numpy as np
@@ -156,8 +157,10 @@ def _pack(model, dt, substeps, passive, groups):
         sp.point_a, sp.point_b, sp.point_stiffness, sp.point_rest_length, sp.point_damping, _anchor_rotations(model),
         in_dm, in_dh, in_di,
     ]
+    dt_index = sum(np.size(x) for x in floats[:9]) + 1  # the period inside the constants pair
     floats = np.concatenate([np.asarray(x, dtype=np.float64).reshape(-1) for x in floats])
-    return floats, ints, names
+    assert floats[dt_index] == float(dt)
+    return floats, ints, names, dt_index
 
 
 @njit(cache=True)
@@ -420,7 +423,7 @@ class FastRigidStep:
         self.nq = model.nq
         self.dt, self.substeps, self.passive = float(dt), int(substeps), bool(passive)
         self.joint_names = tuple(model.joint_names)
-        self.floats, self.ints, self.parameter_columns = _pack(model, dt, substeps, passive, parameters)
+        self.floats, self.ints, self.parameter_columns, self._dt_index = _pack(model, dt, substeps, passive, parameters)
         self.spring_columns = spring_columns(FastDynamics.from_model(model).springs)
 
     @classmethod
@@ -429,6 +432,15 @@ class FastRigidStep:
         if getattr(simulator, "integrator", None) != "implicit_euler":
             raise ValueError("the compiled step implements the RigidBodySimulator's implicit_euler integrator")
         return cls(simulator.model, simulator.dt, simulator.substeps, simulator.passive, parameters)
+
+    def with_dt(self, dt):
+        """The same snapshot with another control period ``dt`` [s] (the substep count is kept)."""
+        if not dt > 0:
+            raise ValueError(f"dt must be positive, got {dt}")
+        other = copy.copy(self)
+        other.floats = self.floats.copy()
+        other.floats[self._dt_index] = other.dt = float(dt)
+        return other
 
     def _vector(self, name, x):
         x = np.ascontiguousarray(x, dtype=np.float64)
