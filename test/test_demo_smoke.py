@@ -1,4 +1,5 @@
-"""``diffsim-ros demo``, shortened (six rest poses): outputs, summary, refusal to overwrite."""
+"""``diffsim-ros demo``, shortened (calibration while moving, then a payload change): outputs,
+summary, refusal to overwrite."""
 
 import contextlib
 import io
@@ -10,8 +11,10 @@ from diffsim_ros.io.bags import bag_info
 from diffsim_ros.io.calibration import load_calibration
 from diffsim_ros.io.ros_types import FLOAT64_MULTI_ARRAY, JOINT_COMMAND, JOINT_STATE, POSE_STAMPED
 
-SECONDS = 27.0  # [s] simulated calibration: six rest poses (the full demo uses 45)
-PAYLOAD_TOL = 0.05  # [kg] around the hidden 1.3 kg
+SECONDS = 24.0  # [s] simulated calibration while moving: six moves (the full demo uses 45)
+PAYLOAD_SECONDS = 24.0  # [s] of motion after the payload change (the full demo uses 40)
+PAYLOAD_AFTER = 2.0  # [kg] the hidden payload after the change (1.3 before)
+PAYLOAD_TOL = 0.05  # [kg] around the hidden payload
 GRAVITY_IMPROVEMENT = 10.0  # the released arm drifts 1.5 rad on the nominal model, ~0.01 rad calibrated
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -21,7 +24,8 @@ def demo(tmp_path_factory):
     out = tmp_path_factory.mktemp("demo") / "out"
     stdout = io.StringIO()
     with contextlib.redirect_stdout(stdout):
-        code = main(["demo", "--out", str(out), "--seconds", str(SECONDS)])
+        code = main(["demo", "--out", str(out), "--seconds", str(SECONDS), "--payload-seconds", str(PAYLOAD_SECONDS),
+                     "--payload-change", str(PAYLOAD_AFTER)])
     return out, code, stdout.getvalue()
 
 
@@ -36,7 +40,7 @@ def test_demo_writes_bag_calibration_urdf_and_report(demo):
     assert code == 0
     assert sorted(p.name for p in out.iterdir()) == ["bag", "baxter_left_calibrated.urdf", "calibration.yaml", "report.png"]
     calibration = load_calibration(out / "calibration.yaml")
-    assert abs(calibration.parameters["payload.mass"] - 1.3) < PAYLOAD_TOL
+    assert abs(calibration.parameters["payload.mass"] - PAYLOAD_AFTER) < PAYLOAD_TOL
     assert (out / "report.png").read_bytes()[:8] == PNG_MAGIC
     assert "left_hand_payload" in (out / "baxter_left_calibrated.urdf").read_text()  # the payload link
     topics = bag_info(out / "bag").topics
@@ -49,7 +53,9 @@ def test_demo_writes_bag_calibration_urdf_and_report(demo):
 def test_demo_prints_estimates_against_truth_and_tracking_before_after(demo):
     _, _, text = demo
     nominal, true, estimate, _ = row(text, "payload.mass [kg]")
-    assert (float(nominal), float(true)) == (0.0, 1.3) and abs(float(estimate) - 1.3) < PAYLOAD_TOL
+    assert (float(nominal), float(true)) == (0.0, PAYLOAD_AFTER) and abs(float(estimate) - PAYLOAD_AFTER) < PAYLOAD_TOL
+    (change,) = [line for line in text.splitlines() if line.startswith("payload change at")]
+    assert "1.3 -> 2 kg while moving; tracked within 2% from" in change, change
     assert row(text, "left_s1.spring.stiffness [N/m]")[:2] == ["8000", "9600"]
     before, after, _ = row(text, "impedance tracking RMS error [rad]")
     assert float(after) < float(before)
@@ -65,3 +71,7 @@ def test_demo_refuses_to_overwrite_without_force(demo, capsys):
     assert main(["demo", "--out", str(out)]) == 2
     assert "exists; use --force" in capsys.readouterr().err
     assert (out / "calibration.yaml").read_bytes() == before
+    for bad in (["--payload-change", "9"], ["--payload-seconds", "1"], ["--payload-change", "nan"]):
+        assert main(["demo", "--out", str(out.parent / "never"), *bad]) == 2
+        assert "--payload-seconds must be 0 or at least" in capsys.readouterr().err
+    assert not (out.parent / "never").exists()

@@ -123,3 +123,41 @@ def test_torque_signal_holds_and_interpolates():
     with pytest.raises(DataError, match="does not cover"):
         Trajectory(0.01, np.zeros((5, 1)), np.zeros((5, 1)), np.zeros((5, 1)), start_ns=0,
                    torque=TorqueSignal(stamps + 5_000_000, values, "zoh"))
+
+
+def test_rests_and_motion_at_a_joint_limit_are_not_used(tmp_path):
+    """A limit's torque is in no message: rests and motion samples at a limit are left out."""
+    count = 600
+    t = np.arange(count) * 0.01
+    q = np.stack([0.3 * np.sin(2.0 * t), np.zeros(count)], 1)
+    q[:150, 1] = 0.5  # a rest (j0 moves: no rest) ...
+    q[:150, 0] = 0.0
+    q[300:450] = [0.0, 0.8]  # ... and a rest at j1's upper limit
+    q[450:, 0] = 0.3 * np.sin(2.0 * t[450:])
+    stamps = T0_NS + PERIOD_NS * np.arange(count, dtype=np.int64)
+    path = _bag(tmp_path / "bag", stamps, stamps, np.ones((count, 2)), positions=q, efforts=np.ones((count, 2)))
+    streams = read_bag(path, JOINTS, topics=TOPICS).streams()
+    options = DatasetOptions(torque_source="commanded", torque_hold="zoh")
+    free, free_summary = prepare_dataset(streams, options=options)
+    limits = (np.array([-1.0, -1.0]), np.array([1.0, 0.8]))
+    limited, summary = prepare_dataset(streams, options=options, limits=limits)
+    assert len(free.static) == 2 and len(limited.static) == 1
+    np.testing.assert_allclose(limited.static.q[0], [0.0, 0.5])
+    lost = free_summary.trajectory_seconds - summary.trajectory_seconds
+    assert lost >= 1.0  # the 1.5 s at the limit (less the filter edges it shares)
+    assert any("of a joint limit unused" in note for note in summary.notes)
+
+
+def test_motion_without_a_recent_command_is_not_used(tmp_path):
+    """Commands that stop for longer than command_timeout: the robot left torque mode."""
+    count = 400
+    stamps = T0_NS + PERIOD_NS * np.arange(count, dtype=np.int64)
+    sent = np.r_[0:150, 200:count]  # 0.5 s without commands
+    path = _bag(tmp_path / "bag", stamps, stamps[sent], np.ones((len(sent), 2)), positions=_motion(count))
+    streams = read_bag(path, JOINTS, topics=TOPICS).streams()
+    dataset, summary = prepare_dataset(streams, options=DatasetOptions(torque_source="commanded", torque_hold="zoh"))
+    assert summary.trajectories == 2  # split at the gap
+    gap = (T0_NS + 150 * PERIOD_NS + 250_000_000, T0_NS + 200 * PERIOD_NS)  # stale after 0.25 s
+    for traj in dataset.trajectories:
+        assert not np.any((traj.stamps_ns + T0_NS >= gap[0]) & (traj.stamps_ns + T0_NS < gap[1]))
+    assert any("no commanded torque within 0.25 s" in note for note in summary.notes)

@@ -1,6 +1,7 @@
 """``diffsim-ros demo``: the simulated Baxter graph calibrates itself online, in simulated time.
 
-    diffsim-ros demo [--out DIR] [--force] [--seconds S] [--storage sqlite3|mcap]
+    diffsim-ros demo [--out DIR] [--force] [--seconds S] [--payload-change KG] [--payload-seconds S2]
+        [--storage sqlite3|mcap]
 
 Runs the nodes of ``launch/baxter_sim.launch.py`` — sim_robot (MuJoCo Baxter left arm with a
 hidden 1.3 kg payload and a stiffer, offset shoulder spring), estimator and controller — on
@@ -8,10 +9,15 @@ the embedded runtime with ``config/baxter_sim.params.yaml``:
 
 1. **before**: impedance tracking (home -> A -> home) and a pure gravity-compensation hold
    (the arm held by hand while the torque ramps in, then released), on the nominal model;
-2. **calibration**: the arm visits random rest poses under impedance control (``S`` simulated
-   seconds); the estimator refines payload and spring from the rests and the controller
-   follows every accepted estimate; then the estimator saves ``calibration.yaml`` on request;
-3. **after**: the same tests on the calibrated model (loaded from that file).
+2. **calibration while the arm works**: the arm moves continuously through random poses under
+   impedance control (``S`` simulated seconds, no rest phase); the estimator learns payload,
+   spring, damping, friction and camera from the motion, explained by the commanded torques
+   (the 100 Hz efforts would miss every other 200 Hz command), and the controller follows
+   every accepted estimate;
+3. **payload change**: the hidden payload becomes ``KG`` while the arm keeps moving
+   (``S2`` seconds); the estimator detects the change and tracks it, the controller follows;
+   then the estimator saves ``calibration.yaml`` on request;
+4. **after**: the same tests on the calibrated model (loaded from that file).
 
 Between phases the controller stops and Baxter falls back to position mode, as on the robot.
 Writes ``bag/`` (every topic), ``calibration.yaml``, ``<robot>_calibrated.urdf`` and
@@ -31,11 +37,12 @@ from diffsim_ros.dynamics.crba import mass_matrix
 from diffsim_ros.io.bags import STORAGES
 from diffsim_ros.io.calibration import OutputPathError, atomic_directory
 from diffsim_ros.io.ros_messages import NS_PER_S, seconds_to_ns
-from diffsim_ros.io.ros_types import EMPTY, FLOAT64_MULTI_ARRAY, JOINT_STATE
+from diffsim_ros.io.ros_types import EMPTY, FLOAT64_MULTI_ARRAY, JOINT_COMMAND, JOINT_STATE
 from diffsim_ros.io.urdf_export import export_calibrated_urdf
 from diffsim_ros.nodes.controller_node import ControllerNode
 from diffsim_ros.nodes.estimator_node import EstimatorNode
 from diffsim_ros.nodes.messages import estimates_from_msg
+from diffsim_ros.nodes.outputs import baxter_topics
 from diffsim_ros.nodes.robot import robot_topic, set_threads
 from diffsim_ros.nodes.sim_robot_node import SimRobotNode
 from diffsim_ros.resources import share_directory
@@ -44,7 +51,8 @@ from diffsim_ros.runtime.embedded import EmbeddedRuntime
 from diffsim_ros.runtime.faults import joint_state_input
 from diffsim_ros.sim.scenarios import nearest_neighbour_order, random_poses
 
-__all__ = ["DemoResult", "add_parser", "demo_command", "rest_poses", "run_demo", "summary_text"]
+__all__ = ["DemoResult", "add_parser", "demo_command", "motion_poses", "payload_tracking", "rest_poses", "run_demo",
+           "summary_text"]
 
 PARAMS_FILE = "config/baxter_sim.params.yaml"
 HOME = np.array([0.0, -0.55, 0.0, 1.3, 0.0, 0.8, 0.0])  # [rad] the sim robot's start pose
@@ -52,7 +60,8 @@ TEST_POSE = np.array([0.45, -0.25, -0.35, 0.95, 0.4, 1.1, 0.4])  # [rad] impedan
 TEST_MOVE, TEST_HOLD = 2.0, 1.0  # [s] per impedance test segment (home, A, home)
 TEST_SETTLE = TEST_MOVE + TEST_HOLD  # [s] the first segment (to home) is not scored
 GRAVITY_SECONDS, GRAVITY_SETTLE = 3.0, 0.5  # [s] test, and the start held by hand while torque ramps in
-CALIBRATION_SEGMENT = 4.5  # [s] move + rest per calibration pose (params file: 2.5 + 2.0)
+CALIBRATION_SEGMENT = 4.0  # [s] per calibration move: continuous motion, no rests
+PAYLOAD_TRACKED = 0.02  # relative payload mass error the summary calls "tracked"
 SWITCH_PAUSE = 0.5  # [s] between controllers: Baxter falls back to position mode after 0.2 s
 UNITS = {"mass": "kg", "com": "m", "stiffness": "N/m", "offset": "rad"}
 # [kg·m²] Smallest effective inertia 1 / (M^-1)_jj of s0, s1, e0, e1 at a rest pose: the fixed
@@ -74,6 +83,7 @@ class DemoResult:
         update_log: (time [s] since the start, held-back RMS before, after [N·m], accepted) per update.
         updates: Accepted estimator updates.
         sim_seconds, wall_seconds: Simulated and elapsed time [s].
+        payload_change: (time [s] since the start, mass before, mass after [kg]) or None.
     """
 
     paths: dict
@@ -88,6 +98,7 @@ class DemoResult:
     updates: int = 0
     sim_seconds: float = 0.0
     wall_seconds: float = 0.0
+    payload_change: tuple | None = None
 
 
 def add_parser(subparsers):
@@ -96,7 +107,12 @@ def add_parser(subparsers):
     parser.add_argument("--out", type=Path, default=Path("demo_out"), help="output directory (default: demo_out)")
     parser.add_argument("--force", action="store_true", help="replace an existing output directory")
     parser.add_argument("--seconds", type=float, default=45.0,
-                        help=f"simulated seconds of online calibration ({CALIBRATION_SEGMENT:g} s per rest pose; default 45)")
+                        help=f"simulated seconds of online calibration while moving ({CALIBRATION_SEGMENT:g} s per move; "
+                             "default 45)")
+    parser.add_argument("--payload-change", type=float, default=2.0, metavar="KG",
+                        help="hidden payload mass after the change [kg] (default 2.0; the start is 1.3)")
+    parser.add_argument("--payload-seconds", type=float, default=40.0, metavar="S",
+                        help="simulated seconds of motion after the payload change (0: no change; default 40)")
     parser.add_argument("--storage", choices=STORAGES, default="sqlite3", help="bag storage (default: sqlite3)")
     parser.add_argument("--seed", type=int, default=3, help="seed of the calibration poses")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1 avoids OpenMP stalls on busy machines)")
@@ -108,10 +124,15 @@ def demo_command(args):
     if not args.seconds >= CALIBRATION_SEGMENT:  # NaN too
         print(f"diffsim-ros demo: error: --seconds must be at least {CALIBRATION_SEGMENT:g}", file=sys.stderr)
         return 2
+    if not (args.payload_seconds == 0 or args.payload_seconds >= CALIBRATION_SEGMENT) or not 0 < args.payload_change <= 5:
+        print(f"diffsim-ros demo: error: --payload-seconds must be 0 or at least {CALIBRATION_SEGMENT:g}, and "
+              "--payload-change in (0, 5] kg (the estimator's plausibility bound)", file=sys.stderr)
+        return 2
     set_threads(args.threads)
+    payload = (args.payload_change, args.payload_seconds) if args.payload_seconds > 0 else None
     try:
         result = run_demo(args.out, seconds=args.seconds, force=args.force, storage=args.storage, seed=args.seed,
-                          log=print)
+                          payload=payload, log=print)
     except (FileExistsError, OutputPathError) as err:  # both raised before any work
         print(f"diffsim-ros demo: error: {err}", file=sys.stderr)
         return 2
@@ -161,8 +182,12 @@ class _Graph:
     def __init__(self, runtime, tmp, log):
         self.runtime, self.tmp, self.log = runtime, tmp, log
         self.sim = runtime.add_node(SimRobotNode, "sim_robot")
-        self.estimator = runtime.add_node(EstimatorNode, "estimator",
-                                          parameter_overrides={"calibration_output": str(tmp / "calibration.yaml")})
+        # The motion is explained by the commanded torques (200 Hz, each held until the next): the
+        # 100 Hz measured efforts sample them and miss every other command.
+        self.estimator = runtime.add_node(EstimatorNode, "estimator", parameter_overrides={
+            "calibration_output": str(tmp / "calibration.yaml"),
+            "commanded_torques_topic": baxter_topics(self.sim.config.side)[0],
+            "commanded_torques_type": JOINT_COMMAND, "groups": ["payload", "spring", "damping", "friction", "camera"]})
         config = self.sim.robot.config
         self.probe = _Probe(runtime.create_node("demo_probe"), self.sim.joint_names, robot_topic(config, "joint_states"))
 
@@ -206,17 +231,53 @@ class _Graph:
                   "gravity": ((th - th[0]) / NS_PER_S, np.abs(drift).max(1))}
         return metrics, traces
 
-    def calibrate(self, seconds, seed):
-        """Visit random rest poses with the controller following the estimates; then save."""
+    def move(self, label, seconds, seed):
+        """Move continuously through random poses (no rests), the controller following the estimates."""
         count = max(1, int(seconds // CALIBRATION_SEGMENT))
-        poses = rest_poses(self.sim.robot.nominal, count, seed)
-        self.log(f"[demo] calibration: {count} rest poses in {count * CALIBRATION_SEGMENT:g} s, "
+        poses = motion_poses(self.sim.robot.nominal, count, seed)
+        self.log(f"[demo] {label}: {count} moves in {count * CALIBRATION_SEGMENT:g} s without rests, "
                  "controller following the online estimates")
-        self.run_controller("calibration", count * CALIBRATION_SEGMENT, mode="impedance", follow_estimates=True,
-                            **{"reference.waypoints": poses.reshape(-1).tolist()})
+        self.run_controller(label.replace(" ", "_"), count * CALIBRATION_SEGMENT, mode="impedance", follow_estimates=True,
+                            **{"reference.waypoints": poses.reshape(-1).tolist(), "reference.hold_duration": 0.0,
+                               "reference.move_duration": CALIBRATION_SEGMENT})
+
+    def change_payload(self, mass):
+        """The hidden payload becomes ``mass`` [kg] now; returns (time [s], mass before, mass after)."""
+        before = self.sim.plant.truth.payload_mass
+        self.sim.set_payload_mass(mass)
+        self.log(f"[demo] payload change: {before:g} kg -> {mass:g} kg while the arm keeps moving")
+        return self.probe.elapsed(self.runtime.now_ns()), before, mass
+
+    def save(self):
+        """Ask the estimator to save calibration.yaml; returns its path or None."""
         self.probe.save_request.publish(self.probe.handle.new_message(EMPTY))
         self.runtime.spin_for(0.01)
         return self.estimator.saved[-1] if self.estimator.saved else None
+
+
+def _well_conditioned(model, q):
+    """Whether the effective inertias of s0, s1, e0, e1 at ``q`` are at least MIN_EFFECTIVE_INERTIA."""
+    with torch.no_grad():
+        inverse = torch.linalg.inv(mass_matrix(model, torch.as_tensor(q, dtype=model.dtype)))
+    return bool(np.all(1.0 / inverse.diagonal()[: len(MIN_EFFECTIVE_INERTIA)].numpy() >= MIN_EFFECTIVE_INERTIA))
+
+
+def motion_poses(model, count, seed, checks=12):
+    """Random poses to move through without rests, shape (count, n) [rad].
+
+    Unlike rest poses, the arm never stops at them, so every move's whole joint-space path
+    (checked at ``checks`` points) stays away from the shoulder singularity, where the fixed
+    impedance damping on 100 Hz joint states would destabilize a joint of small inertia.
+    """
+    rng = np.random.default_rng(seed)
+    poses, previous = [], HOME
+    while len(poses) < count:
+        for q in random_poses(model, count, rng):
+            path = previous + np.linspace(0.0, 1.0, checks)[:, None] * (q - previous)
+            if all(_well_conditioned(model, point) for point in path):
+                poses.append(q)
+                previous = q
+    return np.array(poses[:count])
 
 
 def rest_poses(model, count, seed):
@@ -230,20 +291,18 @@ def rest_poses(model, count, seed):
     rng = np.random.default_rng(seed)
     poses = []
     while len(poses) < count:
-        for q in random_poses(model, count, rng):
-            with torch.no_grad():
-                inverse = torch.linalg.inv(mass_matrix(model, torch.as_tensor(q, dtype=model.dtype)))
-            if np.all(1.0 / inverse.diagonal()[: len(MIN_EFFECTIVE_INERTIA)].numpy() >= MIN_EFFECTIVE_INERTIA):
-                poses.append(q)
+        poses += [q for q in random_poses(model, count, rng) if _well_conditioned(model, q)]
     return nearest_neighbour_order(np.vstack([HOME, poses[:count]]))[1:]
 
 
-def run_demo(out, *, seconds=45.0, force=False, storage="sqlite3", seed=3, log=print):
+def run_demo(out, *, seconds=45.0, force=False, storage="sqlite3", seed=3, payload=(2.0, 40.0), log=print):
     """Run the demo graph and write its outputs (see the module docstring).
 
     Args:
         out: Output directory (created atomically).
-        seconds: Simulated seconds of online calibration.
+        seconds: Simulated seconds of online calibration while moving.
+        payload: (mass after the change [kg], simulated seconds of motion after it), or None
+            for no change.
         force: Replace an existing ``out``.
         storage: Bag storage, "sqlite3" or "mcap".
         seed: Seed of the calibration poses.
@@ -262,13 +321,19 @@ def run_demo(out, *, seconds=45.0, force=False, storage="sqlite3", seed=3, log=p
             runtime.record(tmp / "bag", storage=storage)
             graph = _Graph(runtime, tmp, log)
             before, traces_before = graph.tests("before", follow_estimates=False)
-            saved = graph.calibrate(seconds, seed)
+            graph.move("calibration while moving", seconds, seed)
+            change = None
+            if payload is not None:
+                change = graph.change_payload(payload[0])
+                graph.move("tracking the payload change", payload[1], seed + 1)
+            saved = graph.save()
             calibrated = {"follow_estimates": False, "calibration_file": str(saved) if saved else ""}
             if saved is None:
-                log("[demo] no estimate was accepted (too few rest poses?): 'after' uses the nominal model")
+                log("[demo] no estimate was accepted (too little motion?): 'after' uses the nominal model")
             after, traces_after = graph.tests("after", **calibrated)
             sim_seconds = graph.probe.elapsed(runtime.now_ns())
         result = _result(graph, out, before, after, traces_before, traces_after, sim_seconds)
+        result.payload_change = change
         _write_model_files(graph, tmp, result)
     result.wall_seconds = time.perf_counter() - wall
     return result
@@ -336,6 +401,7 @@ def summary_text(result):
     for metric, (before, after) in result.tracking.items():
         rows.append((metric, f"{before:.4f}", f"{after:.4f}", f"{before / max(after, 1e-12):.1f}x"))
     lines += _table(rows)
+    lines += _payload_lines(result)
     lines.append("")
     lines.append(f"{result.updates} estimator updates accepted; {result.sim_seconds:.1f} s simulated in "
                  f"{result.wall_seconds:.1f} s")
@@ -344,6 +410,38 @@ def summary_text(result):
     lines.append(f"offline check: diffsim-ros calibrate --bag {bag} --config config/baxter_left.yaml "
                  f"--out {bag.parent / 'offline'}")
     return "\n".join(lines)
+
+
+def payload_tracking(result):
+    """(seconds after the change until every later payload estimate is within PAYLOAD_TRACKED, or None;
+    the last estimate [kg]) of the demo's payload change, or None without one."""
+    if result.payload_change is None:
+        return None
+    t_change, _, mass = result.payload_change
+    after = [(t, values["payload.mass"]) for t, values, _ in result.history if t > t_change and "payload.mass" in values]
+    if not after:
+        return None, None
+    tracked = None
+    for t, value in reversed(after):
+        if abs(value / mass - 1.0) > PAYLOAD_TRACKED:
+            break
+        tracked = t - t_change
+    return tracked, after[-1][1]
+
+
+def _payload_lines(result):
+    tracking = payload_tracking(result)
+    if tracking is None:
+        return []
+    t_change, before, mass = result.payload_change
+    tracked, last = tracking
+    head = f"payload change at {t_change:.1f} s: {before:g} -> {mass:g} kg while moving; "
+    if last is None:
+        return [head + "no estimate accepted after it"]
+    if tracked is None:
+        return [head + f"last estimate {last:.3f} kg: NOT within {PAYLOAD_TRACKED:.0%}"]
+    return [head + f"tracked within {PAYLOAD_TRACKED:.0%} from {tracked:.1f} s after the change on "
+                   f"(last estimate {last:.3f} kg)"]
 
 
 def _display_items(result):
@@ -402,13 +500,18 @@ def _report(path, result):
 def _estimates_panel(ax, result):
     """Error of every scalar estimate [% of the true value] over time; t = 0: the nominal model."""
     ax.axhline(0.0, color="k", lw=1)
+    change = result.payload_change
     for name, true in result.truth.items():
         if np.ndim(true) or not true:
             continue
         points = [(0.0, float(result.nominal[name]))]
         points += [(t, values[name]) for t, values, _ in result.history if name in values]
         t, value = np.array(points, dtype=float).T
+        if name == "payload.mass" and change is not None:
+            true = np.where(t < change[0], change[1], change[2])  # the truth in force at each time
         ax.plot(t, 100.0 * (value / true - 1.0), "o-", ms=3, label=name)
+    if change is not None:
+        ax.axvline(change[0], color="0.5", ls="--", lw=1, label=f"payload {change[1]:g} -> {change[2]:g} kg")
     ax.set_yscale("symlog", linthresh=0.1)
     ax.set_xlabel("simulated time [s] (0: nominal model)")
     ax.set_ylabel("estimate error [% of the true value]")
@@ -425,5 +528,5 @@ def _validation_panel(ax, result):
         ax.semilogy(t[accepted > 0], after[accepted > 0], "o", color="C0", ms=4)
     ax.set_xlabel("simulated time [s]")
     ax.set_ylabel("held-back static torque RMS [N·m]")
-    ax.set_title("estimator updates, validated on the most recent rests")
+    ax.set_title("estimator updates, validated on the newest held-back data")
     ax.legend(fontsize=8)

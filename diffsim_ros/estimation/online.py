@@ -34,7 +34,7 @@ from diffsim_ros.estimation.data import DataError, Dataset, StaticPoses, static_
 from diffsim_ros.estimation.identification import IdentificationSettings, camera_initial_guess, groups_with_data, \
     identify, prediction_errors
 from diffsim_ros.estimation.preparation import DatasetOptions, prepare_dataset
-from diffsim_ros.estimation.signals import detect_static_segments
+from diffsim_ros.estimation.signals import detect_static_segments, near_limits, segments_away_from
 from diffsim_ros.estimation.streams import JointStateSeries, PoseSeries, RobotStreams, StreamStats, TorqueSeries
 
 __all__ = ["OnlineEstimatorConfig", "OnlineUpdate", "OnlineEstimator", "MODELS"]
@@ -80,6 +80,9 @@ class OnlineEstimatorConfig:
             correlated: thinning cuts the work of an update about k-fold and loses little.
         camera_window: At most this many camera observations per fit.
         torque_window: Samples used for the causal torque estimate.
+        rest_outlier: Rests the accepted model misses by more than this are forgotten.
+            RMS in units of the rest's own effort noise: something the model does not know
+            held the arm (a hand, an obstacle), or the robot changed since.
     """
 
     groups: tuple = ("payload", "spring")
@@ -105,6 +108,7 @@ class OnlineEstimatorConfig:
     motion_rate: float = 50.0
     camera_window: int = 300
     torque_window: int = 21
+    rest_outlier: float = 10.0
 
     def __post_init__(self):
         if self.holdout < 1 or self.min_poses < self.holdout + 2:
@@ -115,8 +119,8 @@ class OnlineEstimatorConfig:
             raise ValueError("need 0 < holdout_seconds < window_seconds")
         if self.min_motion_seconds <= 0 or self.update_period <= 0 or self.change_ratio <= 1 or self.cpu_budget < 0:
             raise ValueError("min_motion_seconds and update_period must be positive, change_ratio > 1, cpu_budget >= 0")
-        if self.motion_rate < 0:
-            raise ValueError(f"motion_rate must be >= 0, got {self.motion_rate}")
+        if self.motion_rate < 0 or not self.rest_outlier > 0:
+            raise ValueError(f"motion_rate must be >= 0 and rest_outlier > 0, got {self.motion_rate}, {self.rest_outlier}")
         if self.torque_source not in ("auto", "commanded", "effort"):
             raise ValueError(f"torque_source must be auto, commanded or effort, got {self.torque_source!r}")
         for name, bound in self.bounds.items():
@@ -194,6 +198,7 @@ class OnlineEstimator:
         if "camera" in config.groups and camera_frame is None:
             raise ValueError("group 'camera' needs camera_frame")
         self.nominal = self.model = model
+        self._limits = (model.lower.detach().cpu().numpy(), model.upper.detach().cpu().numpy())
         self.config = config
         self.camera_frame = camera_frame
         self.camera_pose = None if camera_pose is None else np.asarray(camera_pose, float)
@@ -328,6 +333,8 @@ class OnlineEstimator:
             return
         segments = detect_static_segments(js.times, js.positions, velocity_tolerance=cfg.rest_velocity,
                                           min_duration=cfg.rest_duration, window=_REST_FILTER_WINDOW)
+        margin = cfg.dataset_options().limit_margin
+        segments = segments_away_from(segments, js.times, near_limits(js.positions, *self._limits, margin))
         first, last = js.times[0], js.times[-1]
         for seg in segments:
             if seg.t_start <= first + _REST_FILTER_WINDOW:
@@ -351,7 +358,7 @@ class OnlineEstimator:
         if streams is None:
             return (), None, "no joint states"
         try:
-            dataset, summary = prepare_dataset(streams, self.camera_frame, self.config.dataset_options())
+            dataset, summary = prepare_dataset(streams, self.camera_frame, self.config.dataset_options(), self._limits)
         except DataError as err:  # e.g. no torques at all: rests may still inform the fit
             return (), None, str(err)
         rate = self.config.motion_rate
@@ -444,7 +451,19 @@ class OnlineEstimator:
             self.camera_pose = result.camera_pose
         pending = [n for n in result.unidentifiable if n not in self.values]
         reason = "accepted" + (f" ({len(pending)} parameters not determined yet)" if pending else "")
+        dropped = self._forget_unexplained_rests()
+        reason += f"; {dropped} rest poses the estimate cannot explain forgotten" if dropped else ""
         return record(True, reason, math.sqrt(before), math.sqrt(after))
+
+    def _forget_unexplained_rests(self):
+        """Drop the rests the current estimate misses by more than ``rest_outlier``; their count."""
+        current, limit = (self.model, self.camera_pose), self.config.rest_outlier ** 2
+        keep = [rest for rest in self._rests
+                if not self._scores([current], Dataset(static=self._static([rest])), ("payload", "spring"))[0] > limit]
+        dropped = len(self._rests) - len(keep)
+        if dropped:
+            self._rests = collections.deque(keep, maxlen=self._rests.maxlen)
+        return dropped
 
     def _fit(self, train, groups):
         guess = self.camera_pose

@@ -34,6 +34,8 @@ from diffsim_ros.estimation.signals import (
     detect_static_segments,
     filtered_derivatives,
     interpolate,
+    near_limits,
+    segments_away_from,
     window_samples,
 )
 
@@ -80,6 +82,12 @@ class DatasetOptions:
     """[rad] joint-angle noise (rollout residual weights)."""
     qd_std: float = 5e-3
     """[rad/s] filtered-velocity noise."""
+    command_timeout: float = 0.25
+    """[s] a commanded torque older than this is not taken as in force (the robot left torque
+    mode, as Baxter does after 0.2 s, or the controller stopped): motion then is not used."""
+    limit_margin: float = 0.02
+    """[rad] rests and motion samples with a joint closer than this to a position limit are
+    not used: the limit's torque is in no message (with ``limits`` given)."""
 
 
 @dataclass(frozen=True)
@@ -107,11 +115,12 @@ class DatasetSummary:
     sample_rate: float = 0.0
 
 
-def _static_poses(times, q, efforts, options):
+def _static_poses(times, q, efforts, options, at_limit):
     segments = detect_static_segments(
         times, q, velocity_tolerance=options.static_velocity_tolerance,
         min_duration=options.static_min_duration, window=options.filter_window,
     )
+    segments = segments_away_from(segments, times, at_limit)
     if not segments or efforts is None:
         return None
     intervals = [(seg.t_start, seg.t_stop) for seg in segments]
@@ -199,7 +208,22 @@ def _runs(valid, min_samples):
     return [(a, b) for a, b in contiguous_runs(valid) if b - a >= min_samples]
 
 
-def _trajectory_runs(streams, options, notes):
+def _commands_stale(streams, grid, timeout):
+    """Grid samples (relative stamps [ns]) whose newest commanded torque is older than ``timeout`` [s]."""
+    commands = streams.commanded_torques.stamps_ns - streams.t0_ns
+    newest = np.searchsorted(commands, grid, side="right") - 1
+    age = grid - commands[np.clip(newest, 0, None)]
+    return (newest < 0) | (age > round(timeout * 1e9))
+
+
+def _dilated(mask, half):
+    """``mask`` widened by ``half`` samples each side (what a centred filter window sees)."""
+    if half <= 0 or not np.any(mask):
+        return mask
+    return np.convolve(mask.astype(float), np.ones(2 * half + 1), mode="same") > 0
+
+
+def _trajectory_runs(streams, options, notes, limits):
     """Trajectories: every long enough gap-free run of filtered samples with torques."""
     js = streams.joint_states
     if len(js.times) < 10:
@@ -221,6 +245,18 @@ def _trajectory_runs(streams, options, notes):
     for a, b in contiguous_runs(np.all(np.isfinite(np.concatenate(values, axis=1)), axis=1)):
         centred[a + half : b - half] = True
     valid = centred & np.all(np.isfinite(np.concatenate(values + [tau], axis=1)), axis=1)
+    if source == "commanded":
+        stale = _dilated(_commands_stale(streams, grid, options.command_timeout), half)
+        if np.any(valid & stale):
+            notes.append(f"trajectory: {int(np.sum(valid & stale))} samples unused: no commanded torque within "
+                         f"{options.command_timeout:g} s (the robot was not in torque mode)")
+        valid &= ~stale
+    if limits is not None:
+        at_limit = near_limits(values[0], *limits, options.limit_margin)
+        if np.any(valid & at_limit):
+            notes.append(f"trajectory: {int(np.sum(valid & at_limit))} samples within {options.limit_margin:g} rad "
+                         "of a joint limit unused (the limit's torque is not measured)")
+        valid &= ~at_limit
     runs = _runs(valid, options.min_trajectory_samples)
     lost = len(grid) - sum(b - a for a, b in runs)
     if lost:
@@ -275,13 +311,15 @@ def _stream_notes(streams):
     return notes
 
 
-def prepare_dataset(streams, camera_frame=None, options=DatasetOptions()):
+def prepare_dataset(streams, camera_frame=None, options=DatasetOptions(), limits=None):
     """Identification data from recorded robot streams (offline: a bag; online: a window).
 
     Args:
         streams: :class:`~diffsim_ros.estimation.streams.RobotStreams` (``BagData.streams()``).
         camera_frame: Link whose pose the camera topic reports (None: ignore the camera).
         options: DatasetOptions.
+        limits: ``(lower, upper)`` joint position limits, (n,) each, or None: rests and motion
+            within ``options.limit_margin`` of a limit are then not used.
 
     Returns:
         ``(Dataset, DatasetSummary)``.
@@ -292,10 +330,12 @@ def prepare_dataset(streams, camera_frame=None, options=DatasetOptions()):
         raise ValueError(f"torque_hold must be auto or one of {HOLDS}, got {options.torque_hold!r}")
     notes = _stream_notes(streams)
     js = streams.joint_states
-    static = _static_poses(js.times, js.positions, js.efforts, options)
+    at_limit = np.zeros(len(js.times), dtype=bool) if limits is None else \
+        near_limits(js.positions, *limits, options.limit_margin)
+    static = _static_poses(js.times, js.positions, js.efforts, options, at_limit)
     if static is None:
-        notes.append("no static poses (no rest intervals or no efforts)")
-    trajectories, source = _trajectory_runs(streams, options, notes)
+        notes.append("no static poses (no rest intervals away from the joint limits, or no efforts)")
+    trajectories, source = _trajectory_runs(streams, options, notes, limits)
     camera = _camera(streams, camera_frame, options, notes)
     dataset = Dataset(static=static, trajectories=trajectories, camera=camera)
     stats = {key: getattr(streams, attr).stats for key, attr in

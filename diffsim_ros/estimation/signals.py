@@ -22,7 +22,9 @@ __all__ = [
     "filtered_derivatives",
     "interpolate",
     "interpolate_quaternions",
+    "near_limits",
     "nearest",
+    "segments_away_from",
 ]
 
 # A sampling interval larger than this many median intervals is a gap: filters do not cross it.
@@ -309,3 +311,24 @@ def detect_static_segments(times, positions, *, velocity_tolerance=0.01, min_dur
         if times[last] - times[first] >= min_duration:
             segments.append(Segment(first, last + 1, float(times[first]), float(times[last])))
     return segments
+
+
+def near_limits(positions, lower, upper, margin):
+    """Samples with any joint within ``margin`` of a position limit, mask (N,).
+
+    A robot (or MuJoCo) at a limit feels the limit's torque, which no joint-state or effort
+    message reports: such samples do not follow the joint-space model.
+
+    Args:
+        positions: Joint positions [rad or m], shape (N, n).
+        lower, upper: Position limits, shape (n,) (infinite: none).
+        margin: Distance from a limit that counts as at it [rad or m].
+    """
+    q = np.asarray(positions, dtype=float)
+    return np.any((q <= np.asarray(lower) + margin) | (q >= np.asarray(upper) - margin), axis=-1)
+
+
+def segments_away_from(segments, times, mask):
+    """The segments that contain no sample flagged by ``mask`` (N,) at ``times`` (N,) [s]."""
+    flagged = np.asarray(times)[np.asarray(mask, dtype=bool)]
+    return [s for s in segments if not np.any((flagged >= s.t_start) & (flagged <= s.t_stop))]

@@ -123,7 +123,8 @@ def calibrate_bag(bag_path, config, groups=None, *, options=DatasetOptions(), re
     model = config.build_model()
     bag = read_robot_bag(bag_path, config, **(read_options or {}))
     camera_frame = (config.raw.get("camera") or {}).get("tracked_frame")
-    dataset, summary = prepare_dataset(bag.streams(), camera_frame, options)
+    limits = (model.lower.detach().cpu().numpy(), model.upper.detach().cpu().numpy())
+    dataset, summary = prepare_dataset(bag.streams(), camera_frame, options, limits)
     groups = default_groups(model, dataset) if groups is None else groups
     run = calibrate_dataset(model, dataset, groups, robot_name=config.name, **kwargs)
     run.summary = summary
