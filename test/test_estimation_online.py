@@ -92,3 +92,20 @@ def test_configuration_errors():
         OnlineEstimator(model, OnlineEstimatorConfig(groups=("camera",)))
     with pytest.raises(ValueError, match="holdout"):
         OnlineEstimatorConfig(holdout=0)
+
+
+def test_rests_the_estimate_cannot_explain_are_forgotten(setup):
+    """A rest held by a hand (5 N·m the efforts do not show) is dropped; consistent rests stay."""
+    from diffsim_ros.control.gravity import holding_torques
+    from diffsim_ros.dynamics.fast import FastDynamics
+
+    config, model, _, _ = setup
+    estimator = OnlineEstimator(model, OnlineEstimatorConfig(rest_outlier=10.0))
+    fast, std = FastDynamics.from_model(model), np.full(7, 0.01)
+    poses = random_poses(model, 4, np.random.default_rng(3))
+    for k, q in enumerate(poses):
+        effort = holding_torques(fast, q) + (np.eye(7)[1] * 5.0 if k == 2 else 0.0)  # the hand on s1
+        estimator._rests.append((k * 10**9, k * 10**9 + 5 * 10**8, q, effort, std))
+    assert estimator._forget_unexplained_rests() == 1
+    assert [r[0] for r in estimator._rests] == [0, 10**9, 3 * 10**9]
+    assert estimator._forget_unexplained_rests() == 0
