@@ -8,7 +8,7 @@ fits it with the offline engine and publishes the estimate. Checked:
 
 * the published friction is the offline fit (``estimate-objects``' loading and
   ``fit_objects``) of the same poses, and meets issue 19's slide target against the truth;
-* a wrong camera calibration (gravity tilted) gives a rejected event, nothing published;
+* a wrong camera calibration (2 cm off) gives a rejected event, nothing published;
 * malformed poses are dropped and counted, nothing crashes;
 * the estimator's event logic: a push seen without the rest before it is not fitted, and
   the inverse-variance combination with its Birge-ratio inflation.
@@ -44,8 +44,10 @@ FRICTION = "box/ground.friction"
 SAME_DATA_TOL = 1e-9  # [s], [m], quaternion components: the node fits exactly the poses estimate-objects reads
 MU_REL_TOL = 0.02  # issue 19's slide target: mu within 2 % ...
 STD_FACTOR = 2.0  # ... or within 2 reported std
-WRONG_CAMERA_TILT = 0.15  # [rad] about the camera's y axis (gravity tilted 8.6 deg)
-WRONG_CAMERA_EVALUATIONS = 6  # the joint fit's budget there: the verdict, not the optimum, is under test
+# A camera calibration 2 cm too high: the box seems to float above the ground. (A tilted camera
+# fails too, but the cone solver needs ~30 s under load for the scan of a box tilted against the ground.)
+WRONG_CAMERA_HEIGHT = 0.02  # [m]
+WRONG_CAMERA_EVALUATIONS = 2  # the joint fit's budget there: the verdict, not the optimum, is under test
 SPIN_MARGIN = 1.0  # [s] of runtime after the bag's end (the fit's completion is the next event)
 
 
@@ -136,9 +138,7 @@ def test_objects_yaml_is_written_on_request_in_the_offline_layout(slide_run):
 def test_wrong_camera_gives_no_accepted_estimate(slide_files, tmp_path):
     bag, scene_path, calibration = slide_files
     document = yaml.safe_load(calibration.read_text())
-    x, y, z, qx, qy, qz, qw = document["parameters"]["camera.pose"]
-    tilted = Rotation.from_quat([qx, qy, qz, qw]) * Rotation.from_rotvec([0.0, WRONG_CAMERA_TILT, 0.0])
-    document["parameters"]["camera.pose"] = [x, y, z, *tilted.as_quat().tolist()]
+    document["parameters"]["camera.pose"][2] += WRONG_CAMERA_HEIGHT
     wrong = tmp_path / "wrong_camera.yaml"
     wrong.write_text(yaml.safe_dump(document))
     node, received, logs, save = _run_node(bag, scene_path, wrong, tmp_path, max_evaluations=WRONG_CAMERA_EVALUATIONS)
@@ -246,3 +246,18 @@ def test_the_node_parameters_are_documented_with_their_defaults():
         default = list(spec.default) if spec.element is not None else spec.default
         assert documented[spec.name] == ("" if default == "" else default), spec.name
     assert "object_estimator_node = diffsim_ros.nodes.object_estimator_node:main" in (REPO / "setup.py").read_text()
+
+
+def test_fits_are_warm_started_from_the_current_estimates_within_their_budgets(slide_files):
+    _, scene_path, _ = slide_files
+    scene = load_scene(scene_path)
+    config = OnlineObjectEstimatorConfig(max_evaluations=7, stage_evaluations=5, restarts=1)
+    estimator = OnlineObjectEstimator(scene.world(), scene.unknowns, config)
+    cold = estimator.fit_settings()
+    estimator.values, estimator.std = {FRICTION: 0.4321}, {FRICTION: 0.01}
+    warm = estimator.fit_settings()
+    assert 0.4321 in warm.friction_grid and 0.4321 not in cold.friction_grid
+    assert set(cold.friction_grid) <= set(warm.friction_grid)  # the global scan stays: a changed surface is found
+    assert (warm.max_evaluations, warm.stage_evaluations, warm.restarts) == (7, 5, 1)
+    assert estimator.implausible({FRICTION: 2.5, "box.mass": 0.0}) == \
+        "box/ground.friction = 2.5 outside [0, 2]; box.mass = 0 outside (0, 50]"
