@@ -261,3 +261,23 @@ def test_fits_are_warm_started_from_the_current_estimates_within_their_budgets(s
     assert (warm.max_evaluations, warm.stage_evaluations, warm.restarts) == (7, 5, 1)
     assert estimator.implausible({FRICTION: 2.5, "box.mass": 0.0}) == \
         "box/ground.friction = 2.5 outside [0, 2]; box.mass = 0 outside (0, 50]"
+
+
+def test_a_failing_fit_is_logged_and_counted_and_the_node_goes_on(slide_files):
+    _, scene_path, calibration = slide_files
+    with EmbeddedRuntime() as runtime:
+        node = runtime.add_node(ObjectEstimatorNode, "object_estimator", parameter_overrides={
+            "scene_file": str(scene_path), "calibration_file": str(calibration), "save_on_shutdown": False})
+        events = iter([(1.0, 2.0, {})])
+        node.estimator.next_event = lambda: next(events, None)
+
+        def broken(*event):
+            raise RuntimeError("solver exploded")
+
+        node.estimator.fit_event = broken
+        runtime.spin_for(1.5)
+        assert not node.busy and node.published == 0
+        assert node.estimator.counts == {"accepted": 0, "rejected": 1, "skipped": 0}
+        assert node.last_outcome.reason == "fit failed: RuntimeError: solver exploded"
+        errors = [r.message for r in runtime.log_records if r.level == "error"]
+        assert errors == ["object fit failed: RuntimeError: solver exploded"]

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import yaml
 
-from diffsim_ros.estimation.online_objects import OnlineObjectEstimator, OnlineObjectEstimatorConfig
+from diffsim_ros.estimation.online_objects import EventOutcome, OnlineObjectEstimator, OnlineObjectEstimatorConfig
 from diffsim_ros.io.calibration import check_output_path, load_calibration
 from diffsim_ros.io.object_poses import camera_to_base, check_camera_pose
 from diffsim_ros.io.ros_messages import NS_PER_S, MessageConversionError, pose_stamped_to_sample
@@ -115,6 +115,7 @@ class ObjectEstimatorNode:
         self.topics = topics
         self.estimator = self._new_estimator()
         self.busy, self.last_outcome, self._pending, self.time_origin_ns = False, None, [], None
+        self._running = None  # (start, end) of the event being fitted
         self._reset_requested = False
         self.output_path = resolve_resource(cfg.objects_output) if cfg.objects_output else default_objects_path()
         if cfg.save_on_shutdown:
@@ -199,7 +200,7 @@ class ObjectEstimatorNode:
         if not isinstance(event, tuple):  # an event that cannot be fitted (already recorded)
             self._report(event)
             return
-        self.busy = True
+        self.busy, self._running = True, event[:2]
         estimator = self.estimator
         self.handle.run_in_background(lambda: estimator.fit_event(*event), self._fit_done)
 
@@ -210,15 +211,17 @@ class ObjectEstimatorNode:
         if self._reset_requested:
             self._reset()
             return
-        if error is not None:
+        if error is not None:  # recorded as a rejected event: the counts say what became of every event
+            self.last_outcome = EventOutcome(*self._running, "rejected", f"fit failed: {type(error).__name__}: {error}")
+            self.estimator.apply(self.last_outcome)
             self.handle.get_logger().error(f"object fit failed: {type(error).__name__}: {error}")
+            changed = False
         else:
-            outcome, fit = result
-            changed = self.estimator.apply(outcome, fit)
-            self._report(outcome)
-            if changed:
-                self.estimates.publish(estimates_msg(self.handle.messages, self.estimator.values, self.estimator.std))
-                self.published += 1
+            changed = self.estimator.apply(*result)
+            self._report(result[0])
+        if changed:
+            self.estimates.publish(estimates_msg(self.handle.messages, self.estimator.values, self.estimator.std))
+            self.published += 1
         for args in pending:
             self.estimator.add_pose(*args)
 
