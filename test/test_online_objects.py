@@ -130,7 +130,8 @@ def test_objects_yaml_is_written_on_request_in_the_offline_layout(slide_run):
     saved = yaml.safe_load((out / "objects.yaml").read_text())
     values, std = received[-1]
     assert saved["estimates"] == {FRICTION: {"value": values[FRICTION], "std": std[FRICTION]}}
-    assert saved["status"] == "undetermined" and list(saved["unidentifiable"]) == ["box.mass"]
+    assert saved["status"] == "undetermined" and saved["unidentifiable"] == {}
+    assert list(saved["not_estimated"]) == ["box.mass"] and "does not depend on its mass" in saved["not_estimated"]["box.mass"]
     assert saved["online"]["counts"] == {"accepted": 1, "rejected": 0, "skipped": 0}
     assert saved["online"]["events"][0]["poses"] == node.estimator.outcomes[-1].poses
 

@@ -194,6 +194,7 @@ class OnlineObjectEstimator:
         dropped: Poses refused by :meth:`add_pose` (non-finite, out of order).
         last_fit: ObjectFit of the last fitted event (None before).
         last_event: ``(start, end, observations)`` of the last event handed out for a fit.
+        not_estimated: Unknowns some fit could not involve (a slide and a mass), name -> reason.
     """
 
     def __init__(self, world, unknowns, config=None, initial=None):
@@ -211,6 +212,7 @@ class OnlineObjectEstimator:
         self.counts = {ACCEPTED: 0, REJECTED: 0, SKIPPED: 0}
         self.values, self.std, self.birge = {}, {}, {}
         self.dropped, self.last_fit, self.last_event = 0, None, None
+        self.not_estimated = {}  # unknowns some fit could not involve, name -> its reason
         self._cursor = -math.inf  # motion up to this time [s] belongs to a finished event
         self.noise = None
 
@@ -387,6 +389,7 @@ class OnlineObjectEstimator:
         self._record(outcome)
         if fit is not None:
             self.last_fit = fit
+            self.not_estimated.update(fit.not_estimated)
         if not outcome.accepted:
             return False
         self._accepted.append(outcome)
@@ -411,15 +414,16 @@ class OnlineObjectEstimator:
     # ------------------------------------------------------------------ report
     def document(self, known=None):
         """The ``objects.yaml`` mapping of the online estimates (offline layout plus ``online``)."""
-        fitted = [n for n in self.unknowns if n not in self.values]
-        status = "ok" if self.values and not fitted else "undetermined" if self.values else "no_estimates"
-        message = (f"{self.counts[ACCEPTED]} events accepted, {self.counts[REJECTED]} rejected, "
+        missing = [n for n in self.unknowns if n not in self.values]
+        status = "ok" if self.values and not missing else "undetermined" if self.values else "no_estimates"
+        message = (f"events: {self.counts[ACCEPTED]} accepted, {self.counts[REJECTED]} rejected, "
                    f"{self.counts[SKIPPED]} skipped")
         return {
             "status": status,
             "message": message,
             "estimates": {n: {"value": self.values[n], "std": self.std[n]} for n in self.values},
-            "unidentifiable": {n: "no accepted event determined it" for n in fitted},
+            "unidentifiable": {n: "no accepted event determined it" for n in missing if n not in self.not_estimated},
+            "not_estimated": {n: self.not_estimated[n] for n in missing if n in self.not_estimated},
             "known": {k: float(v) for k, v in (known or {}).items()},
             "online": {
                 "counts": dict(self.counts),
