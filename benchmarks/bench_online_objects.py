@@ -15,6 +15,9 @@ into object_estimator_node on the embedded runtime. Compared:
   user would cut by hand);
 * the truth.
 
+``--collision SEED`` instead runs one collision scene (1.4 s after the push) through the
+estimator and prints what became of each event (not written to RESULTS.md).
+
 Then two events in one stream (the last seed's slide, then the same slide pushed again from
 where the box stopped, rotated about the vertical with it): both accepted, the second fit
 warm-started, and their inverse-variance combination. Writes the ``online-objects`` section of
@@ -159,10 +162,36 @@ def _two_events(seed, work):
     return table, combined
 
 
+def _collision(seed, duration=1.4):
+    """A collision of contact_scenes (recorded ``duration`` s after the push) through the estimator:
+    one line per event (verdict, values, fit time, evaluations)."""
+    scene = dataclasses.replace(scenes.random_collision(seed), duration=duration)
+    sim = scenes.simulate(scene)
+    samples = scenes.pose_stream(scene, sim, seed=seed, rest_before=REST_BEFORE)
+    from diffsim_ros.io.scene import parse_scene
+
+    parsed = parse_scene(scenes.scene_document(scene))
+    estimator = OnlineObjectEstimator(parsed.world(), parsed.unknowns)
+    lines = [f"truth {scenes.truth_values(scene, sim)}"]
+    for row in _world_rows(samples):
+        estimator.add_pose(*row)
+        outcome = estimator.update()
+        if outcome is not None:
+            lines.append(f"{outcome.status} ({outcome.fit_status or 'not fitted'}): {outcome.reason[:160]}; values "
+                         f"{outcome.values}; fit {outcome.seconds:.0f} s, {outcome.evaluations} evaluations, poses {outcome.poses}")
+            print(lines[-1], file=sys.stderr, flush=True)
+    return lines
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 4, 10])
+    parser.add_argument("--collision", type=int, default=None,
+                        help="only run this collision scene through the estimator and print its events (minutes per fit)")
     args = parser.parse_args(argv)
+    if args.collision is not None:
+        print("\n".join(_collision(args.collision)))
+        return
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         rows = []
