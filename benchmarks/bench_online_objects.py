@@ -42,7 +42,7 @@ from diffsim_ros.cli.estimate_objects import load_inputs
 from diffsim_ros.estimation.object_fit import fit_objects
 from diffsim_ros.estimation.online_objects import OnlineObjectEstimator
 from diffsim_ros.io.object_poses import camera_to_base
-from diffsim_ros.io.scene import load_scene
+from diffsim_ros.io.scene import load_scene, parse_scene
 from diffsim_ros.nodes.messages import estimates_from_msg
 from diffsim_ros.nodes.object_estimator_node import ObjectEstimatorNode
 from diffsim_ros.io.ros_types import FLOAT64_MULTI_ARRAY
@@ -168,8 +168,6 @@ def _collision(seed, duration=1.4):
     scene = dataclasses.replace(scenes.random_collision(seed), duration=duration)
     sim = scenes.simulate(scene)
     samples = scenes.pose_stream(scene, sim, seed=seed, rest_before=REST_BEFORE)
-    from diffsim_ros.io.scene import parse_scene
-
     parsed = parse_scene(scenes.scene_document(scene))
     estimator = OnlineObjectEstimator(parsed.world(), parsed.unknowns)
     lines = [f"truth {scenes.truth_values(scene, sim)}"]

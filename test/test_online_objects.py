@@ -282,3 +282,19 @@ def test_a_failing_fit_is_logged_and_counted_and_the_node_goes_on(slide_files):
         assert node.last_outcome.reason == "fit failed: RuntimeError: solver exploded"
         errors = [r.message for r in runtime.log_records if r.level == "error"]
         assert errors == ["object fit failed: RuntimeError: solver exploded"]
+
+
+def test_poses_queued_during_a_fit_are_bounded(slide_files):
+    _, scene_path, calibration = slide_files
+    with EmbeddedRuntime() as runtime:
+        node = runtime.add_node(ObjectEstimatorNode, "object_estimator", parameter_overrides={
+            "scene_file": str(scene_path), "calibration_file": str(calibration), "save_on_shutdown": False,
+            "max_poses": 20, "update_check_period": 100.0})
+        publisher = runtime.create_node("camera").create_publisher(POSE_STAMPED, scenes.TOPICS["box"], SENSOR_QOS)
+        node.busy = True  # as while a (minutes-long) collision fit runs
+        for k in range(50):
+            publisher.publish(pose_stamped_msg(runtime.messages, scenes.START_STAMP_NS + k * 33_000_000, "camera",
+                                               [0.1, 0.2, 1.0 + 1e-3 * k], [1.0, 0.0, 0.0, 0.0]))
+            runtime.spin_for(0.033)
+        assert node.inputs["box"].counters.accepted == 50 and len(node._pending) == 20
+        assert node._pending[-1][1] == pytest.approx(49 * 0.033)  # the newest kept

@@ -29,6 +29,7 @@ Tuning parameters are the members of
 :class:`~diffsim_ros.estimation.online_objects.OnlineObjectEstimatorConfig`.
 """
 
+import collections
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,7 +115,10 @@ class ObjectEstimatorNode:
             topics = dict(zip(topics, cfg.pose_topics))
         self.topics = topics
         self.estimator = self._new_estimator()
-        self.busy, self.last_outcome, self._pending, self.time_origin_ns = False, None, [], None
+        # Poses arriving during a fit (a collision fit can take minutes): at most a window's worth
+        # per object, the rest would fall out of the estimator's window anyway.
+        self._pending = collections.deque(maxlen=cfg.estimation.max_poses * len(topics))
+        self.busy, self.last_outcome, self.time_origin_ns = False, None, None
         self._running = None  # (start, end) of the event being fitted
         self._reset_requested = False
         self.output_path = resolve_resource(cfg.objects_output) if cfg.objects_output else default_objects_path()
@@ -207,7 +211,7 @@ class ObjectEstimatorNode:
     def _fit_done(self, result, error):
         """Back on the node's callbacks: record the verdict, publish an accepted estimate, catch up on poses."""
         self.busy = False
-        pending, self._pending = self._pending, []
+        pending, self._pending = self._pending, collections.deque(maxlen=self._pending.maxlen)
         if self._reset_requested:
             self._reset()
             return
