@@ -23,7 +23,8 @@ Topics:
   accepted event: the combined estimates and standard deviations in the layout of
   :mod:`diffsim_ros.nodes.messages` (element names ``box/ground.friction``, ``box.mass``...).
 
-Fits (about a second per slide) run off the executor (``NodeHandle.run_in_background``);
+Fits (15-25 s per slide, minutes per collision, measured under load on 2 shared cores:
+benchmarks/RESULTS.md, online-objects) run off the executor (``NodeHandle.run_in_background``);
 poses that arrive meanwhile are queued and handed to the estimator when the fit is done.
 Tuning parameters are the members of
 :class:`~diffsim_ros.estimation.online_objects.OnlineObjectEstimatorConfig`.
