@@ -76,6 +76,7 @@ setup(
             "estimator_node = diffsim_ros.nodes.estimator_node:main",
             "controller_node = diffsim_ros.nodes.controller_node:main",
             "sim_robot_node = diffsim_ros.nodes.sim_robot_node:main",
+            "object_estimator_node = diffsim_ros.nodes.object_estimator_node:main",
         ],
     },
 )

@@ -285,6 +285,28 @@ def camera_samples(scene, sim, seed, rate=CAMERA_RATE, position_noise=POSITION_N
     return out
 
 
+def pose_stream(scene, sim, seed, rest_before=0.3, rate=CAMERA_RATE):
+    """:func:`camera_samples` as a live camera sees the scene: the boxes first lie still at their
+    settled poses for ``rest_before`` seconds, then the push and the recording.
+
+    Returns:
+        The format of :func:`camera_samples`; times [s] from the push (negative before it).
+    """
+    count = int(round(rest_before / MUJOCO_STEP))
+    rest = {"times": np.arange(count) * MUJOCO_STEP}
+    for box in scene.boxes:
+        rest[box.name] = {k: np.repeat(sim[box.name][k][:1], count, 0) for k in ("position", "quaternion")}
+    before = camera_samples(scene, rest, seed + 1_000_003, rate)
+    after = camera_samples(scene, sim, seed, rate)
+    out = {}
+    for name, (times, position, quat) in after.items():
+        t0, p0, q0 = before[name]
+        keep = t0 - rest_before < -0.5 / rate  # whole frame periods before the push
+        out[name] = (np.concatenate([t0[keep] - rest_before, times]), np.concatenate([p0[keep], position]),
+                     np.concatenate([q0[keep], quat]))
+    return out
+
+
 def scene_document(scene, unknown=("box.mass", "box/ground.friction", "box/target.restitution"), override=None):
     """The scene file (YAML mapping) for ``diffsim-ros estimate-objects``: geometry, known
     values, and the parameters in ``unknown`` marked ``unknown``.
@@ -321,10 +343,11 @@ def calibration_document():
     return {"parameters": {"camera.pose": [x, y, z, qx, qy, qz, w]}}
 
 
-def write_scene_files(scene, sim, directory, seed, storage="mcap", **document):
+def write_scene_files(scene, sim, directory, seed, storage="mcap", samples=None, **document):
     """Write ``bag/`` (mcap, PoseStamped in the camera frame), ``scene.yaml`` and
-    ``calibration.yaml`` into ``directory``; returns their paths. ``document``: options of
-    :func:`scene_document`."""
+    ``calibration.yaml`` into ``directory``; returns their paths. ``samples``: the poses to
+    write (default :func:`camera_samples`, e.g. :func:`pose_stream`'s); ``document``: options
+    of :func:`scene_document`."""
     from diffsim_ros.io.bags import write_bag
     from diffsim_ros.io.ros_messages import pose_stamped_msg
     from diffsim_ros.io.ros_types import TypestoreMessages, default_typestore
@@ -333,7 +356,7 @@ def write_scene_files(scene, sim, directory, seed, storage="mcap", **document):
     directory.mkdir(parents=True, exist_ok=True)
     factory = TypestoreMessages(default_typestore())
     messages = []
-    for name, (times, position, quat) in camera_samples(scene, sim, seed).items():
+    for name, (times, position, quat) in (samples or camera_samples(scene, sim, seed)).items():
         for t, p, q in zip(times, position, quat):
             stamp = START_STAMP_NS + int(round(t * 1e9))
             messages.append((stamp, TOPICS[name], pose_stamped_msg(factory, stamp, "camera", p, q)))
