@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from diffsim_ros.nodes import controller_node, estimator_node, sim_robot_node
+from diffsim_ros.nodes import controller_node, estimator_node, object_estimator_node, sim_robot_node
 from diffsim_ros.nodes.controller_node import ControllerNodeConfig
 from diffsim_ros.nodes.estimator_node import EstimatorNodeConfig
+from diffsim_ros.nodes.object_estimator_node import ObjectEstimatorNodeConfig
 from diffsim_ros.nodes.sim_robot_node import SimRobotConfig
 from diffsim_ros.runtime.params import _flatten, coerce_parameter, parameter_specs
 from oracles import REPO
@@ -29,7 +30,8 @@ PARAMS_FILES = sorted((REPO / "config").glob("*.params.yaml"))
 NODE_CONFIGS = {"sim_robot": SimRobotConfig, "estimator": EstimatorNodeConfig, "controller": ControllerNodeConfig}
 RUNTIME_PARAMETERS = {"use_sim_time", "autostart"}  # declared by the runtime (autostart: lifecycle nodes)
 EXECUTABLES = {"sim_robot_node": (SimRobotConfig, sim_robot_node), "estimator_node": (EstimatorNodeConfig, estimator_node),
-               "controller_node": (ControllerNodeConfig, controller_node)}
+               "controller_node": (ControllerNodeConfig, controller_node),
+               "object_estimator_node": (ObjectEstimatorNodeConfig, object_estimator_node)}
 
 
 def calls(tree, name):
@@ -49,8 +51,9 @@ def console_scripts():
         return {line.split("=")[0].strip() for line in scripts}
 
 
-def test_the_three_launch_files_exist():
-    assert [p.name for p in LAUNCH_FILES] == ["baxter.launch.py", "baxter_sim.launch.py", "generic.launch.py"]
+def test_the_launch_files_exist():
+    assert [p.name for p in LAUNCH_FILES] == ["baxter.launch.py", "baxter_sim.launch.py", "generic.launch.py",
+                                              "objects.launch.py"]
 
 
 @pytest.mark.parametrize("path", LAUNCH_FILES, ids=lambda p: p.name)
