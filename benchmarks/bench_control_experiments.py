@@ -58,7 +58,8 @@ CONTROLLERS = {
     "PD only": "none",
     "PD + gravity compensation": "gravity",
     "impedance, analytic model term": "analytic",
-    "impedance, torque-map model term": "map",
+    "impedance, torque-map feedforward (map, compliant)": "map",
+    "impedance, torque-map servo (map_servo, stiff)": "map_servo",
 }
 
 
