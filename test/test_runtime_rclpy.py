@@ -220,6 +220,14 @@ def test_real_rclpy_service_parameters_background_and_diagnostics(rclpy_handle):
     assert handle.spin(lambda: bool(done))
     assert done[0][:2] == (42, None)
     assert worker[0] is not done[0][2] and done[0][2] is threading.main_thread()  # work off, done on the executor
+    # A niced worker runs at lower priority; the node's own threads keep theirs.
+    done.clear()
+    handle.run_in_background(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id()),
+                             lambda result, error: done.append((result, error)), niceness=7)
+    assert handle.spin(lambda: bool(done))
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    assert done[0] == (min(own + 7, 19), None)
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == own
 
     msg = diagnostic_array_msg(handle.messages, handle.now_ns(), [status(1, "n: x", "warn", {"rate [Hz]": 99.5})])
     assert msg.status[0].level == b"\x01" and msg.status[0].values[0].value == "99.5"

@@ -88,9 +88,11 @@ _INTS = {"int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64
 
 
 def _lower_thread_priority(niceness):
-    """Nice the calling thread only (Linux applies PRIO_PROCESS to a thread id); elsewhere a no-op."""
+    """Nice the calling thread only, relative to its priority now (Linux applies PRIO_PROCESS to a
+    thread id); elsewhere a no-op."""
     try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), int(niceness))
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + int(niceness)))
     except (AttributeError, OSError):  # not Linux, or not permitted: run at the node's priority
         pass
 
