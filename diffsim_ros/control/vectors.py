@@ -4,7 +4,7 @@ import numpy as np
 
 from diffsim_ros.control.errors import ControlError
 
-__all__ = ["joint_vector", "per_joint", "to_numpy"]
+__all__ = ["per_joint", "to_numpy"]
 
 
 def to_numpy(x):
@@ -13,15 +13,6 @@ def to_numpy(x):
         x = x.detach().cpu().numpy()
     return np.asarray(x, dtype=np.float64)
 
-
-def joint_vector(x, n, what):
-    """``x`` as a finite float64 array of shape (n,), with a clear error otherwise."""
-    array = np.asarray(x, dtype=np.float64)
-    if array.shape != (n,):
-        raise ControlError(f"{what} must have shape ({n},), got {array.shape}")
-    if not np.all(np.isfinite(array)):
-        raise ControlError(f"{what} must be finite, got {array.tolist()}")
-    return array
 
 
 def per_joint(value, joint_names, what, default):

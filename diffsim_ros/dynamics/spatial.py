@@ -13,11 +13,9 @@ __all__ = [
     "matvec",
     "quat_multiply",
     "quat_conjugate",
-    "quat_rotate",
     "quat_to_matrix",
     "matrix_to_quat",
     "quat_normalize",
-    "quat_from_axis_angle",
     "quat_log",
 ]
 
@@ -97,13 +95,6 @@ def quat_conjugate(q):
     return q * torch.tensor([1.0, -1.0, -1.0, -1.0], dtype=q.dtype, device=q.device)
 
 
-def quat_rotate(q, v):
-    """Rotate vectors ``v`` (..., 3) by unit quaternions ``q`` (..., 4)."""
-    w = q[..., :1]
-    u = q[..., 1:]
-    t = 2.0 * torch.cross(u, v, dim=-1)
-    return v + w * t + torch.cross(u, t, dim=-1)
-
 
 def quat_normalize(q):
     """Unit quaternions, shape (..., 4)."""
@@ -146,11 +137,6 @@ def matrix_to_quat(r):
     q = chosen * scale
     return torch.where(q[..., :1] < 0, -q, q)
 
-
-def quat_from_axis_angle(axis, angle):
-    """Quaternion of a rotation about unit ``axis`` (..., 3) by ``angle`` (...) [rad]."""
-    half = 0.5 * angle
-    return torch.cat([torch.cos(half)[..., None], torch.sin(half)[..., None] * axis], dim=-1)
 
 
 def quat_log(q):

@@ -187,17 +187,6 @@ class WorldState:
         """Apply ``fn`` to every tensor field (None stays None)."""
         return WorldState(**{f.name: (None if getattr(self, f.name) is None else fn(getattr(self, f.name))) for f in fields(self)})
 
-    @staticmethod
-    def stack(states, dim):
-        """Stack states along a new dimension ``dim`` (counted from the front, e.g. time)."""
-        first = states[0]
-        return WorldState(
-            **{
-                f.name: (None if getattr(first, f.name) is None else torch.stack([getattr(s, f.name) for s in states], dim))
-                for f in fields(first)
-            }
-        )
-
 
 @dataclass(frozen=True)
 class StepInfo:
