@@ -76,6 +76,51 @@ def _cost(xs, u, weight, target, hold, previous, w_smooth, w_effort):
 
 
 @njit(cache=True)
+def _value_update(k, u, previous, xs, target, w2, a, a_k, q_ux, rhs, pa, p_xx, p_xp, p_pp, s_x, s_x_new, s_p):
+    """The value function of ``z_k`` from stage k's solution ``rhs`` (in place; see :func:`_riccati`)."""
+    m, n = p_xx.shape[0], p_pp.shape[0]
+    # value function of z_k: P_xx = A' P_xx A + Q_ux' K_x (+ W^2 for k > 0), P_xp = Q_ux' K_p, ...
+    for i in range(m):
+        for j in range(m):
+            acc = 0.0
+            for l in range(m):
+                acc += p_xx[i, l] * a_k[l, j]
+            pa[i, j] = acc
+    for i in range(m):
+        acc = 0.0
+        for l in range(m):
+            acc += a_k[l, i] * s_x[l]
+        for l in range(n):
+            acc += q_ux[l, i] * rhs[l, 0]
+        s_x_new[i] = acc
+    for i in range(m):
+        for j in range(i, m):
+            acc = 0.0
+            for l in range(m):
+                acc += a_k[l, i] * pa[l, j]
+            for l in range(n):
+                acc += q_ux[l, i] * rhs[l, 1 + j]
+            p_xx[i, j] = acc  # pa holds P_xx A: P_xx may be overwritten
+        for j in range(n):
+            acc = 0.0
+            for l in range(n):
+                acc += q_ux[l, i] * rhs[l, 1 + m + j]
+            p_xp[i, j] = acc
+    for i in range(m):
+        for j in range(i):
+            p_xx[i, j] = p_xx[j, i]
+    for i in range(n):
+        before = previous[i] if k == 0 else u[k - 1, i]
+        s_p[i] = -a * rhs[i, 0] - a * (u[k, i] - before)
+        for j in range(n):
+            p_pp[i, j] = (a if i == j else 0.0) - a * rhs[i, 1 + m + j]
+    if k > 0:  # tracking of x_k
+        for i in range(m):
+            p_xx[i, i] += w2[i]
+            s_x_new[i] += w2[i] * (xs[k, i] - target[k - 1, i])
+
+
+@njit(cache=True)
 def _riccati(xs, u, a_mats, b_mats, weight, target, hold, previous, w_smooth, w_effort, levenberg, gains, feedback):
     """Backward pass of the linearized problem: ``du_k = gains[k] + feedback[k] @ (dx_k, du_{k-1})``.
 
@@ -138,45 +183,7 @@ def _riccati(xs, u, a_mats, b_mats, weight, target, hold, previous, w_smooth, w_
             gains[k, i] = rhs[i, 0]
             for j in range(m + n):
                 feedback[k, i, j] = rhs[i, 1 + j]
-        # value function of z_k: P_xx = A' P_xx A + Q_ux' K_x (+ W^2 for k > 0), P_xp = Q_ux' K_p, ...
-        for i in range(m):
-            for j in range(m):
-                acc = 0.0
-                for l in range(m):
-                    acc += p_xx[i, l] * a_k[l, j]
-                pa[i, j] = acc
-        for i in range(m):
-            acc = 0.0
-            for l in range(m):
-                acc += a_k[l, i] * s_x[l]
-            for l in range(n):
-                acc += q_ux[l, i] * rhs[l, 0]
-            s_x_new[i] = acc
-        for i in range(m):
-            for j in range(i, m):
-                acc = 0.0
-                for l in range(m):
-                    acc += a_k[l, i] * pa[l, j]
-                for l in range(n):
-                    acc += q_ux[l, i] * rhs[l, 1 + j]
-                p_xx[i, j] = acc  # pa holds P_xx A: P_xx may be overwritten
-            for j in range(n):
-                acc = 0.0
-                for l in range(n):
-                    acc += q_ux[l, i] * rhs[l, 1 + m + j]
-                p_xp[i, j] = acc
-        for i in range(m):
-            for j in range(i):
-                p_xx[i, j] = p_xx[j, i]
-        for i in range(n):
-            before = previous[i] if k == 0 else u[k - 1, i]
-            s_p[i] = -a * rhs[i, 0] - a * (u[k, i] - before)
-            for j in range(n):
-                p_pp[i, j] = (a if i == j else 0.0) - a * rhs[i, 1 + m + j]
-        if k > 0:  # tracking of x_k
-            for i in range(m):
-                p_xx[i, i] += w2[i]
-                s_x_new[i] += w2[i] * (xs[k, i] - target[k - 1, i])
+        _value_update(k, u, previous, xs, target, w2, a, a_k, q_ux, rhs, pa, p_xx, p_xp, p_pp, s_x, s_x_new, s_p)
         s_x[:] = s_x_new
     return True
 

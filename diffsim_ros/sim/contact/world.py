@@ -25,6 +25,7 @@ Parameters ``<object>.mass`` [kg], ``<object>.friction`` and ``<object>.restitut
 tensors with leading batch dimensions (one value per batch element) and carry gradients.
 """
 
+import functools
 import math
 from dataclasses import dataclass, field, fields, replace
 
@@ -320,12 +321,7 @@ class ContactWorld:
         """
         objects, proxies = tuple(objects), tuple(proxies)
         static = (StaticShape("ground", Plane()),) if static is None else tuple(static)
-        if not objects and not proxies:
-            raise ContactError("a contact world needs at least one object or robot proxy")
-        names = [o.name for o in objects] + [s.name for s in static] + [p.name for p in proxies]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
-        if duplicates:
-            raise ContactError(f"duplicate shape names: {duplicates}")
+        names = _checked_names(objects, static, proxies)
         if solver not in ("lcp", "cone"):
             raise ContactError(f"solver must be 'lcp' or 'cone', got {solver!r}")
         if cone_method not in ("auto", "staggered"):
@@ -334,63 +330,16 @@ class ContactWorld:
         margin = _finite("margin [m]", margin, 0.0)
         baumgarte = _finite("baumgarte", baumgarte, 0.0, 1.0, low_open=True)
         bounce_threshold = _finite("bounce_threshold [m/s]", bounce_threshold, 0.0)
-        if robot is not None:
-            dtype, device = robot.model.dtype, robot.model.device
-            if abs(robot.dt - dt) > 1e-12 * dt:
-                raise ContactError(f"robot simulator dt {robot.dt} differs from the world dt {dt}")
-            gravity = robot.model.gravity.tolist()
-            for proxy in proxies:
-                robot.model.frame(proxy.link)  # raises for unknown links
-        elif proxies:
-            raise ContactError("link proxies need a robot")
-        dtype = dtype or torch.float64
-        device = torch.get_default_device() if device is None else torch.device(device)
-
-        def tensor(values):
-            return torch.tensor(values, dtype=dtype, device=device)
-
-        unit = torch.stack(
-            [
-                (tensor(o.inertia) / o.mass) if o.inertia is not None else unit_inertia(o.shape, dtype, device)
-                for o in objects
-            ]
-        ) if objects else torch.zeros(0, 3, dtype=dtype, device=device)
-        params = {
-            "mass": tensor([o.mass for o in objects]),
-            "friction": tensor([o.friction for o in objects]),
-            "restitution": tensor([o.restitution for o in objects]),
-        }
+        dtype, device, gravity = _frame_of(robot, proxies, dt, dtype, device, gravity)
+        tensor = functools.partial(torch.tensor, dtype=dtype, device=device)
+        unit, params = _object_tensors(objects, tensor)
         geoms = (
             [_Geom("object", i, o.name, o.shape) for i, o in enumerate(objects)]
             + [_Geom("proxy", i, p.name, p.shape) for i, p in enumerate(proxies)]
             + [_Geom("static", i, s.name, s.shape) for i, s in enumerate(static)]
         )
-        excluded = {frozenset(pair) for pair in exclude}
-        overrides = {}
-        for kind, table, high in (("friction", pair_friction, math.inf), ("restitution", pair_restitution, 1.0)):
-            for key, value in (table or {}).items():
-                unknown = set(key) - set(names)
-                if len(key) != 2 or unknown:
-                    raise ContactError(f"pair_{kind} key {key!r} must name two shapes of the world; unknown {sorted(unknown)}")
-                overrides[(kind, frozenset(key))] = _finite(f"pair_{kind}[{key}]", value, 0.0, high)
-        if any("/" in n for n in names):
-            raise ContactError(f"shape names may not contain '/' (it separates the names of a pair): {[n for n in names if '/' in n]}")
-        pairs, start, pair_values = [], 0, {"friction": [], "restitution": []}
-        for i, a in enumerate(geoms):
-            for b in geoms[i + 1 :]:
-                if a.kind == b.kind and a.kind in ("static", "proxy"):
-                    continue
-                if frozenset((a.name, b.name)) in excluded:
-                    continue
-                if isinstance(a.shape, Plane) and isinstance(b.shape, Plane):
-                    continue
-                count = slot_count(a.shape, b.shape)
-                key = frozenset((a.name, b.name))
-                explicit = frozenset(kind for kind in pair_values if (kind, key) in overrides)
-                for kind, column in pair_values.items():
-                    column.append(overrides.get((kind, key), 0.0))
-                pairs.append(_Pair(a, b, start, count, explicit))
-                start += count
+        overrides = _pair_overrides(names, pair_friction, pair_restitution)
+        pairs, pair_values = _pair_table(geoms, {frozenset(pair) for pair in exclude}, overrides)
         return cls(
             objects=objects,
             static=static,
@@ -1000,3 +949,73 @@ def _stack_time(states):
             dim = -2 if f.name in ("q", "qd") else -3
             out[f.name] = torch.stack([getattr(s, f.name) for s in states], dim)
     return WorldState(**out)
+
+
+def _object_tensors(objects, tensor):
+    """Unit inertias (K, 3) [m²] and the parameter tensors (mass, friction, restitution) of the objects."""
+    like = tensor([])
+    unit = torch.stack([
+        (tensor(o.inertia) / o.mass) if o.inertia is not None else unit_inertia(o.shape, like.dtype, like.device)
+        for o in objects
+    ]) if objects else torch.zeros(0, 3, dtype=like.dtype, device=like.device)
+    params = {name: tensor([getattr(o, name) for o in objects]) for name in ("mass", "friction", "restitution")}
+    return unit, params
+
+
+def _checked_names(objects, static, proxies):
+    """Every shape name, unique and without '/' (ContactError otherwise)."""
+    if not objects and not proxies:
+        raise ContactError("a contact world needs at least one object or robot proxy")
+    names = [o.name for o in objects] + [s.name for s in static] + [p.name for p in proxies]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ContactError(f"duplicate shape names: {duplicates}")
+    if any("/" in n for n in names):
+        raise ContactError(f"shape names may not contain '/' (it separates the names of a pair): {[n for n in names if '/' in n]}")
+    return names
+
+
+def _frame_of(robot, proxies, dt, dtype, device, gravity):
+    """(dtype, device, gravity) of a world: the robot model's when there is a robot."""
+    if robot is not None:
+        dtype, device = robot.model.dtype, robot.model.device
+        if abs(robot.dt - dt) > 1e-12 * dt:
+            raise ContactError(f"robot simulator dt {robot.dt} differs from the world dt {dt}")
+        gravity = robot.model.gravity.tolist()
+        for proxy in proxies:
+            robot.model.frame(proxy.link)  # raises for unknown links
+    elif proxies:
+        raise ContactError("link proxies need a robot")
+    device = torch.get_default_device() if device is None else torch.device(device)
+    return dtype or torch.float64, device, gravity
+
+
+def _pair_overrides(names, pair_friction, pair_restitution):
+    """``{(kind, frozenset(pair)): value}`` of the per-pair coefficients, checked."""
+    overrides = {}
+    for kind, table, high in (("friction", pair_friction, math.inf), ("restitution", pair_restitution, 1.0)):
+        for key, value in (table or {}).items():
+            unknown = set(key) - set(names)
+            if len(key) != 2 or unknown:
+                raise ContactError(f"pair_{kind} key {key!r} must name two shapes of the world; unknown {sorted(unknown)}")
+            overrides[(kind, frozenset(key))] = _finite(f"pair_{kind}[{key}]", value, 0.0, high)
+    return overrides
+
+
+def _pair_table(geoms, excluded, overrides):
+    """The colliding pairs with their contact slots, and the per-pair coefficient columns."""
+    pairs, start, pair_values = [], 0, {"friction": [], "restitution": []}
+    for i, a in enumerate(geoms):
+        for b in geoms[i + 1 :]:
+            if a.kind == b.kind and a.kind in ("static", "proxy"):
+                continue
+            key = frozenset((a.name, b.name))
+            if key in excluded or (isinstance(a.shape, Plane) and isinstance(b.shape, Plane)):
+                continue
+            count = slot_count(a.shape, b.shape)
+            explicit = frozenset(kind for kind in pair_values if (kind, key) in overrides)
+            for kind, column in pair_values.items():
+                column.append(overrides.get((kind, key), 0.0))
+            pairs.append(_Pair(a, b, start, count, explicit))
+            start += count
+    return pairs, pair_values
