@@ -322,14 +322,8 @@ class ContactWorld:
         objects, proxies = tuple(objects), tuple(proxies)
         static = (StaticShape("ground", Plane()),) if static is None else tuple(static)
         names = _checked_names(objects, static, proxies)
-        if solver not in ("lcp", "cone"):
-            raise ContactError(f"solver must be 'lcp' or 'cone', got {solver!r}")
-        if cone_method not in ("auto", "staggered"):
-            raise ContactError(f"cone_method must be 'auto' or 'staggered', got {cone_method!r}")
-        dt = _finite("dt [s]", dt, 0.0, low_open=True)
-        margin = _finite("margin [m]", margin, 0.0)
-        baumgarte = _finite("baumgarte", baumgarte, 0.0, 1.0, low_open=True)
-        bounce_threshold = _finite("bounce_threshold [m/s]", bounce_threshold, 0.0)
+        dt, margin, baumgarte, bounce_threshold = _checked_options(solver, cone_method, dt, margin, baumgarte,
+                                                                   bounce_threshold)
         dtype, device, gravity = _frame_of(robot, proxies, dt, dtype, device, gravity)
         tensor = functools.partial(torch.tensor, dtype=dtype, device=device)
         unit, params = _object_tensors(objects, tensor)
@@ -960,6 +954,17 @@ def _object_tensors(objects, tensor):
     ]) if objects else torch.zeros(0, 3, dtype=like.dtype, device=like.device)
     params = {name: tensor([getattr(o, name) for o in objects]) for name in ("mass", "friction", "restitution")}
     return unit, params
+
+
+def _checked_options(solver, cone_method, dt, margin, baumgarte, bounce_threshold):
+    """The numeric options as floats, checked (ContactError names the bad one)."""
+    if solver not in ("lcp", "cone"):
+        raise ContactError(f"solver must be 'lcp' or 'cone', got {solver!r}")
+    if cone_method not in ("auto", "staggered"):
+        raise ContactError(f"cone_method must be 'auto' or 'staggered', got {cone_method!r}")
+    return (_finite("dt [s]", dt, 0.0, low_open=True), _finite("margin [m]", margin, 0.0),
+            _finite("baumgarte", baumgarte, 0.0, 1.0, low_open=True),
+            _finite("bounce_threshold [m/s]", bounce_threshold, 0.0))
 
 
 def _checked_names(objects, static, proxies):
