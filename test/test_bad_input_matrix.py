@@ -19,7 +19,7 @@ clock_jumps_back_5s           ``/clock`` jumping back 5 s: both nodes reset thei
                               safety layer counts the jump as no time elapsed
                               (``test_nodes_recover_from_clock_jumps``)
 sender_clock_jumps            the robot's stamps jump (-5 s or +100 s) against the receive time: two
-                              samples dropped, the third adopts the new clock (test_runtime_faults)
+                              samples dropped, the third adopts the new clock (test_runtime_inputs)
 baxter_emulator_clock_jump    the emulated Baxter's 0.2 s command timeout runs on elapsed time: a
                               clock jumping back does not keep it in torque mode
 clock_jumps_forward           the rate limit credits at most 0.1 s (no torque step); Baxter re-engages

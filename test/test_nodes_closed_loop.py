@@ -19,7 +19,7 @@ from diffsim_ros.nodes.messages import estimates_from_msg
 from diffsim_ros.nodes.sim_robot_node import SimRobotNode
 from diffsim_ros.runtime import COMMAND_QOS, LATCHED_QOS, SENSOR_QOS
 from diffsim_ros.runtime.embedded import EmbeddedRuntime
-from diffsim_ros.runtime.faults import joint_state_input
+from diffsim_ros.runtime.inputs import joint_state_input
 from oracles import REPO
 
 PARAMS = REPO / "config" / "baxter_sim.params.yaml"

@@ -24,7 +24,7 @@ from diffsim_ros.io.ros_messages import (
 from diffsim_ros.io.ros_types import CLOCK, FLOAT64_MULTI_ARRAY, JOINT_STATE
 from diffsim_ros.runtime import COMMAND_QOS, SENSOR_QOS, QosProfile, declare_config, param
 from diffsim_ros.runtime.embedded import DEFAULT_START_NS, EmbeddedError, EmbeddedRuntime
-from diffsim_ros.runtime.faults import FRESH, STALE, joint_state_input
+from diffsim_ros.runtime.inputs import FRESH, STALE, joint_state_input
 
 JOINTS = ["j0", "j1", "j2"]
 PERIOD_S = 0.01

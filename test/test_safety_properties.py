@@ -50,7 +50,7 @@ from diffsim_ros.dynamics.fast import FastDynamics
 from diffsim_ros.io.ros_messages import joint_state_msg
 from diffsim_ros.io.ros_types import TypestoreMessages
 from diffsim_ros.model import load_robot_config
-from diffsim_ros.runtime.faults import joint_state_input
+from diffsim_ros.runtime.inputs import joint_state_input
 from oracles import BAXTER_LEFT
 
 TOL = 1e-9  # [N·m] arithmetic slack of the checks

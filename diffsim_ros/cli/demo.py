@@ -48,7 +48,7 @@ from diffsim_ros.nodes.sim_robot_node import SimRobotNode
 from diffsim_ros.resources import share_directory
 from diffsim_ros.runtime import COMMAND_QOS, LATCHED_QOS, SENSOR_QOS
 from diffsim_ros.runtime.embedded import EmbeddedRuntime
-from diffsim_ros.runtime.faults import joint_state_input
+from diffsim_ros.runtime.inputs import joint_state_input
 from diffsim_ros.sim.scenarios import nearest_neighbour_order, random_poses
 
 __all__ = ["DemoResult", "add_parser", "demo_command", "motion_poses", "payload_tracking", "rest_poses", "run_demo",

@@ -69,7 +69,7 @@ from diffsim_ros.resources import resolve_resource
 from diffsim_ros.runtime import LATCHED_QOS, SENSOR_QOS, declare_config, param
 from diffsim_ros.runtime.diagnostics import DIAGNOSTIC_ARRAY, ERROR, OK, WARN, InputRates, diagnostic_array_msg, \
     input_status, node_label, status
-from diffsim_ros.runtime.faults import FRESH, STALE, joint_state_input
+from diffsim_ros.runtime.inputs import FRESH, STALE, joint_state_input
 from diffsim_ros.runtime.params import ParameterError, config_values, group, per_joint_value, updated_config
 from diffsim_ros.runtime.rclpy_backend import exit_process, run_node
 

@@ -57,7 +57,7 @@ from diffsim_ros.resources import resolve_resource
 from diffsim_ros.runtime import COMMAND_QOS, LATCHED_QOS, SENSOR_QOS, declare_config, param
 from diffsim_ros.runtime.diagnostics import DIAGNOSTIC_ARRAY, OK, WARN, InputRates, diagnostic_array_msg, \
     input_status, node_label, status
-from diffsim_ros.runtime.faults import STALE, PoseWorkspace, joint_state_input, pose_input
+from diffsim_ros.runtime.inputs import STALE, PoseWorkspace, joint_state_input, pose_input
 from diffsim_ros.runtime.params import group
 from diffsim_ros.runtime.rclpy_backend import exit_process, run_node
 

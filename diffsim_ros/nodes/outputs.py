@@ -19,7 +19,7 @@ from diffsim_ros.io.ros_messages import (
 )
 from diffsim_ros.io.ros_types import EMPTY, FLOAT64_MULTI_ARRAY, JOINT_COMMAND
 from diffsim_ros.runtime import COMMAND_QOS
-from diffsim_ros.runtime.faults import check_joint_names
+from diffsim_ros.runtime.inputs import check_joint_names
 from diffsim_ros.runtime.params import ParameterError
 
 __all__ = [

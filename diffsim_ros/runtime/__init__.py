@@ -6,7 +6,7 @@
 * :mod:`~diffsim_ros.runtime.qos` — QosProfile and the usual profiles.
 * message conversions and type names are in ``diffsim_ros.io.ros_messages`` and
   ``diffsim_ros.io.ros_types`` (shared with the bag reader).
-* :mod:`~diffsim_ros.runtime.faults` — watchdog, validated inputs, joint-name checks.
+* :mod:`~diffsim_ros.runtime.inputs` — watchdog, validated inputs, joint-name checks.
 * :mod:`~diffsim_ros.runtime.embedded` — in-process runtime (simulated or wall time,
   recording, bag replay).
 * :mod:`~diffsim_ros.runtime.rclpy_backend` — rclpy (the only module importing rclpy):

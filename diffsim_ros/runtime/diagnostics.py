@@ -2,7 +2,7 @@
 
 Each node publishes one DiagnosticArray per period with one status per concern, named
 ``<node>: <concern>`` as ``diagnostic_aggregator`` and ``rqt_robot_monitor`` expect. Input
-statuses come from an :class:`~diffsim_ros.runtime.faults.InputMonitor`: the receive and accept
+statuses come from an :class:`~diffsim_ros.runtime.inputs.InputMonitor`: the receive and accept
 rates over the last period, drop counts by cause, and the watchdog state (OK when fresh,
 WARN while waiting for the first sample, ERROR when stale). Node-specific statuses (controller
 mode and safety, estimator health) are built by the nodes with :func:`status`.
@@ -11,7 +11,7 @@ mode and safety, estimator health) are built by the nodes with :func:`status`.
 from dataclasses import dataclass, field
 
 from diffsim_ros.io.ros_messages import NS_PER_S, header_fields
-from diffsim_ros.runtime.faults import FRESH, STALE
+from diffsim_ros.runtime.inputs import FRESH, STALE
 
 __all__ = ["DIAGNOSTIC_ARRAY", "ERROR", "InputRates", "OK", "STALE_LEVEL", "Status", "WARN",
            "diagnostic_array_msg", "input_status", "node_label", "status"]

@@ -1,4 +1,4 @@
-"""Input fault handling for nodes: staleness, NaN, implausible and out-of-order samples, time
+"""Input monitors for nodes: staleness, NaN, implausible and out-of-order samples, time
 jumps, joint-name checks.
 
 Backend-neutral building blocks (no topics, no clock of their own: callers pass the node

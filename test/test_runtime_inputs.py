@@ -5,7 +5,7 @@ import pytest
 
 from diffsim_ros.io.ros_messages import JointMappingError, joint_state_msg, pose_stamped_msg
 from diffsim_ros.io.ros_types import POSE_STAMPED, TypestoreMessages
-from diffsim_ros.runtime.faults import (
+from diffsim_ros.runtime.inputs import (
     FRESH,
     STALE,
     WAITING,
@@ -198,7 +198,7 @@ def test_implausible_joint_states_are_dropped_as_invalid():
 
 
 def test_pose_workspace():
-    from diffsim_ros.runtime.faults import PoseWorkspace
+    from diffsim_ros.runtime.inputs import PoseWorkspace
 
     log = ListLogger()
     monitor = pose_input(timeout_s=0.1, logger=log)  # default: the plausibility bound, 50 m
