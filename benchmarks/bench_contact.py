@@ -35,7 +35,7 @@ import torch
 
 from benchmarks.common import machine_line, markdown_table, median, time_call, write_section
 from diffsim_ros.model import RobotModel
-from diffsim_ros.sim.base import RigidBodySimulator
+from diffsim_ros.sim.rigid import RigidBodySimulator
 from diffsim_ros.sim.contact import Box, ContactWorld, LinkProxy, RigidObject, Sphere
 from diffsim_ros.sim.contact.world import WorldState
 

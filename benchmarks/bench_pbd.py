@@ -39,7 +39,7 @@ from diffsim_ros.dynamics import (
 )
 from diffsim_ros.control.jacobians import rowwise_jacobian
 from diffsim_ros.sim import PBDSimulator
-from diffsim_ros.sim.base import RigidBodySimulator
+from diffsim_ros.sim.rigid import RigidBodySimulator
 from diffsim_ros.sim.pbd import build_system, static_torques
 from test_pbd_references import baxter, mujoco_rollout, random_state
 

@@ -25,7 +25,7 @@ from diffsim_ros.sim.pbd import FreeBase, PBDError, build_system
 from diffsim_ros.sim.pbd.constraints import joint_blocks
 from diffsim_ros.sim.pbd.projection import solve_direct
 from diffsim_ros.sim.pbd.solver import SolverSettings, _accelerate, _pose
-from diffsim_ros.sim.base import RigidBodySimulator
+from diffsim_ros.sim.rigid import RigidBodySimulator
 from test_pbd_references import baxter, chain_urdf, mujoco_rollout, random_state
 
 BAXTER_RMSE_TOL = 1e-4  # joint-angle RMSE over 0.3 s, 10 substeps, vs MuJoCo [rad]

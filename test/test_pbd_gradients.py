@@ -12,7 +12,7 @@ import torch
 import torch.autograd.forward_ad as fwad
 
 from diffsim_ros.sim import PBDSimulator
-from diffsim_ros.sim.base import RigidBodySimulator
+from diffsim_ros.sim.rigid import RigidBodySimulator
 from test_pbd_references import baxter, random_state
 
 GRAD_RTOL = 1e-7  # relative error of a directional derivative

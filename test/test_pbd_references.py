@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from diffsim_ros.model import load_robot_config
-from diffsim_ros.sim.base import RigidBodySimulator
+from diffsim_ros.sim.rigid import RigidBodySimulator
 from oracles import BAXTER_LEFT, BAXTER_URDF, mujoco_model
 
 REFERENCE_TOL = 1e-9  # MuJoCo RK4 at 1e-4 s vs diffsim_ros RK4 at 1e-4 s [rad]

@@ -9,7 +9,7 @@ import torch
 
 from diffsim_ros.dynamics import gravity_torques, spring_torques
 from diffsim_ros.sim import PBDSimulator
-from diffsim_ros.sim.base import RigidBodySimulator
+from diffsim_ros.sim.rigid import RigidBodySimulator
 from diffsim_ros.sim.pbd import static_torques
 from oracles import REPO
 from test_pbd_references import baxter, random_state

@@ -31,7 +31,7 @@ from diffsim_ros.control.errors import ControlError
 from diffsim_ros.control.mpc import MPCSettings, ModelPredictiveController
 from diffsim_ros.dynamics.derivatives import lu_factor, lu_solve_columns, rnea_values_into
 from diffsim_ros.dynamics.fast import spring_torques_into
-from diffsim_ros.sim.base import RigidBodySimulator
+from diffsim_ros.sim.rigid import RigidBodySimulator
 from diffsim_ros.sim.pbd import PBDSimulator
 from diffsim_ros.sim.pbd.fast import FastPBD
 from diffsim_ros.sim.rigid_fast import FastRigidStep, step_into, step_work, unpack_model

@@ -35,7 +35,7 @@ from diffsim_ros.estimation.residuals import (
     StaticTorqueResidual,
 )
 from diffsim_ros.model.plausibility import DEFAULT_BOUNDS, PlausibilityBounds, plausibility_violations
-from diffsim_ros.sim.base import RigidBodySimulator
+from diffsim_ros.sim.rigid import RigidBodySimulator
 from diffsim_ros.sim.factory import make_simulator, steps_per_sample
 
 __all__ = [

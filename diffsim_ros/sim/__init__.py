@@ -1,6 +1,7 @@
 """Simulators: the PBD/XPBD articulated simulator, contact, and the rigid-body reference."""
 
-from diffsim_ros.sim.base import JointSpaceSimulator, RigidBodySimulator
+from diffsim_ros.sim.base import JointSpaceSimulator
+from diffsim_ros.sim.rigid import RigidBodySimulator
 from diffsim_ros.sim.factory import SIMULATOR_KINDS, make_simulator, steps_per_sample
 from diffsim_ros.sim.pbd import (
     FreeBase,

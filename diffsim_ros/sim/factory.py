@@ -1,6 +1,6 @@
 """The one simulator factory: a JointSpaceSimulator by kind."""
 
-from diffsim_ros.sim.base import RigidBodySimulator
+from diffsim_ros.sim.rigid import RigidBodySimulator
 from diffsim_ros.sim.pbd import PBDSimulator
 
 __all__ = ["SIMULATOR_KINDS", "make_simulator", "steps_per_sample"]

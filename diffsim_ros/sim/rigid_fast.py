@@ -1,6 +1,6 @@
 """The rigid-body implicit-Euler step compiled, with exact Jacobians in state, torque and parameters.
 
-The same step as :class:`~diffsim_ros.sim.base.RigidBodySimulator` (``"implicit_euler"``):
+The same step as :class:`~diffsim_ros.sim.rigid.RigidBodySimulator` (``"implicit_euler"``):
 per substep of length ``h``, with ``B = diag(slope)`` the implicit damping (viscous damping,
 the slope of the smoothed Coulomb friction and the diagonal of the springs' damping),
 
