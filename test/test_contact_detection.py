@@ -7,7 +7,8 @@ import torch
 from diffsim_ros.dynamics.spatial import quat_normalize, quat_to_matrix
 from diffsim_ros.sim.contact import Box, Capsule, ContactError, Plane, Sphere, collide, slot_count
 from diffsim_ros.sim.contact.detection import EDGE_PREFERENCE
-from diffsim_ros.sim.contact.frames import contact_frames, quat_exp
+from diffsim_ros.dynamics.spatial import quat_exp
+from diffsim_ros.sim.contact.frames import contact_frames
 
 mujoco = pytest.importorskip("mujoco")
 

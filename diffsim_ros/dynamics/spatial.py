@@ -16,6 +16,7 @@ __all__ = [
     "quat_to_matrix",
     "matrix_to_quat",
     "quat_normalize",
+    "quat_exp",
     "quat_log",
 ]
 
@@ -73,6 +74,23 @@ def so3_exp(rotvec):
 def matvec(mat, vec):
     """Batched matrix-vector product, shapes (..., a, b) x (..., b) -> (..., a)."""
     return (mat @ vec.unsqueeze(-1)).squeeze(-1)
+
+
+_SMALL_ANGLE_SQUARED = 1e-8  # below it, Taylor series (exact to double precision) replace sin/cos ratios
+
+
+def quat_exp(rotvec):
+    """Unit quaternion (w, x, y, z) of the rotation vector ``rotvec`` [rad], (..., 3) -> (..., 4).
+
+    Exact, so that a rotation update and the angular velocity read back from it are inverse
+    to each other; a Taylor branch keeps value and gradient finite at zero.
+    """
+    square = (rotvec * rotvec).sum(-1, keepdim=True)
+    small = square < _SMALL_ANGLE_SQUARED
+    angle = torch.sqrt(torch.where(small, torch.ones_like(square), square))
+    cos_half = torch.where(small, 1.0 - square / 8.0, torch.cos(0.5 * angle))
+    sinc_half = torch.where(small, 0.5 - square / 48.0, torch.sin(0.5 * angle) / angle)
+    return torch.cat([cos_half, sinc_half * rotvec], dim=-1)
 
 
 def quat_multiply(a, b):

@@ -2,9 +2,9 @@
 
 import torch
 
-from diffsim_ros.dynamics.spatial import matvec, quat_multiply, quat_normalize
+from diffsim_ros.dynamics.spatial import matvec, quat_exp, quat_multiply, quat_normalize
 
-__all__ = ["contact_frames", "safe_norm", "safe_normalize", "quat_exp", "integrate_orientation", "transform_points"]
+__all__ = ["contact_frames", "safe_norm", "safe_normalize", "integrate_orientation", "transform_points"]
 
 # Below this norm a direction is treated as undefined (degenerate geometry).
 DEGENERATE_NORM = 1e-12
@@ -59,18 +59,6 @@ def contact_frames(normal):
     t1 = torch.cross(t2, normal, dim=-1)
     return torch.stack([normal, t1, t2], dim=-2)
 
-
-def quat_exp(rotvec):
-    """Unit quaternion (w, x, y, z) of a rotation vector (axis * angle [rad]), shape (..., 3) -> (..., 4).
-
-    Uses a Taylor expansion of sin(a/2)/a near zero so value and gradient stay exact at rest.
-    """
-    angle_sq = (rotvec * rotvec).sum(-1, keepdim=True)
-    small = angle_sq < 1e-8
-    angle = torch.sqrt(torch.where(small, torch.ones_like(angle_sq), angle_sq))
-    half_sinc = torch.where(small, 0.5 - angle_sq / 48.0, torch.sin(0.5 * angle) / angle)
-    half_cos = torch.where(small, 1.0 - angle_sq / 8.0, torch.cos(0.5 * angle))
-    return torch.cat([half_cos, half_sinc * rotvec], dim=-1)
 
 
 def integrate_orientation(quat, rotvec):

@@ -14,8 +14,6 @@ import torch
 from diffsim_ros.dynamics.spatial import quat_to_matrix
 
 __all__ = [
-    "quat_exp",
-    "quat_mul",
     "parent_rows",
     "child_rows",
     "parent_mats",
@@ -29,30 +27,6 @@ __all__ = [
     "joint_coordinates",
     "wrap_angle",
 ]
-
-_SMALL_ANGLE_SQUARED = 1e-8  # below it, Taylor series (exact to double precision) replace sin/cos ratios
-
-
-def quat_exp(rotvec):
-    """Unit quaternion (w, x, y, z) of the rotation vector ``rotvec`` [rad], (..., 3) -> (..., 4).
-
-    Exact, so that a rotation update and the angular velocity read back from it are inverse
-    to each other; a Taylor branch keeps value and gradient finite at zero.
-    """
-    square = (rotvec * rotvec).sum(-1, keepdim=True)
-    small = square < _SMALL_ANGLE_SQUARED
-    angle = torch.sqrt(torch.where(small, torch.ones_like(square), square))
-    cos_half = torch.where(small, 1.0 - square / 8.0, torch.cos(0.5 * angle))
-    sinc_half = torch.where(small, 0.5 - square / 48.0, torch.sin(0.5 * angle) / angle)
-    return torch.cat([cos_half, sinc_half * rotvec], dim=-1)
-
-
-def quat_mul(a, b):
-    """Hamilton product of (w, x, y, z) quaternions in vector form (fewer ops), (..., 4)."""
-    wa, va, wb, vb = a[..., :1], a[..., 1:], b[..., :1], b[..., 1:]
-    return torch.cat(
-        [wa * wb - (va * vb).sum(-1, keepdim=True), wa * vb + wb * va + torch.cross(va, vb, dim=-1)], dim=-1
-    )
 
 
 def parent_rows(joints, x):
