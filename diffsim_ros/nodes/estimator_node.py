@@ -53,6 +53,7 @@ from diffsim_ros.io.ros_messages import NS_PER_S, JointNameMap, MessageConversio
 from diffsim_ros.io.ros_types import EMPTY, FLOAT64_MULTI_ARRAY, JOINT_COMMAND, JOINT_STATE, POSE_STAMPED
 from diffsim_ros.nodes.messages import estimates_msg
 from diffsim_ros.nodes.robot import DEFAULT_ROBOT_CONFIG, default_calibration_path, load_robot, robot_topic, set_threads
+from diffsim_ros.nodes.services import TRIGGER, reset_response, save_response
 from diffsim_ros.resources import resolve_resource
 from diffsim_ros.runtime import COMMAND_QOS, LATCHED_QOS, SENSOR_QOS, declare_config, param
 from diffsim_ros.runtime.diagnostics import DIAGNOSTIC_ARRAY, OK, WARN, InputRates, diagnostic_array_msg, \
@@ -61,9 +62,8 @@ from diffsim_ros.runtime.inputs import STALE, PoseWorkspace, joint_state_input, 
 from diffsim_ros.runtime.params import group
 from diffsim_ros.runtime.rclpy_backend import exit_process, run_node
 
-__all__ = ["EstimatorNode", "EstimatorNodeConfig", "TRIGGER", "main"]
+__all__ = ["EstimatorNode", "EstimatorNodeConfig", "main"]
 
-TRIGGER = "std_srvs/srv/Trigger"
 _UPDATE_CHECK_PERIOD = 0.25  # [s] how often the node asks the estimator whether an update is due
 _DIAGNOSTICS_PERIOD = 1.0  # [s]
 _TORQUE_ESTIMATES = ("simulator", "inverse_dynamics", "off")
@@ -319,25 +319,11 @@ class EstimatorNode:
 
     def _serve_save(self, request):
         """``~/save_calibration`` (and ``~/save``): write the calibration file now."""
-        if self.busy:
-            return {"success": False, "message": "an estimator update is running; call again in a moment"}
-        try:
-            path = self.save()
-        except OSError as err:  # an unwritable path must not stop the estimator
-            message = f"calibration not saved to {self.output_path}: {err}"
-            self.handle.get_logger().error(message)
-            return {"success": False, "message": message}
-        if path is None:
-            return {"success": False, "message": "no accepted estimates yet: nothing to save"}
-        return {"success": True, "message": str(path)}
+        return save_response(self, "calibration", "an estimator update is running; call again in a moment")
 
     def _serve_reset(self, request):
         """``~/reset``: forget rests and estimates; start again from the start-up model."""
-        if self.busy:
-            self._reset_requested = True
-            return {"success": True, "message": "estimator reset when the running update ends"}
-        self._reset()
-        return {"success": True, "message": "estimator reset to the start-up model"}
+        return reset_response(self, "estimator reset when the running update ends", "estimator reset to the start-up model")
 
     def _reset(self):
         self.estimator, self.last_update, self._reset_requested = self._new_estimator(), None, False

@@ -43,9 +43,9 @@ from diffsim_ros.io.object_poses import camera_to_base, check_camera_pose
 from diffsim_ros.io.ros_messages import NS_PER_S, MessageConversionError, pose_stamped_to_sample
 from diffsim_ros.io.ros_types import FLOAT64_MULTI_ARRAY, POSE_STAMPED
 from diffsim_ros.io.scene import load_scene
-from diffsim_ros.nodes.estimator_node import TRIGGER
 from diffsim_ros.nodes.messages import estimates_msg
 from diffsim_ros.nodes.robot import set_threads
+from diffsim_ros.nodes.services import TRIGGER, reset_response, save_response
 from diffsim_ros.outputs import atomic_file
 from diffsim_ros.resources import resolve_resource
 from diffsim_ros.runtime import LATCHED_QOS, SENSOR_QOS, declare_config, param
@@ -257,25 +257,11 @@ class ObjectEstimatorNode:
 
     def _serve_save(self, request):
         """``~/save_objects``: write objects.yaml now."""
-        if self.busy:
-            return {"success": False, "message": "a fit is running; call again in a moment"}
-        try:
-            path = self.save()
-        except OSError as err:
-            message = f"objects.yaml not saved to {self.output_path}: {err}"
-            self.handle.get_logger().error(message)
-            return {"success": False, "message": message}
-        if path is None:
-            return {"success": False, "message": "no accepted estimates yet: nothing to save"}
-        return {"success": True, "message": str(path)}
+        return save_response(self, "objects.yaml", "a fit is running; call again in a moment")
 
     def _serve_reset(self, request):
         """``~/reset``: forget poses and estimates."""
-        if self.busy:
-            self._reset_requested = True
-            return {"success": True, "message": "estimator reset when the running fit ends"}
-        self._reset()
-        return {"success": True, "message": "object estimator reset"}
+        return reset_response(self, "estimator reset when the running fit ends", "object estimator reset")
 
     def _reset(self):
         self.estimator, self.last_outcome, self._reset_requested = self._new_estimator(), None, False
