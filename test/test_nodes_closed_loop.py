@@ -121,7 +121,7 @@ def test_calibration_saved_on_request_and_on_shutdown(closed_loop):
     assert closed_loop["saved_on_request"] == [path]
     assert closed_loop["estimator"].saved == [path, path]  # and again at shutdown
     calibration = load_calibration(path)
-    assert calibration.robot == "baxter_left" and set(calibration.groups) == {"payload", "spring", "camera"}
+    assert calibration.robot == "baxter_left" and set(calibration.groups) == {"payload", "spring", "damping", "friction", "camera"}
     assert len(calibration.parameters["camera.pose"]) == 7
     assert abs(calibration.parameters["payload.mass"] - TRUE_MASS) < PAYLOAD_TOL
     assert calibration.stddev["payload.mass"] > 0
