@@ -1,0 +1,176 @@
+"""Object estimation on issue 19's independent scenes, read from bags as the CLI does.
+
+Scenes of test/contact_scenes.py (rectangular boxes pushed 15 deg+ off-axis, elliptic cones,
+a known 0.6 kg box, 30 Hz camera PoseStamped with 1 mm / 0.2 deg noise in an mcap bag). The
+whole grid of initial guesses runs in benchmarks/bench_contact.py --parts objects; here the
+worst corner of it, the noise and contact-time detection, the CLI and the fit's verdicts.
+(Split from test_contact_estimation.py, whose targets it shares, so that its one collision
+fit, the suite's longest item, runs on one pytest-xdist worker while the other works on the rest.)
+"""
+
+import functools
+import math
+
+import contact_scenes as scenes
+import numpy as np
+import pytest
+import yaml
+from scipy.spatial.transform import Rotation
+from test_contact_estimation import COLLISION_MASS_REL_TOL, COLLISION_MU_REL_TOL, COLLISION_RESTITUTION_TOL, MU_REL_TOL, SEED
+
+from diffsim_ros.cli import main as cli_main
+from diffsim_ros.cli.estimate_objects import load_inputs
+from diffsim_ros.cli.exits import OK, UNDETERMINED
+from diffsim_ros.estimation.object_events import contact_events, pose_noise
+from diffsim_ros.estimation.object_fit import FitSettings, fit_objects
+from diffsim_ros.estimation.objects import PoseSeries
+
+SCENE_SLIDE = 0
+SCENE_COLLISION = 1
+NOISE_REL_TOL = 0.25  # noise estimated from ~60 five-pose windows (sd ~10 %)
+SLIDE_STD_FACTOR = 2.0  # issue 19: mu within 2 %, or within 2 reported std
+WORST_START = {"box/ground.friction": 1.0, "box/target.restitution": 0.5}  # and 2x the true mass
+WRONG_CAMERA_TILT = 0.15  # [rad] about the camera's y axis
+
+
+@functools.lru_cache(maxsize=None)
+def _scene(kind, index):
+    scene = scenes.random_slide(index) if kind == "slide" else scenes.random_collision(index)
+    return scene, scenes.simulate(scene)
+
+
+def _files(tmp_path, kind, index, **document):
+    scene, sim = _scene(kind, index)
+    if kind == "slide":
+        document.setdefault("unknown", ("box.mass", "box/ground.friction"))
+    return scenes.write_scene_files(scene, sim, tmp_path / f"{kind}{index}", seed=index, **document)
+
+
+def test_camera_noise_and_contact_time_come_from_the_data(tmp_path):
+    observations = []
+    for index in range(3):
+        bag, scene_path, calibration = _files(tmp_path, "slide", index)
+        observations += list(load_inputs(scene_path, bag, calibration)[1].values())
+    noise = pose_noise(observations)
+    assert noise.position == pytest.approx(scenes.POSITION_NOISE, rel=NOISE_REL_TOL)
+    assert noise.orientation == pytest.approx(scenes.ORIENTATION_NOISE, rel=NOISE_REL_TOL)
+    bag, scene_path, calibration = _files(tmp_path, "collision", SCENE_COLLISION)
+    parsed, series, _ = load_inputs(scene_path, bag, calibration)
+    events = contact_events(parsed.world(), series, pose_noise(list(series.values())), at_rest=("target",))
+    hit = _scene("collision", SCENE_COLLISION)[1]["restitution"]["time"]
+    assert [e.pair for e in events] == [("box", "target")]
+    # The contact begins after the last frame seen apart and at most one frame after the first seen touching.
+    assert events[0].last_apart < hit <= events[0].time + 1 / scenes.CAMERA_RATE
+
+
+def test_slide_friction_from_a_bag_through_the_cli(tmp_path, capsys):
+    bag, scene_path, calibration = _files(tmp_path, "slide", SCENE_SLIDE)
+    out = tmp_path / "out"
+    code = cli_main(["estimate-objects", "--bag", str(bag), "--scene", str(scene_path), "--calibration", str(calibration), "--out", str(out)])
+    assert code == OK, capsys.readouterr()
+    result = yaml.safe_load((out / "objects.yaml").read_text())
+    truth = _scene("slide", SCENE_SLIDE)[0].ground_mu["box"]
+    mu, std = result["estimates"]["box/ground.friction"]["value"], result["estimates"]["box/ground.friction"]["std"]
+    assert abs(mu / truth - 1) < MU_REL_TOL or abs(mu - truth) < SLIDE_STD_FACTOR * std, (mu, std, truth)
+    assert "box.mass" in result["not_estimated"] and "box.mass" not in result["estimates"]  # a slide does not involve the mass
+    assert result["status"] == "ok" and (out / "trajectories.png").stat().st_size > 0 and (out / "summary.txt").exists()
+
+
+@pytest.fixture(scope="module")
+def worst_start_collision(tmp_path_factory):
+    """``(ObjectFit, truth)`` of collision scene SCENE_COLLISION from the worst start of the
+    grid, read from its bag as the CLI does. One joint fit, no restarts (they only add joint
+    fits from other scanned points; the verdict is the property under test)."""
+    bag, scene_path, calibration = _files(tmp_path_factory.mktemp("collision"), "collision", SCENE_COLLISION)
+    parsed, observations, _ = load_inputs(scene_path, bag, calibration)
+    scene, sim = _scene("collision", SCENE_COLLISION)
+    truth = scenes.truth_values(scene, sim)
+    fit = fit_objects(parsed.world(), observations, parsed.unknowns, initial={**WORST_START, "box.mass": 2 * truth["box.mass"]},
+                      settings=FitSettings(restarts=0))
+    return fit, truth
+
+
+def _within_targets(values, truth):
+    return (abs(values["box.mass"] / truth["box.mass"] - 1) < COLLISION_MASS_REL_TOL
+            and abs(values["box/ground.friction"] / truth["box/ground.friction"] - 1) < COLLISION_MU_REL_TOL
+            and abs(values["box/target.restitution"] - truth["box/target.restitution"]) < COLLISION_RESTITUTION_TOL)
+
+
+def test_collision_fit_is_never_ok_outside_the_targets(worst_start_collision):
+    """Never a silent wrong result: this scene once ended 'ok' at mass +20 %, mu +12 %."""
+    fit, truth = worst_start_collision
+    assert fit.status in ("ok", "poor_fit", "undetermined")
+    if fit.ok:
+        assert _within_targets(fit.values, truth), (fit.values, truth, fit.message)
+    else:
+        assert fit.message.startswith(("poor fit", "the data do not determine")), fit.message
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "issue 19 accuracy target not met on the new scenes (measured 2026-11-24 with poses compared at second order, a change "
+    "since reverted: it moved the older cube collision test's friction to -3.4 %): from the "
+    "worst start scene 1 ends at mass +3.2 %, mu +1.8 %, restitution +0.023, scene 0 at -2.9 % / +5.8 % / -0.000, scene 2 "
+    "at -4.5 % / -3.6 % / +0.001, all poor_fit: the 10 ms cone step decays the target's spin faster than MuJoCo (and our "
+    "2 ms step), target yaw residuals 4-6.5x the noise. See benchmarks/RESULTS.md, contact-objects"))
+def test_collision_from_the_worst_initial_guess_meets_the_targets(worst_start_collision):
+    fit, truth = worst_start_collision
+    assert fit.status == "ok", fit.message
+    assert _within_targets(fit.values, truth), (fit.values, truth)
+
+
+def test_a_fit_that_does_not_explain_the_data_is_not_a_success(tmp_path, capsys):
+    """A wrong camera calibration tilts gravity by 8.6 deg: no friction explains the slide.
+    Exit 3, nothing written; with --allow-partial the diagnostics, never the values."""
+    bag, scene_path, calibration = _files(tmp_path, "slide", SCENE_SLIDE)
+    document = yaml.safe_load(calibration.read_text())
+    x, y, z, qx, qy, qz, qw = document["parameters"]["camera.pose"]
+    tilted = Rotation.from_quat([qx, qy, qz, qw]) * Rotation.from_rotvec([0.0, WRONG_CAMERA_TILT, 0.0])
+    document["parameters"]["camera.pose"] = [x, y, z, *tilted.as_quat().tolist()]
+    calibration.write_text(yaml.safe_dump(document))
+    out = tmp_path / "out"
+    args = ["estimate-objects", "--bag", str(bag), "--scene", str(scene_path), "--calibration", str(calibration), "--out", str(out)]
+    assert cli_main(args + ["--allow-partial"]) == UNDETERMINED
+    err = capsys.readouterr().err
+    assert "poor fit" in err and "camera noise" in err
+    result = yaml.safe_load((out / "objects.yaml").read_text())
+    assert result["status"] == "poor_fit" and result["estimates"] == {}
+    assert "box/ground.friction" in result["unidentifiable"]
+
+
+def test_quality_verdict_names_the_worst_residual():
+    from diffsim_ros.estimation.object_events import PoseNoise
+    from diffsim_ros.estimation.objects import QUALITY_LIMIT, quality_verdict
+
+    noise = PoseNoise(position=1e-3, orientation=math.radians(0.2), windows=40)
+    good = {"box": {"position": 1.1, "orientation": 0.9}, "target": {"position": 1.7, "orientation": 1.2}}
+    assert quality_verdict(good, noise) is None
+    bad = {**good, "target": {"position": 1.0, "orientation": QUALITY_LIMIT + 0.5}}
+    message = quality_verdict(bad, noise)
+    assert message.startswith("poor fit: the orientation residual of 'target' is 3.5x") and "0.7 deg per axis vs 0.2 deg" in message
+    assert quality_verdict({}, None) is None  # too few poses to estimate the noise: no verdict
+
+
+def test_residual_drift_separates_noise_from_a_model_that_departs_slowly():
+    """White camera noise leaves block means at ~1x; a model departing steadily to two noise
+    sigmas (as the 10 ms model's target yaw did), which raises the plain rms only to ~1.5x
+    (within QUALITY_LIMIT), is far above the drift limit."""
+    from diffsim_ros.estimation.object_events import PoseNoise
+    from diffsim_ros.estimation.object_fit import DRIFT_LIMIT, residual_drift
+    from diffsim_ros.estimation.objects import QUALITY_LIMIT
+
+    rng = np.random.default_rng(SEED)
+    sigma, count = 1e-3, 24
+    noise = PoseNoise(position=sigma, orientation=math.radians(0.2), windows=40)
+    times = np.arange(count) / 30.0
+    identity = np.tile([1.0, 0.0, 0.0, 0.0], (count, 1))
+    model = {"box": PoseSeries(times, np.zeros((count, 3)), identity)}
+    worst_white = 0.0
+    for _ in range(50):
+        white = {"box": PoseSeries(times, rng.normal(0.0, sigma, (count, 3)), identity)}
+        worst_white = max(worst_white, residual_drift(white, model, noise)["box"]["position"])
+    assert worst_white < DRIFT_LIMIT
+    departure = np.linspace(0.0, 2.0 * sigma, count)[:, None] * np.ones(3)
+    drifting = {"box": PoseSeries(times, rng.normal(0.0, sigma, (count, 3)) + departure, identity)}
+    rms_ratio = float(np.sqrt(np.mean(drifting["box"].position ** 2))) / sigma
+    assert rms_ratio < QUALITY_LIMIT
+    assert residual_drift(drifting, model, noise)["box"]["position"] > DRIFT_LIMIT
