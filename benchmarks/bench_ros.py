@@ -261,7 +261,8 @@ def soak_figures(probe, monitor, t0, seconds):
     for name, samples in monitor.samples.items():
         t, rss = np.asarray(samples, dtype=float).T if samples else (np.zeros(1), np.zeros(1))
         after = rss[t >= 120.0] if np.any(t >= 120.0) else rss
-        memory[name] = (float(after[0]), float(rss[-1]), float(rss[-1] - after[0]))
+        per_minute = [float(rss[t < 60.0 * (m + 1)][-1]) for m in range(minutes) if np.any(t < 60.0 * (m + 1))]
+        memory[name] = (float(after[0]), float(rss[-1]), float(rss[-1] - after[0]), per_minute)
     return {"estimates": len(estimates), "settled": len(settled), "worst": worst, "rates": rates, "memory": memory,
             "last": estimates[-1][1] if estimates else {}}
 
@@ -338,7 +339,8 @@ def soak_report(soak, duration):
              "met" if soak["worst"][name] <= SOAK_TOLERANCE[name] else "**not met**"] for name in truth]
     rate_rows = [[topic, f"{min(r):.1f}", f"{max(r):.1f}", f"{r[0]:.1f} / {r[-1]:.1f}"]
                  for topic, r in soak["rates"].items() if r]
-    memory_rows = [[name, f"{a:.0f}", f"{b:.0f}", f"{growth:+.1f}"] for name, (a, b, growth) in soak["memory"].items()]
+    memory_rows = [[name, f"{a:.0f}", f"{b:.0f}", f"{growth:+.1f}", " ".join(f"{x:.0f}" for x in minute)]
+                   for name, (a, b, growth, minute) in soak["memory"].items()]
     return [
         f"### Soak: the same {duration:.0f} s run of the sim graph (issue 14)",
         "",
@@ -352,7 +354,8 @@ def soak_report(soak, duration):
         markdown_table(["topic (messages per second, per minute)", "lowest minute", "highest minute",
                         "first / last minute"], rate_rows),
         "",
-        markdown_table(["node", "RSS at 2 min [MiB]", "RSS at the end [MiB]", "growth [MiB]"], memory_rows),
+        markdown_table(["node", "RSS at 2 min [MiB]", "RSS at the end [MiB]", "growth [MiB]",
+                        "RSS at the end of each minute [MiB]"], memory_rows),
     ]
 
 
