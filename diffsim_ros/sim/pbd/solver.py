@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from diffsim_ros.dynamics.spatial import matvec, quat_exp, quat_multiply, quat_to_matrix
+from diffsim_ros.dynamics.spatial import matvec, quat_exp, quat_to_matrix
 from diffsim_ros.sim.pbd.constraints import (
     apply_displacements,
     free_direction,
@@ -39,6 +39,7 @@ from diffsim_ros.sim.pbd.frames import (
     joint_frames,
     joint_rates,
     parent_rows,
+    quat_mul,
 )
 from diffsim_ros.sim.pbd.projection import project_direct, project_gauss_seidel, project_jacobi, solve_direct
 from diffsim_ros.sim.pbd.state import PBDState
@@ -205,7 +206,7 @@ def substep(model, system, state, control, h, settings, phase="full", spin=None)
     # Chord velocities; the rotation vector phi is the exact rotation of the substep
     # (paper Algorithm 1's quaternion difference with its sign fixed, without its
     # small-angle approximation).
-    quat = quat_multiply(quat_exp(phi), state.quat)
+    quat = quat_mul(quat_exp(phi), state.quat)
     return PBDState(pos=pos, quat=quat, vel=(pos - state.pos) / h, omega=phi / h)
 
 
