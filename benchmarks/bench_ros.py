@@ -231,6 +231,9 @@ def baxter_run(seconds, log_dir, baxter):
             "max_state_gap_ms": float(state_gaps_ms.max()), "stale_warnings": stale_warnings,
             "controller_largest_gap_ms": float(control[-1]["largest command gap [ms]"]),
             "controller_gaps_over_50ms": int(control[-1]["command gaps > 50 ms"]),
+            "controller_gc_pause_ms": float(control[-1]["largest GC pause [ms]"]),
+            "controller_full_gcs": int(control[-1]["full GC collections"]),
+            "controller_scheduling": control[-1]["scheduling"],
             "gap_p99_ms": percentile(gaps, 99), "modes": sorted(modes), "resources": resources, "soak": soak}
 
 
@@ -313,7 +316,9 @@ def report(latency, baxter, load_before, load_after, duration):
                          + " (judged on the controller's gaps)"]]),
         "",
         f"In the controller (wall-clock gaps between consecutive commands, the whole run including start-up): "
-        f"largest {baxter['controller_largest_gap_ms']:.1f} ms, {baxter['controller_gaps_over_50ms']} gaps > 50 ms. "
+        f"largest {baxter['controller_largest_gap_ms']:.1f} ms, {baxter['controller_gaps_over_50ms']} gaps > 50 ms; "
+        f"scheduling {baxter['controller_scheduling']}; longest garbage collection {baxter['controller_gc_pause_ms']:.1f} ms "
+        f"({baxter['controller_full_gcs']} full collections, start-up heap frozen). "
         f"Joint states from sim_robot (100 Hz) seen by the probe: {baxter['state_gaps_over_timeout']} gaps longer "
         f"than `safety.state_timeout` (50 ms), the longest {baxter['max_state_gap_ms']:.0f} ms; the controller "
         f"logged stale joint states {baxter['stale_warnings']} times. Command gaps > 50 ms while joint states kept "

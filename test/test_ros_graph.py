@@ -193,6 +193,10 @@ def test_faults_lifecycle_parameters_and_diagnostics(domain, baxter_msgs, probe,
                    10.0, "controller diagnostics with the joint-state rate")
     control = values("controller: control")
     assert control["lifecycle"] == "active" and control["trigger"] == "joint_state"
+    # run_node froze the start-up heap: no full collection traverses torch's and rclpy's objects.
+    assert int(control["GC frozen objects"]) > 100_000 and float(control["largest GC pause [ms]"]) >= 0.0
+    # realtime_priority 50 from the params file: SCHED_FIFO where permitted, else said why.
+    assert control["scheduling"] == "SCHED_FIFO 50" or control["scheduling"].startswith("normal (no permission")
     assert values("controller: /robot/joint_states")["watchdog"] == "fresh"
 
     # Run-time parameters: a valid gain change is applied, an invalid limit and a start-up

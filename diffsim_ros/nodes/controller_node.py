@@ -39,6 +39,7 @@ at ``rate_hz`` to notice stale joint states. Gains and limits (``gravity_scale``
 whole if invalid.
 """
 
+import gc
 import time
 from collections import deque
 from dataclasses import dataclass, replace
@@ -64,11 +65,13 @@ from diffsim_ros.io.ros_types import FLOAT64_MULTI_ARRAY, JOINT_STATE
 from diffsim_ros.nodes.messages import estimates_from_msg
 from diffsim_ros.nodes.outputs import BAXTER, CommandOutput, safety_output
 from diffsim_ros.nodes.references import make_reference, waypoint_array
-from diffsim_ros.nodes.robot import DEFAULT_ROBOT_CONFIG, load_robot, robot_topic, set_threads
+from diffsim_ros.nodes.robot import DEFAULT_ROBOT_CONFIG, check_realtime_priority, load_robot, realtime_priority_param, \
+    realtime_scheduling, robot_topic, set_threads
 from diffsim_ros.resources import resolve_resource
 from diffsim_ros.runtime import LATCHED_QOS, SENSOR_QOS, declare_config, param
 from diffsim_ros.runtime.diagnostics import DIAGNOSTIC_ARRAY, ERROR, OK, WARN, InputRates, diagnostic_array_msg, \
     input_status, node_label, status
+from diffsim_ros.runtime.heap import GcPauses
 from diffsim_ros.runtime.inputs import FRESH, STALE, joint_state_input
 from diffsim_ros.runtime.params import ParameterError, config_values, group, per_joint_value, updated_config
 from diffsim_ros.runtime.rclpy_backend import exit_process, run_node
@@ -124,8 +127,10 @@ class ControllerNodeConfig:
                  "hold_command": per_joint_value})
     control_trigger: str = param("timer", "when a command is computed: timer (rate_hz) or joint_state (each arrival)")
     threads: int = param(1, "torch threads")
+    realtime_priority: int = realtime_priority_param("the command stream keeps its rate on busy cores")
 
     def validate(self):
+        check_realtime_priority(self.realtime_priority)
         if self.control_trigger not in TRIGGERS:
             raise ValueError(f"control_trigger must be one of {TRIGGERS}, got {self.control_trigger!r}")
         if self.mode not in MODES:
@@ -188,6 +193,8 @@ class ControllerNode:
         # Wall-clock gaps between consecutive commands (a deliberate stop restarts the count).
         self.command_gaps = {"largest [ms]": 0.0, "over 50 ms": 0}
         self._last_publish = None
+        self.gc_pauses = GcPauses()  # what the garbage collector still costs the loop (runtime/heap.py)
+        self.scheduling = realtime_scheduling(handle, cfg.realtime_priority)
         self._previous = None  # (stamp [s], q, clock epoch) for velocities when the state has none
         self._state = None  # (q [rad], qd [rad/s]) of the newest accepted joint state
         self._epoch_ns = None  # node time of control time 0
@@ -420,6 +427,7 @@ class ControllerNode:
         self.stopped, self.active = True, False
         self.timer.cancel()
         self._publish_stop()
+        self.gc_pauses.close()
 
     # ------------------------------------------------------------------ diagnostics
     def _publish_diagnostics(self):
@@ -437,7 +445,10 @@ class ControllerNode:
                   "commands published": self.output.published, "safety": reason,
                   "safety faults": last.faults if last else 0, "model updates": self.model_updates,
                   "largest command gap [ms]": f"{self.command_gaps['largest [ms]']:.1f}",
-                  "command gaps > 50 ms": self.command_gaps["over 50 ms"]}
+                  "command gaps > 50 ms": self.command_gaps["over 50 ms"],
+                  "largest GC pause [ms]": f"{self.gc_pauses.largest_ms:.1f}",
+                  "full GC collections": self.gc_pauses.full_collections,
+                  "GC frozen objects": gc.get_freeze_count(), "scheduling": self.scheduling}
         if getattr(self.controller, "torque_map", None) is not None:
             values.update({"torque map": "exact" if self.controller.map_exact else "conditioned on the model",
                            "torque map rebuilds": self.map_rebuilds, "torque map rebuild": self._map_rebuild or "idle"})

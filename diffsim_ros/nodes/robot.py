@@ -1,4 +1,4 @@
-"""What every node loads at start-up: the robot config, its model, a calibration, torch threads.
+"""What every node sets up at start-up: the robot config, its model, a calibration, torch threads, scheduling.
 
 Nodes name the robot config by a ``robot_config`` parameter (a path or a
 ``package://diffsim_ros/config/...`` URI) and optionally a ``calibration_file`` whose values
@@ -14,8 +14,10 @@ import torch
 from diffsim_ros.io.calibration import apply_calibration, load_calibration
 from diffsim_ros.model import load_robot_config
 from diffsim_ros.resources import resolve_resource
+from diffsim_ros.runtime.params import param
 
-__all__ = ["LoadedRobot", "default_calibration_path", "load_robot", "robot_topic", "set_threads"]
+__all__ = ["LoadedRobot", "check_realtime_priority", "default_calibration_path", "load_robot",
+           "realtime_priority_param", "realtime_scheduling", "robot_topic", "set_threads"]
 
 DEFAULT_ROBOT_CONFIG = "package://diffsim_ros/config/baxter_left.yaml"
 
@@ -45,6 +47,36 @@ class LoadedRobot:
 def set_threads(threads):
     """Use ``threads`` torch intra-op threads (1 by default in nodes: OpenMP stalls on shared cores)."""
     torch.set_num_threads(max(1, int(threads)))
+
+
+def realtime_priority_param(what):
+    """The ``realtime_priority`` parameter of a node config (``what``: why the node wants it)."""
+    return param(0, f"SCHED_FIFO priority of the process, 1-99 as ros2_control's thread_priority ({what}); needs "
+                    "rtprio permission, else a warning and normal scheduling; 0: normal scheduling")
+
+
+def check_realtime_priority(priority):
+    """Config validation of ``realtime_priority``."""
+    if not 0 <= priority <= 99:
+        raise ValueError(f"realtime_priority must be within 0-99, got {priority}")
+
+
+def realtime_scheduling(handle, priority):
+    """Ask for SCHED_FIFO ``priority`` (0: no) for the node's process (runtime/scheduling.py).
+
+    Returns:
+        The scheduling in use, for diagnostics ("SCHED_FIFO 50", or "normal (why)"); a refusal
+        is also logged as a warning.
+    """
+    if not priority:
+        return "normal"
+    if not handle.owns_process:
+        return "normal (several nodes share this process)"
+    why_not = handle.set_realtime_priority(priority)
+    if why_not is None:
+        return f"SCHED_FIFO {priority}"
+    handle.get_logger().warning(f"realtime_priority {priority} not used: {why_not}")
+    return f"normal ({why_not})"
 
 
 def load_robot(robot_config, calibration_file=""):

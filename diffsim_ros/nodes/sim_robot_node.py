@@ -42,7 +42,8 @@ from diffsim_ros.io.ros_messages import (
 from diffsim_ros.io.ros_types import CLOCK, EMPTY, FLOAT64_MULTI_ARRAY, JOINT_COMMAND, JOINT_STATE, POSE_STAMPED
 from diffsim_ros.sim.hardware import BaxterLimbEmulator, EffortControllerEmulator
 from diffsim_ros.nodes.outputs import BAXTER, OUTPUTS, baxter_topics, controller_joint_order, effort_controller_topic
-from diffsim_ros.nodes.robot import DEFAULT_ROBOT_CONFIG, load_robot, robot_topic, set_threads
+from diffsim_ros.nodes.robot import DEFAULT_ROBOT_CONFIG, check_realtime_priority, load_robot, realtime_priority_param, \
+    realtime_scheduling, robot_topic, set_threads
 from diffsim_ros.runtime import CLOCK_QOS, COMMAND_QOS, SENSOR_QOS, declare_config, param
 from diffsim_ros.runtime.params import ParameterError
 from diffsim_ros.runtime.rclpy_backend import exit_process, run_node
@@ -88,8 +89,10 @@ class SimRobotConfig:
     noise_camera_position: float = param(1e-3, "camera position noise [m]", name="noise.camera_position")
     noise_camera_rotation: float = param(0.0035, "camera rotation noise [rad]", name="noise.camera_rotation")
     threads: int = param(1, "torch threads")
+    realtime_priority: int = realtime_priority_param("it stands in for hardware with a real-time computer of its own")
 
     def validate(self):
+        check_realtime_priority(self.realtime_priority)
         if self.output not in OUTPUTS:
             raise ValueError(f"output must be one of {OUTPUTS}, got {self.output!r}")
         for name in ("timestep", "step_rate_hz", "joint_state_rate_hz"):
@@ -140,6 +143,7 @@ class SimRobotNode:
         self.handle = handle
         self.config = cfg = declare_config(handle, SimRobotConfig)
         set_threads(cfg.threads)
+        self.scheduling = realtime_scheduling(handle, cfg.realtime_priority)
         self.robot = load_robot(cfg.robot_config)
         model = self.robot.nominal
         self.joint_names = self.robot.joint_names

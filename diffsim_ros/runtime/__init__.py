@@ -11,6 +11,7 @@
   recording, bag replay).
 * :mod:`~diffsim_ros.runtime.rclpy_backend` — rclpy (the only module importing rclpy):
   EventsExecutor, orderly shutdown, lifecycle nodes, services, parameter callbacks.
+* :mod:`~diffsim_ros.runtime.heap` — keeps full garbage collections out of the control loop (``gc.freeze``).
 * :mod:`~diffsim_ros.runtime.diagnostics` — ``/diagnostics`` statuses (input rates, drops, watchdogs).
 * :mod:`~diffsim_ros.runtime.interfaces` — builds ROS 2 interface packages (``baxter_core_msgs``)
   with the package index's ament_cmake/rosidl/colcon.

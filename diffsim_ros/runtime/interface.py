@@ -171,10 +171,13 @@ class NodeHandle(ABC):
         namespace: Node namespace ("/" for none).
         messages: Message factory of this backend (``new(type_name, **fields)``), for the
             builders of ``diffsim_ros.io.ros_messages``.
+        owns_process: Whether the node has its process to itself (rclpy ``run_node``), so that
+            process-wide settings (real-time priority) are its own to make.
     """
 
     name: str
     namespace: str
+    owns_process = False
 
     @property
     @abstractmethod
@@ -237,6 +240,15 @@ class NodeHandle(ABC):
         ``niceness`` (0-19) lowers the worker thread's CPU priority (Linux), so that control
         loops and drivers on the same cores keep their rate while it computes.
         """
+
+    def set_realtime_priority(self, priority):
+        """Run this node's process at real-time priority ``priority`` (1-99, ``SCHED_FIFO``).
+
+        For control loops that must keep their rate on busy cores (runtime/scheduling.py).
+        Only where the node has its process to itself (:attr:`owns_process`). Returns None, or
+        why it was not done (no permission); the node then runs at normal priority.
+        """
+        return "not supported by this runtime"
 
     def now(self):
         """Node time [s] (float; use :meth:`now_ns` for header stamps)."""

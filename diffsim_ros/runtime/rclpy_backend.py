@@ -37,7 +37,9 @@ import threading
 import numpy as np
 
 from diffsim_ros.io.ros_types import MessageTypeError, normalize_type_name
+from diffsim_ros.runtime.heap import freeze_heap
 from diffsim_ros.runtime.interface import Logger, NodeHandle, Publisher, Service, Subscription, Timer
+from diffsim_ros.runtime.scheduling import lower_thread_priority, use_realtime_priority
 from diffsim_ros.runtime.qos import KEEP_LAST, RELIABLE, VOLATILE, as_qos_profile
 
 __all__ = [
@@ -86,15 +88,6 @@ _ARRAY = re.compile(r"^(.+)\[(\d+)\]$")
 _INTS = {"int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "octet", "char", "byte"}
 
 
-
-def _lower_thread_priority(niceness):
-    """Nice the calling thread only, relative to its priority now (Linux applies PRIO_PROCESS to a
-    thread id); elsewhere a no-op."""
-    try:
-        tid = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + int(niceness)))
-    except (AttributeError, OSError):  # not Linux, or not permitted: run at the node's priority
-        pass
 
 class RosNotAvailableError(ImportError):
     """rclpy cannot be imported (no sourced ROS 2 installation)."""
@@ -444,6 +437,9 @@ class RclpyNodeHandle(NodeHandle):
         self._parameter_callbacks.append(check)
         self.node.add_on_set_parameters_callback(check)
 
+    def set_realtime_priority(self, priority):
+        return use_realtime_priority(priority)
+
     def run_in_background(self, work, done, niceness=0):
         from rclpy.clock import Clock, ClockType
 
@@ -452,8 +448,7 @@ class RclpyNodeHandle(NodeHandle):
         outcome = {}
 
         def run():
-            if niceness > 0:
-                _lower_thread_priority(niceness)
+            lower_thread_priority(niceness)  # also leaves a real-time node's SCHED_FIFO
             try:
                 outcome["result"] = work()
             except Exception as err:  # handed to done() on the executor
@@ -595,6 +590,7 @@ def run_node(node_class, node_name, args=None, *, namespace=None, **kwargs):
     managed = getattr(node_class, "managed", False)
     node = _create_node(rclpy, node_name, namespace, managed)
     handle = RclpyNodeHandle(node)
+    handle.owns_process = True  # one node per process: process-wide settings are this node's
     executor = node_executor()
     code = 0
     with _Stop() as stop:
@@ -603,6 +599,7 @@ def run_node(node_class, node_name, args=None, *, namespace=None, **kwargs):
                 stop.requested, code = True, 1
             elif not managed:
                 node_class(handle, **kwargs)
+            freeze_heap()  # no full collection may stall the callbacks (runtime/heap.py)
             executor.add_node(node)
             while not stop.requested:
                 executor.spin_once(timeout_sec=_SPIN_PERIOD_S)
