@@ -369,6 +369,7 @@ class RclpyNodeHandle(NodeHandle):
         self._publishers = []
         self._parameter_callbacks = []
         self._background = None  # (thread, done) of the running background work
+        self.realtime_priority = 0  # SCHED_FIFO priority the node asked for and got (0: none)
 
     @property
     def messages(self):
@@ -438,7 +439,9 @@ class RclpyNodeHandle(NodeHandle):
         self.node.add_on_set_parameters_callback(check)
 
     def set_realtime_priority(self, priority):
-        return use_realtime_priority(priority)
+        why_not = use_realtime_priority(priority)
+        self.realtime_priority = 0 if why_not else int(priority)
+        return why_not
 
     def run_in_background(self, work, done, niceness=0):
         from rclpy.clock import Clock, ClockType
@@ -601,6 +604,9 @@ def run_node(node_class, node_name, args=None, *, namespace=None, **kwargs):
                 node_class(handle, **kwargs)
             freeze_heap()  # no full collection may stall the callbacks (runtime/heap.py)
             executor.add_node(node)
+            executor.spin_once(timeout_sec=0.0)
+            if handle.realtime_priority:  # the executor's own threads (EventsExecutor timers) start spinning
+                use_realtime_priority(handle.realtime_priority)
             while not stop.requested:
                 executor.spin_once(timeout_sec=_SPIN_PERIOD_S)
         except _STARTUP_ERRORS as err:
