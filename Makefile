@@ -25,7 +25,7 @@ demo: $(STAMP)
 
 # One pytest worker per core (-n auto); a test file stays on one worker (module fixtures are built once).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n auto --dist loadfile test
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n auto --dist loadfile --durations=25 test
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run_all

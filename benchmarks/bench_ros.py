@@ -110,6 +110,13 @@ def _state_msg(JointState, seq):
     return msg
 
 
+def _probe_realtime():
+    """The probe must see what the nodes publish, not its own starvation on a busy machine: real
+    time below the nodes (sim 40, controller 50), where permitted. Returns the scheduling used."""
+    why_not = use_realtime_priority(PROBE_PRIORITY)
+    return f"normal ({why_not})" if why_not else f"SCHED_FIFO {PROBE_PRIORITY}"
+
+
 def latency_run(seconds, log_dir):
     """Event-driven controller fed 500 Hz joint states by the probe; returns the figures."""
     from diagnostic_msgs.msg import DiagnosticArray
@@ -123,6 +130,7 @@ def latency_run(seconds, log_dir):
         "output": "ros2_control", "mode": "gravity_compensation", "control_trigger": "joint_state",
         "follow_estimates": False, "safety.state_timeout": 0.05}, log_dir)
     probe = Probe(domain, "bench_probe")
+    probe_scheduling = _probe_realtime()
     try:
         probe.subscribe(Float64MultiArray, "/effort_controller/commands")
         probe.subscribe(DiagnosticArray, "/diagnostics")
@@ -147,6 +155,7 @@ def latency_run(seconds, log_dir):
                     if first_sent <= t <= sent[-1] + 0.04]
         diagnostics = probe.messages("/diagnostics")
     finally:
+        leave_realtime(all_threads=True)
         probe.close()
         controller.stop()
     values = {kv.key: kv.value for _, msg in diagnostics[-1:] for s in msg.status for kv in s.values
@@ -165,7 +174,7 @@ def latency_run(seconds, log_dir):
         "state_rate_hz": len(sent) / (sent[-1] - sent[0]),
         "end_to_end_ms": (percentile(latency, 50), percentile(latency, 99), float(np.max(latency))),
         "receipt_ms": tuple(float(values.get(f"receipt->publish {k} [ms]", "nan")) for k in ("p50", "p99", "max")),
-        "resources": resources,
+        "resources": resources, "probe_scheduling": probe_scheduling, "scheduling": values.get("scheduling", "?"),
     }
 
 
@@ -189,10 +198,7 @@ def baxter_run(seconds, log_dir, baxter):
 
     latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
     probe = Probe(domain, "bench_probe")
-    # The probe must see what the nodes publish, not its own starvation on a busy machine: real
-    # time below the nodes (sim 40, controller 50), where permitted.
-    probe_scheduling = "normal (" + why_not + ")" if (why_not := use_realtime_priority(PROBE_PRIORITY)) else \
-        f"SCHED_FIFO {PROBE_PRIORITY}"
+    probe_scheduling = _probe_realtime()
     try:
         probe.subscribe(JointCommand, "/robot/limb/left/joint_command")
         probe.subscribe(JointState, "/robot/joint_states", qos_profile_sensor_data)
@@ -209,6 +215,7 @@ def baxter_run(seconds, log_dir, baxter):
         received = probe.messages(topic)[start:]
         soak = soak_figures(probe, monitor, t0, seconds)
         states = np.asarray([t for t, _ in probe.messages("/robot/joint_states")])
+        stamps = np.asarray([m.header.stamp.sec + 1e-9 * m.header.stamp.nanosec for _, m in probe.messages("/robot/joint_states")])
         stale_warnings = processes["controller_node"].output().count("joint states stale")
         control = [{kv.key: kv.value for kv in st.values} for _, msg in probe.messages("/diagnostics")
                    for st in msg.status if st.name == "controller: control"]
@@ -236,6 +243,10 @@ def baxter_run(seconds, log_dir, baxter):
             "own_gaps_over_50ms": len(own), "max_own_gap_ms": max(own, default=0.0),
             "state_gaps_over_timeout": int(np.sum(state_gaps_ms > STATE_TIMEOUT * 1e3)),
             "max_state_gap_ms": float(state_gaps_ms.max()), "stale_warnings": stale_warnings,
+            # sim_robot stamps each state when it publishes: a gap here is the sim not publishing,
+            # a gap only in arrival times is delivery (DDS, the probe).
+            "max_stamp_gap_ms": float(np.diff(np.sort(stamps[states >= times[0]])).max() * 1e3),
+            "stamp_gaps_over_timeout": int(np.sum(np.diff(np.sort(stamps[states >= times[0]])) > STATE_TIMEOUT)),
             "controller_largest_gap_ms": float(control[-1]["largest command gap [ms]"]),
             "controller_gaps_over_50ms": int(control[-1]["command gaps > 50 ms"]),
             "controller_gc_pause_ms": float(control[-1]["largest GC pause [ms]"]),
@@ -307,6 +318,7 @@ def report(latency, baxter, load_before, load_after, duration):
         "",
         markdown_table(["measure", "p50", "p99", "max", "target", ""], rows),
         "",
+        f"Controller at {latency['scheduling']}, probe at {latency['probe_scheduling']}. "
         f"{latency['sent']} states sent, {latency['accepted']} accepted by the controller, {latency['commands']} "
         f"commands received; commands matched to states {'by order (nothing dropped)' if latency['matched_by_order'] else 'to the newest state before them (some dropped)'}.",
         "",
@@ -328,7 +340,9 @@ def report(latency, baxter, load_before, load_after, duration):
         f"({baxter['controller_full_gcs']} full collections, start-up heap frozen); the probe ran at "
         f"{baxter['probe_scheduling']}. "
         f"Joint states from sim_robot (100 Hz) seen by the probe: {baxter['state_gaps_over_timeout']} gaps longer "
-        f"than `safety.state_timeout` (50 ms), the longest {baxter['max_state_gap_ms']:.0f} ms; the controller "
+        f"than `safety.state_timeout` (50 ms), the longest {baxter['max_state_gap_ms']:.0f} ms (the longest gap "
+        f"between their header stamps, i.e. in publishing: {baxter['max_stamp_gap_ms']:.0f} ms, "
+        f"{baxter['stamp_gaps_over_timeout']} over 50 ms); the controller "
         f"logged stale joint states {baxter['stale_warnings']} times. Command gaps > 50 ms while joint states kept "
         f"arriving (the controller's own): {baxter['own_gaps_over_50ms']}"
         + (f", the longest {baxter['max_own_gap_ms']:.0f} ms" if baxter["own_gaps_over_50ms"] else "")
