@@ -97,12 +97,17 @@ def scene(request):
     next_state, info = world.step(state, wrench=wrench)
     assert bool(info.solution.converged.all())
 
-    def torch_step(flat, w):
-        return _flat(world.step(_state(flat, count), wrench=w)[0])
+    names = world.parameter_names()
 
-    jac_state, jac_wrench = torch.autograd.functional.jacobian(torch_step, (_flat(state), wrench))
+    def torch_step(flat, w, params):
+        moved = world.with_parameters({name: params[i] for i, name in enumerate(names)})
+        return _flat(moved.step(_state(flat, count), wrench=w)[0])
+
+    params = torch.stack([world.get_parameter(name) for name in names])
+    jac_state, jac_wrench, jac_params = torch.autograd.functional.jacobian(torch_step, (_flat(state), wrench, params))
     return dict(name=request.param, world=world, state=state, wrench=wrench, next=next_state, info=info,
-                jac_state=jac_state.numpy(), jac_wrench=jac_wrench.reshape(13 * count, 6 * count).numpy())
+                jac_state=jac_state.numpy(), jac_wrench=jac_wrench.reshape(13 * count, 6 * count).numpy(),
+                jac_params=jac_params.numpy())
 
 
 def _fields(state):
@@ -130,9 +135,9 @@ def test_modes_cover_sliding_sticking_and_separated(scene):
 
 def test_jacobians_match_autograd(scene):
     fast = FastContactStep(scene["world"])
-    _, d_state, d_wrench = fast.jacobians(*_fields(scene["state"]), wrench=scene["wrench"])
+    _, d_state, d_wrench, d_params = fast.jacobians(*_fields(scene["state"]), wrench=scene["wrench"])
     assert fast.status == OK
-    for ours, ref in ((d_state, scene["jac_state"]), (d_wrench, scene["jac_wrench"])):
+    for ours, ref in ((d_state, scene["jac_state"]), (d_wrench, scene["jac_wrench"]), (d_params, scene["jac_params"])):
         scale = max(1.0, np.abs(ref).max())
         assert np.abs(ours - ref).max() <= JACOBIAN_TOL * scale
 
@@ -144,7 +149,7 @@ def test_jacobians_match_central_differences(name):
     fast = FastContactStep(scene["world"])
     fields = [f.numpy().copy() for f in _fields(scene["state"])]
     wrench = scene["wrench"].numpy().copy()
-    _, d_state, d_wrench = fast.jacobians(*fields, wrench=wrench)
+    _, d_state, d_wrench, _ = fast.jacobians(*fields, wrench=wrench)
     flat = np.concatenate([f.ravel() for f in fields] + [wrench.ravel()])
     count = len(scene["world"].objects)
     cut = np.cumsum([0, 3 * count, 4 * count, 3 * count, 3 * count, 6 * count])

@@ -671,19 +671,55 @@ def _orientation_rows(quat, w_next, dv, h, count, j):
 
 
 @njit(cache=True)
+def _parameter_inputs(work, wrench, mass, slot_e, slot_dmu, slot_de, h):
+    """Right-hand sides (3k + k, 3J) and ``d v_next`` without the impulse change (6J, 3J) of the
+    parameters ``[mass, friction, restitution]`` per object (ContactWorld.parameter_names order).
+
+    Inertia scales with the mass, so ``M⁻¹`` scales with ``1 / m`` and the gyroscopic term of the
+    free angular velocity does not change. Friction enters the cone rows of sliding contacts,
+    restitution the bias of bouncing ones (``slot_dmu``, ``slot_de`` (S, J): d slot value / d object value).
+    """
+    unit, rot, gap, keep, jac, frames, inv, inertia, minv_jt, v_free, a, b, mu, z, modes, bouncing, v_next = work
+    count, k = mass.shape[0], keep.shape[0]
+    m = 3 * k
+    x = z[:m]
+    rhs, dv = np.zeros((m + k, 3 * count)), np.zeros((6 * count, 3 * count))
+    approach = _mv(jac, v_free)
+    for j in range(count):
+        d_minv_jt = np.zeros_like(minv_jt)
+        d_minv_jt[6 * j : 6 * j + 6] = -minv_jt[6 * j : 6 * j + 6] / mass[j]
+        d_v_free = np.zeros(6 * count)
+        d_v_free[6 * j : 6 * j + 3] = -h * wrench[j, :3] / mass[j] ** 2
+        d_v_free[6 * j + 3 : 6 * j + 6] = -h / mass[j] * _mv(inv[j], wrench[j, 3:])
+        d_a = _mm(jac, d_minv_jt)
+        d_b = _mv(jac, d_v_free)
+        if k > 0:
+            d_a += REGULARIZATION * np.trace(d_a) / m * np.eye(m)
+        for i in range(k):
+            if bouncing[i]:
+                d_b[3 * i] *= 1.0 + slot_e[keep[i]]  # b_n = (1 + e) approach
+                rhs[3 * i, 3 * j + 2] = -approach[3 * i] * slot_de[keep[i], j]
+            if _sliding(modes, mu, i):
+                rhs[m + i, 3 * j + 1] = mu[i] * x[3 * i] ** 2 * slot_dmu[keep[i], j]
+        rhs[:m, 3 * j] = -(_mv(d_a, x) + d_b)
+        dv[:, 3 * j] = d_v_free + _mv(d_minv_jt, x)
+    return rhs, dv
+
+
+@njit(cache=True)
 def jacobian_kernel(pos, quat, lin, ang, wrench, mass, principal, slots, slot_obj, slot_mu, slot_e, obj_radius,
-                    options, warm):
+                    options, warm, slot_dmu, slot_de):
     """Compiled step and its Jacobians.
 
     Returns:
-        ``(state, status, slot modes, warm hit, jac (13J, 19J))``: d next ``[position, orientation,
-        linear, angular]`` / d ``[position, orientation, linear, angular, wrench]``.
+        ``(state, status, slot modes, warm hit, jac (13J, 22J))``: d next ``[position, orientation,
+        linear, angular]`` / d ``[position, orientation, linear, angular, wrench, parameters]``.
     """
     state, status, slot_modes, warm_hit, work = _forward(pos, quat, lin, ang, wrench, mass, principal, slots, slot_obj,
                                                          slot_mu, slot_e, obj_radius, options, warm)
     unit, rot, gap, keep, jac, frames, inv, inertia, minv_jt, v_free, a, b, mu, z, modes, bouncing, v_next = work
     count, k, h = pos.shape[0], keep.shape[0], options[0]
-    m, dims, geo = 3 * k, 19 * count, 7 * count
+    m, dims, geo = 3 * k, 22 * count, 7 * count
     x = z[:m]
     rhs = np.zeros((m + k, dims))
     dv = np.zeros((6 * count, dims))  # d v_next, without the impulse change
@@ -693,8 +729,9 @@ def jacobian_kernel(pos, quat, lin, ang, wrench, mass, principal, slots, slot_ob
         rhs[:m, d] = -(_mv(d_a, x) + d_b)
         dv[:, d] = d_v_free + d_minv_x
     inputs = _velocity_inputs(ang, mass, inv, inertia, h)
-    dv[:, geo:] = inputs
-    rhs[:m, geo:] = -_mm(jac, inputs)
+    dv[:, geo : 19 * count] = inputs
+    rhs[:m, geo : 19 * count] = -_mm(jac, inputs)
+    rhs[:, 19 * count :], dv[:, 19 * count :] = _parameter_inputs(work, wrench, mass, slot_e, slot_dmu, slot_de, h)
     for j in range(m):
         if not _velocity_row(modes, mu, j):
             rhs[j] = 0.0
@@ -783,6 +820,7 @@ class FastContactStep:
         self.slots = np.array(rows, dtype=np.float64).reshape(-1, 10)
         self.slot_obj = np.array(owner, dtype=np.int64)
         self.slot_mu, self.slot_e = np.array(mu, dtype=np.float64), np.array(restitution, dtype=np.float64)
+        self.slot_dmu, self.slot_de = _slot_derivatives(world, len(rows))
         self.obj_radius = np.array([bounding_radius(o.shape) for o in world.objects], dtype=np.float64)
         self.options = np.array([world.dt, world.margin, world.baumgarte, world.bounce_threshold,
                                  *_numpy(world.gravity)], dtype=np.float64)
@@ -802,14 +840,31 @@ class FastContactStep:
         return state
 
     def jacobians(self, position, orientation, linear, angular, wrench=None, warm=None):
-        """``(next state, d_state (13J, 13J), d_wrench (13J, 6J))``.
+        """``(next state, d_state (13J, 13J), d_wrench (13J, 6J), d_parameters (13J, 3J))``.
 
         Rows and state columns are ``[position (3J), orientation (4J), linear (3J), angular (3J)]``,
-        object-major within each block; wrench columns ``[force, torque]`` per object.
+        object-major within each block; wrench columns ``[force, torque]`` per object; parameter
+        columns ``ContactWorld.parameter_names()`` (mass [kg], friction, restitution per object).
         """
         state, self.status, self.modes, self.warm_hit, jac = jacobian_kernel(
-            *self._args(position, orientation, linear, angular, wrench, warm))
-        return state, jac[:, : 13 * self.count], jac[:, 13 * self.count :]
+            *self._args(position, orientation, linear, angular, wrench, warm), self.slot_dmu, self.slot_de)
+        n = 13 * self.count
+        return state, jac[:, :n], jac[:, n : n + 6 * self.count], jac[:, n + 6 * self.count :]
+
+
+def _slot_derivatives(world, slots):
+    """d slot friction / d object friction and likewise for restitution, (S, J) each: the pair's
+    value is the larger of the object's and the plane's (torch.maximum: half each on a tie) unless
+    set for the pair."""
+    out = {kind: np.zeros((slots, len(world.objects))) for kind in ("friction", "restitution")}
+    start = 0
+    for pair in world.pairs:
+        for kind, table in out.items():
+            mine, plane = world.params[kind][pair.a.index].item(), getattr(world.static[pair.b.index], kind)
+            if kind not in pair.explicit:
+                table[start : start + pair.count, pair.a.index] = 1.0 if mine > plane else (0.5 if mine == plane else 0.0)
+        start += pair.count
+    return out["friction"], out["restitution"]
 
 
 def _plane_rotation(orientation):
