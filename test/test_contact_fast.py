@@ -168,6 +168,20 @@ def test_jacobians_match_central_differences(name):
     assert np.abs(numeric - analytic).max() <= FD_TOL * max(1.0, np.abs(analytic).max())
 
 
+def test_warm_started_rollout_matches_torch():
+    world, state, _ = _sliding()
+    fast = FastContactStep(world)
+    ours, info, hits = state, None, 0
+    with torch.no_grad():
+        for _ in range(20):  # the box slides, then stops and sticks
+            state, info = world.step(state, warm=info)
+            ours = fast.step_state(ours, warm=fast.modes)
+            hits += fast.warm_hit
+            for a, b in zip(_fields(ours), _fields(state)):
+                torch.testing.assert_close(a, b, rtol=0, atol=VALUE_TOL)
+    assert hits >= 18
+
+
 def test_uncovered_worlds_are_refused():
     lcp = ContactWorld.create([_box()], solver="lcp", dt=DT)
     assert "solver" in fast_support(lcp)
@@ -183,3 +197,5 @@ def test_bounce_within_the_step_is_reported():
     fast = FastContactStep(world)
     fast.step(*_fields(state))
     assert fast.status == BOUNCE_CORRECTION
+    with pytest.raises(ContactError, match="bounces"):
+        fast.step_state(state)

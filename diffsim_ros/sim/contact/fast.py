@@ -38,6 +38,7 @@ from diffsim_ros.sim.contact.cone import (
 )
 from diffsim_ros.sim.contact.errors import ContactError
 from diffsim_ros.sim.contact.shapes import Box, Capsule, Plane, Sphere, bounding_radius
+from diffsim_ros.sim.contact.world import WorldState
 
 __all__ = ["OK", "NOT_CONVERGED", "BOUNCE_CORRECTION", "FastContactStep", "fast_support"]
 
@@ -838,6 +839,19 @@ class FastContactStep:
         state, self.status, self.modes, self.warm_hit = step_kernel(*self._args(position, orientation, linear, angular,
                                                                                wrench, warm))
         return state
+
+    def step_state(self, state, wrench=None, warm=None):
+        """:meth:`step` on a :class:`~diffsim_ros.sim.contact.world.WorldState` (unbatched); returns a
+        WorldState (float64 tensors, no autograd: use :meth:`jacobians` for derivatives).
+
+        Raises:
+            ContactError: When the step is not covered (:attr:`status` not OK): use ContactWorld.step.
+        """
+        out = self.step(state.position, state.orientation, state.linear_velocity, state.angular_velocity, wrench, warm)
+        if self.status != OK:
+            reason = "a contact bounces within the step" if self.status == BOUNCE_CORRECTION else "the solver did not converge"
+            raise ContactError(f"compiled contact step not valid here ({reason}); use ContactWorld.step")
+        return WorldState(*(torch.from_numpy(v) for v in out))
 
     def jacobians(self, position, orientation, linear, angular, wrench=None, warm=None):
         """``(next state, d_state (13J, 13J), d_wrench (13J, 6J), d_parameters (13J, 3J))``.
