@@ -74,7 +74,15 @@ def _round_objects():
     return world, _advance(world, state, 3), None
 
 
-SCENES = {"sliding": _sliding, "resting_pushed": _resting_pushed, "tilted_landing": _tilted_landing,
+def _flying():
+    # No contact: gravity, the applied wrench and the gyroscopic torque of a tumbling box.
+    world = ContactWorld.create([_box()], solver="cone", dt=DT)
+    state = world.initial_state(position=[[0.0, 0.0, 1.0]], orientation=[[0.9, 0.1, -0.3, 0.2]],
+                                linear_velocity=[[0.2, 0.0, 1.0]], angular_velocity=[[3.0, -1.0, 7.0]])
+    return world, state, torch.tensor([[1.0, 0.5, -2.0, 0.01, 0.02, -0.03]], dtype=torch.float64)
+
+
+SCENES = {"flying": _flying, "sliding": _sliding, "resting_pushed": _resting_pushed, "tilted_landing": _tilted_landing,
           "round_objects": _round_objects}
 
 
@@ -127,7 +135,7 @@ def test_step_matches_torch(scene):
 def test_modes_cover_sliding_sticking_and_separated(scene):
     fast = FastContactStep(scene["world"])
     fast.step(*_fields(scene["state"]), wrench=scene["wrench"])
-    expected = {"sliding": {SLIDING}, "resting_pushed": {STICKING}, "tilted_landing": {SEPARATED, SLIDING},
+    expected = {"flying": set(), "sliding": {SLIDING}, "resting_pushed": {STICKING}, "tilted_landing": {SEPARATED, SLIDING},
                 "round_objects": {SLIDING, STICKING}}[scene["name"]]
     active = scene["info"].contacts.active.numpy()
     assert expected <= set(fast.modes[active].tolist())
