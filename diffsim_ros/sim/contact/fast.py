@@ -12,10 +12,21 @@ staggered-projection fallback (Algorithm 1) and the position correction of conta
 within the step; :attr:`FastContactStep.status` of such a step says so and the torch step
 (the reference) must be used.
 
-Jacobians: forward mode through the whole step, with the contact impulses differentiated
-implicitly at the converged solution, ``dx = -K⁻¹ [(dA x + db) on the velocity rows; 0]``
+Jacobians of the next state in the state, the applied wrenches and the object parameters
+(mass, friction, restitution): forward mode through the whole step, with the contact impulses
+differentiated implicitly at the converged solution,
+``dx = -K⁻¹ [(dA x + db) on the velocity rows; -mu x_n² dmu on the sliding cone rows]``
 (``K`` the KKT matrix of the modes: separated, sticking, sliding), i.e. the torch
-``_ConeImpulse`` rule, so the two agree in float64 to round-off.
+``_ConeImpulse`` rule, so the two agree in float64 to round-off. Pair coefficients set with
+``pair_friction`` / ``pair_restitution`` are used but not differentiated.
+
+Usage::
+
+    fast = FastContactStep(world)                  # ContactError if the world is not covered
+    state = fast.step_state(state, warm=fast.modes)  # WorldState in, WorldState out
+    nxt, d_state, d_wrench, d_params = fast.jacobians(position, orientation, linear, angular, wrench)
+
+Cold compilation (``cache=True``: once per installation) takes about a minute and a half of CPU.
 """
 
 import math
@@ -40,7 +51,8 @@ from diffsim_ros.sim.contact.errors import ContactError
 from diffsim_ros.sim.contact.shapes import Box, Capsule, Plane, Sphere, bounding_radius
 from diffsim_ros.sim.contact.world import WorldState
 
-__all__ = ["OK", "NOT_CONVERGED", "BOUNCE_CORRECTION", "FastContactStep", "fast_support"]
+__all__ = ["OK", "NOT_CONVERGED", "BOUNCE_CORRECTION", "FastContactStep", "fast_support", "jacobian_kernel",
+           "solve_cone_compiled", "step_kernel"]
 
 OK, NOT_CONVERGED, BOUNCE_CORRECTION = 0, 1, 2
 _EPS = np.finfo(np.float64).eps
