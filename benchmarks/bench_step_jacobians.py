@@ -6,13 +6,18 @@ semi-implicit Euler. Nimble (nimblephysics, optional: ``pip install nimblephysic
 ``forwardPass`` and its analytic ``getStateJacobian`` and ``getActionJacobian``; ours is
 :class:`~diffsim_ros.sim.rigid_fast.FastRigidStep` ``jacobians`` (exact Jacobians, checked to
 1e-9 against autograd in test/test_derivatives.py). Before timing, both next states are
-compared with a Pinocchio semi-implicit Euler step of the same URDF. Times per Python call,
+compared with a Pinocchio semi-implicit Euler step of the same URDF (Nimble's positions with
+``q + dt qd``: Nimble moves positions with the start velocity; its velocities are Pinocchio's). Times per Python call,
 medians; the machine's load average is recorded.
 
-Run: ``.venv/bin/python -m benchmarks.bench_step_jacobians``.
+Nimble runs in a child process under its own interpreter: nimblephysics 0.10.52 segfaults with
+numpy >= 2 (the package's venv), so give it a venv with numpy < 2 by ``--peer-python PATH`` or
+the ``DIFFSIM_NIMBLE_PYTHON`` environment variable (default: this interpreter); see
+:mod:`benchmarks.nimble_peer`.
+
+Run: ``.venv/bin/python -m benchmarks.bench_step_jacobians [--peer-python /work/peers/nimble/bin/python]``.
 """
 
-import importlib.metadata
 import json
 import os
 import subprocess
@@ -73,74 +78,34 @@ def pinocchio_step(path, model):
     return step
 
 
-class NimbleArm:
-    def __init__(self, nimble, path, model):
-        self.nimble = nimble
-        self.world = nimble.simulation.World()
-        self.world.setGravity(np.array([0.0, 0.0, -9.81]))
-        self.world.setTimeStep(DT)
-        self.arm = self.world.loadSkeleton(str(path))
-        dofs = [self.arm.getDof(i).getName() for i in range(self.arm.getNumDofs())]
-        self.order = [dofs.index(name) for name in model.joint_names]
-        for i in range(self.arm.getNumDofs()):  # nothing but the rigid dynamics
-            self.arm.getDof(i).setPositionLimits(-1e9, 1e9)
-            self.arm.getDof(i).setVelocityLimits(-1e9, 1e9)
-            self.arm.getDof(i).setControlForceLimits(-1e9, 1e9)
-            self.arm.getDof(i).setDampingCoefficient(0.0)
-            self.arm.getDof(i).setCoulombFriction(0.0)
-            self.arm.getDof(i).setSpringStiffness(0.0)
-
-    def set(self, q, qd, tau):
-        n = self.arm.getNumDofs()
-        pq, pv, pt = np.zeros(n), np.zeros(n), np.zeros(n)
-        pq[self.order], pv[self.order], pt[self.order] = q, qd, tau
-        self.world.setPositions(pq)
-        self.world.setVelocities(pv)
-        self.world.setControlForces(pt)
-
-    def step(self, q, qd, tau):
-        self.set(q, qd, tau)
-        self.world.step()
-        return self.world.getPositions()[self.order], self.world.getVelocities()[self.order]
-
-    def jacobians(self, q, qd, tau):
-        self.set(q, qd, tau)
-        snapshot = self.nimble.neural.forwardPass(self.world)
-        return snapshot.getStateJacobian(self.world), snapshot.getActionJacobian(self.world)
+def peer_python(argv=None):
+    """The interpreter for the Nimble child: ``--peer-python PATH``, else ``$DIFFSIM_NIMBLE_PYTHON``, else this one."""
+    argv = sys.argv[1:] if argv is None else argv
+    if "--peer-python" in argv:
+        return argv[argv.index("--peer-python") + 1]
+    return os.environ.get("DIFFSIM_NIMBLE_PYTHON") or sys.executable
 
 
-def _nimble_times(path, q, qd, tau, expected):
-    """Run in a child process (Nimble's extension can crash the interpreter): prints its figures."""
-    import nimblephysics as nimble
-
-    model = RobotModel.from_urdf(path, base_link="base", tip_link="left_hand")
-    arm = NimbleArm(nimble, path, model)
-    error = np.abs(np.concatenate(arm.step(q, qd, tau)) - expected).max()
-    step = median(time_call(lambda: arm.step(q, qd, tau), REPEATS, inner=INNER))
-    jac = median(time_call(lambda: arm.jacobians(q, qd, tau), REPEATS, inner=INNER))
-    print(json.dumps([step, jac, float(error), getattr(nimble, "__version__", "")]))
-
-
-def _nimble_in_subprocess(path, q, qd, tau, expected):
-    """``(figures or None, note)``: Nimble's (step, jacobians, error, version) measured in a child process."""
-    try:
-        version = importlib.metadata.version("nimblephysics")
-    except importlib.metadata.PackageNotFoundError:
-        return None, "nimblephysics not installed: no peer figures."
-    args = json.dumps([str(path), *(np.asarray(x).tolist() for x in (q, qd, tau, expected))])
-    child = subprocess.run([sys.executable, "-m", "benchmarks.bench_step_jacobians", "--nimble", args],
+def run_nimble_peer(python, kind, arguments):
+    """``(figures or None, note)``: :mod:`benchmarks.nimble_peer` ``kind`` run by ``python`` (a child process:
+    Nimble's extension can crash the interpreter)."""
+    probe = subprocess.run([python, "-c", "import importlib.metadata as m; print(m.version('nimblephysics'))"],
+                           capture_output=True, text=True, timeout=120)
+    if probe.returncode != 0:
+        return None, f"nimblephysics not importable by {python}: no peer figures (see --peer-python)."
+    version = probe.stdout.strip()
+    root = Path(__file__).resolve().parents[1]
+    child = subprocess.run([python, "-m", "benchmarks.nimble_peer", kind, json.dumps(arguments)], cwd=root,
                            capture_output=True, text=True, timeout=600)
     if child.returncode != 0:
-        return None, (f"nimblephysics {version} is installed but its child process ended with code {child.returncode} "
-                      f"({'segmentation fault' if child.returncode == -11 else child.stderr.strip()[-200:]}) "
-                      f"with numpy {np.__version__}: no peer figures in this run.")
+        numpy = subprocess.run([python, "-c", "import numpy; print(numpy.__version__)"], capture_output=True, text=True)
+        return None, (f"nimblephysics {version} ({python}) is installed but its child process ended with code "
+                      f"{child.returncode} ({'segmentation fault' if child.returncode == -11 else child.stderr.strip()[-200:]}) "
+                      f"with numpy {numpy.stdout.strip()}: no peer figures in this run.")
     return json.loads(child.stdout.strip().splitlines()[-1]), ""
 
 
 def main():
-    if sys.argv[1:2] == ["--nimble"]:
-        path, *vectors = json.loads(sys.argv[2])
-        return _nimble_times(path, *(np.array(v) for v in vectors))
     load = os.getloadavg()[0]
     rng = np.random.default_rng(0)
     q, qd, tau = np.array([0.1, -0.3, 0.2, 0.8, -0.1, 0.6, 0.3]), rng.uniform(-1, 1, 7), rng.uniform(-5, 5, 7)
@@ -161,11 +126,19 @@ def main():
         step_passive = median(time_call(lambda: shipped.step(q, qd, tau), REPEATS, inner=INNER))
         rows.append(["diffsim_ros, Baxter config (springs, damping, friction)", f"{step_passive * 1e6:.1f}",
                      f"{jac_passive * 1e6:.1f}", "(other model)"])
-        nimble_jac, note = _nimble_in_subprocess(path, q, qd, tau, expected)
+        figures, note = run_nimble_peer(peer_python(), "arm", [str(path), list(model.joint_names), DT,
+                                                              *(np.asarray(x).tolist() for x in (q, qd, tau))])
+        nimble_jac = None
         if note:
             notes.append(note)
         else:
-            n_step, nimble_jac, error, version = nimble_jac
+            n_step, nimble_jac, next_state, version = figures
+            # Nimble advances positions with the start velocity (q + dt qd, its time stepping),
+            # velocities as semi-implicit Euler: both are checked against Pinocchio's qd_next.
+            nimble_expected = np.concatenate([q + DT * qd, expected[7:]])
+            error = np.abs(np.asarray(next_state) - nimble_expected).max()
+            if error > VALUE_TOL:
+                notes.append(f"Nimble's next state differs from Pinocchio's by {error:.2g} (> {VALUE_TOL:g}).")
             rows.append([f"Nimble {version} forwardPass + getStateJacobian + getActionJacobian",
                          f"{n_step * 1e6:.1f}", f"{nimble_jac * 1e6:.1f}", f"{error:.1e}"])
     ratio = nimble_jac / jac if nimble_jac else float("nan")
@@ -173,6 +146,7 @@ def main():
         "## Arm step and Jacobians: compiled analytic derivatives vs Nimble (`python -m benchmarks.bench_step_jacobians`)",
         machine_line() + f"; load average {load:.2f} at the start" + (" (measured under load)" if load > 0.5 else ""),
         __doc__.split("\n\n")[1].replace("\n", " "),
+        __doc__.split("\n\n")[2].replace("\n", " ") + f" This run: `{peer_python()}`.",
         markdown_table(["implementation", "step [µs]", "step + state/torque Jacobians [µs]", "|next state - Pinocchio|"], rows),
         f"Jacobian ratio (Nimble / ours; above 1: we are faster): {ratio:.2f}",
         *notes,

@@ -1,0 +1,897 @@
+"""The friction-cone contact step compiled (numba), with exact Jacobians, for objects on planes.
+
+Covers the scenes of :class:`~diffsim_ros.sim.contact.world.ContactWorld` with ``solver="cone"``,
+no robot, and free boxes, spheres and capsules whose only contacts are static planes (object-
+object pairs excluded): a box has 8 corner slots, a sphere 1, a capsule 2 (its segment ends).
+The step is the torch one, operation for operation (detection with the speculative margin,
+contact frames, Delassus matrix, Baumgarte / speculative / restitution bias, the regularized
+cone problem, semi-implicit integration); the cone problem is solved by the same mode-wise
+Newton method with mode repairs (:mod:`~diffsim_ros.sim.contact.cone`), whose converged
+solution is unique (the regularized problem), so both agree to round-off. Not compiled: the
+staggered-projection fallback (Algorithm 1) and the position correction of contacts bouncing
+within the step; :attr:`FastContactStep.status` of such a step says so and the torch step
+(the reference) must be used.
+
+Jacobians of the next state in the state, the applied wrenches and the object parameters
+(mass, friction, restitution): forward mode through the whole step, with the contact impulses
+differentiated implicitly at the converged solution,
+``dx = -K⁻¹ [(dA x + db) on the velocity rows; -mu x_n² dmu on the sliding cone rows]``
+(``K`` the KKT matrix of the modes: separated, sticking, sliding), i.e. the torch
+``_ConeImpulse`` rule, so the two agree in float64 to round-off. Pair coefficients set with
+``pair_friction`` / ``pair_restitution`` are used but not differentiated.
+
+Usage::
+
+    fast = FastContactStep(world)                  # ContactError if the world is not covered
+    state = fast.step_state(state, warm=fast.modes)  # WorldState in, WorldState out
+    nxt, d_state, d_wrench, d_params = fast.jacobians(position, orientation, linear, angular, wrench)
+
+Cold compilation (``cache=True``: once per installation) takes about a minute and a half of CPU.
+"""
+
+import math
+
+import numpy as np
+import torch
+
+from diffsim_ros._compiled import njit
+from diffsim_ros.dynamics.derivatives import lu_factor, lu_solve_columns
+from diffsim_ros.dynamics.spatial import quat_normalize, quat_to_matrix
+from diffsim_ros.sim.contact.cone import (
+    LINE_SEARCH_STEPS,
+    NEWTON_ITERATIONS,
+    NEWTON_STEP_TOL,
+    REGULARIZATION,
+    REPAIR_ROUNDS,
+    SEPARATED,
+    SLIDING,
+    STICKING,
+)
+from diffsim_ros.sim.contact.errors import ContactError
+from diffsim_ros.sim.contact.shapes import Box, Capsule, Plane, Sphere, bounding_radius
+from diffsim_ros.sim.contact.world import WorldState
+
+__all__ = ["OK", "NOT_CONVERGED", "BOUNCE_CORRECTION", "FastContactStep", "fast_support", "jacobian_kernel",
+           "solve_cone_compiled", "step_kernel"]
+
+OK, NOT_CONVERGED, BOUNCE_CORRECTION = 0, 1, 2
+_EPS = np.finfo(np.float64).eps
+_TINY = np.finfo(np.float64).tiny
+_SMALL_ANGLE_SQUARED = 1e-8  # as diffsim_ros.dynamics.spatial.quat_exp
+
+
+# ---------------------------------------------------------------- small kernels
+
+
+@njit(cache=True)
+def _cross(a, b):
+    return np.array([a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]])
+
+
+@njit(cache=True)
+def _dot(a, b):
+    """a · b for 1-D arrays (loops: BLAS calls cost more than these tiny products)."""
+    out = 0.0
+    for i in range(a.shape[0]):
+        out += a[i] * b[i]
+    return out
+
+
+@njit(cache=True)
+def _mv(a, v):
+    """a (n, c) @ v (c,)."""
+    out = np.zeros(a.shape[0])
+    for i in range(a.shape[0]):
+        for j in range(a.shape[1]):
+            out[i] += a[i, j] * v[j]
+    return out
+
+
+@njit(cache=True)
+def _mm(a, b):
+    """a (n, c) @ b (c, p)."""
+    out = np.zeros((a.shape[0], b.shape[1]))
+    for i in range(a.shape[0]):
+        for j in range(a.shape[1]):
+            f = a[i, j]
+            if f != 0.0:
+                for r in range(b.shape[1]):
+                    out[i, r] += f * b[j, r]
+    return out
+
+
+@njit(cache=True)
+def _rotation(q):
+    """Rotation matrix of a unit quaternion (w, x, y, z), (3, 3)."""
+    w, x, y, z = q[0], q[1], q[2], q[3]
+    return np.array([[1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+                     [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+                     [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)]])
+
+
+@njit(cache=True)
+def _rotation_tangent(q, dq):
+    """Derivative of :func:`_rotation` along ``dq``, (3, 3)."""
+    w, x, y, z = q[0], q[1], q[2], q[3]
+    dw, dx, dy, dz = dq[0], dq[1], dq[2], dq[3]
+    return 2.0 * np.array([
+        [-2 * (y * dy + z * dz), x * dy + dx * y - w * dz - dw * z, x * dz + dx * z + w * dy + dw * y],
+        [x * dy + dx * y + w * dz + dw * z, -2 * (x * dx + z * dz), y * dz + dy * z - w * dx - dw * x],
+        [x * dz + dx * z - w * dy - dw * y, y * dz + dy * z + w * dx + dw * x, -2 * (x * dx + y * dy)]])
+
+
+@njit(cache=True)
+def _quat_multiply(a, b):
+    return np.array([a[0] * b[0] - a[1] * b[1] - a[2] * b[2] - a[3] * b[3],
+                     a[0] * b[1] + a[1] * b[0] + a[2] * b[3] - a[3] * b[2],
+                     a[0] * b[2] - a[1] * b[3] + a[2] * b[0] + a[3] * b[1],
+                     a[0] * b[3] + a[1] * b[2] - a[2] * b[1] + a[3] * b[0]])
+
+
+@njit(cache=True)
+def _quat_exp(rv, drv):
+    """Quaternion of the rotation vector ``rv`` [rad] and its derivative along ``drv``, (4,) each."""
+    square = _dot(rv, rv)
+    d_square = 2.0 * _dot(rv, drv)
+    if square < _SMALL_ANGLE_SQUARED:
+        c, s = 1.0 - square / 8.0, 0.5 - square / 48.0
+        dc, ds = -d_square / 8.0, -d_square / 48.0
+    else:
+        a = math.sqrt(square)
+        da = d_square / (2.0 * a)
+        c, s = math.cos(0.5 * a), math.sin(0.5 * a) / a
+        dc = -0.5 * math.sin(0.5 * a) * da
+        ds = (0.5 * math.cos(0.5 * a) * a - math.sin(0.5 * a)) / (a * a) * da
+    q = np.array([c, s * rv[0], s * rv[1], s * rv[2]])
+    dq = np.array([dc, ds * rv[0] + s * drv[0], ds * rv[1] + s * drv[1], ds * rv[2] + s * drv[2]])
+    return q, dq
+
+
+@njit(cache=True)
+def _normalize(q, dq):
+    """``q / |q|`` and its derivative along ``dq``."""
+    norm = math.sqrt(_dot(q, q))
+    unit = q / norm
+    return unit, (dq - unit * _dot(unit, dq)) / norm
+
+
+@njit(cache=True)
+def _solve(a, b):
+    """``a⁻¹ b`` for a square ``a`` (n, n) and ``b`` (n,) or (n, c); (ok, solution)."""
+    lu = a.copy()
+    pivots = np.zeros(a.shape[0], dtype=np.int64)
+    rhs = b.copy().reshape(a.shape[0], -1)
+    if not lu_factor(lu, pivots):
+        return False, rhs
+    lu_solve_columns(lu, pivots, rhs)
+    return True, rhs
+
+
+# ---------------------------------------------------------------- the cone problem (mode-wise Newton)
+
+
+@njit(cache=True)
+def _tolerances(a, b, x, rel):
+    """``(tol_w, tol_x)`` of :func:`~diffsim_ros.sim.contact.linsolve.contact_tolerances`."""
+    diag = max(np.max(np.diag(a)), _TINY)
+    velocity = max(np.max(np.abs(b)), np.max(np.abs(_mv(a, x))))
+    impulse = max(np.max(np.abs(x)), velocity / diag)
+    return rel * max(velocity, _TINY), rel * max(impulse, _TINY)
+
+
+@njit(cache=True)
+def _velocity_row(modes, mu, j):
+    i = j // 3
+    if modes[i] == SEPARATED:
+        return False
+    return j % 3 == 0 or mu[i] > 0.0
+
+
+@njit(cache=True)
+def _sliding(modes, mu, i):
+    return modes[i] == SLIDING and mu[i] > 0.0
+
+
+@njit(cache=True)
+def _residual(a, b, mu, modes, z):
+    """KKT residual F(x, nu) (4K,) of cone._residual; z = [x (3K), nu (K)]."""
+    k = mu.shape[0]
+    m = 3 * k
+    x = z[:m]
+    w = _mv(a, x) + b
+    f = np.empty(m + k)
+    for j in range(m):
+        i = j // 3
+        if _velocity_row(modes, mu, j):
+            f[j] = w[j] + (2.0 * z[m + i] * x[j] if (_sliding(modes, mu, i) and j % 3 != 0) else 0.0)
+        else:
+            f[j] = x[j]
+    for i in range(k):
+        if _sliding(modes, mu, i):
+            f[m + i] = 0.5 * (x[3 * i + 1] ** 2 + x[3 * i + 2] ** 2 - (mu[i] * x[3 * i]) ** 2)
+        else:
+            f[m + i] = z[m + i]
+    return f
+
+
+@njit(cache=True)
+def _kkt(a, mu, modes, z):
+    """dF/d(x, nu), (4K, 4K), of cone._kkt_matrix."""
+    k = mu.shape[0]
+    m = 3 * k
+    out = np.zeros((m + k, m + k))
+    for j in range(m):
+        i = j // 3
+        if _velocity_row(modes, mu, j):
+            out[j, :m] = a[j]
+            if _sliding(modes, mu, i) and j % 3 != 0:
+                out[j, j] += 2.0 * z[m + i]
+                out[j, m + i] = 2.0 * z[j]
+        else:
+            out[j, j] = 1.0
+    for i in range(k):
+        if _sliding(modes, mu, i):
+            out[m + i, 3 * i] = -mu[i] * mu[i] * z[3 * i]
+            out[m + i, 3 * i + 1] = z[3 * i + 1]
+            out[m + i, 3 * i + 2] = z[3 * i + 2]
+        else:
+            out[m + i, m + i] = 1.0
+    return out
+
+
+@njit(cache=True)
+def _newton(a, b, mu, modes, z):
+    """cone._newton for one problem: damped Newton with backtracking on |F|²; returns z."""
+    noise = (16.0 * _EPS * (np.max(np.abs(b)) + 1e-3 * _TINY)) ** 2 * z.shape[0]
+    f = _residual(a, b, mu, modes, z)
+    for _ in range(NEWTON_ITERATIONS):
+        ok, step = _solve(_kkt(a, mu, modes, z), f)
+        if not ok:
+            return z
+        step = -step[:, 0]
+        norm0 = _dot(f, f)
+        alpha = 1.0
+        for _ in range(LINE_SEARCH_STEPS):
+            trial = z + alpha * step
+            f_trial = _residual(a, b, mu, modes, trial)
+            worse = _dot(f_trial, f_trial) > max(norm0 * (1.0 - 1e-4 * alpha), noise)
+            if not worse:
+                break
+            alpha *= 0.5
+        if worse or not (np.all(np.isfinite(f_trial)) and np.all(np.isfinite(trial))):
+            return z
+        moved = np.max(np.abs(trial - z))
+        z, f = trial, f_trial
+        if _dot(f, f) <= noise or moved <= NEWTON_STEP_TOL * max(np.max(np.abs(z)), _TINY):
+            break
+    return z
+
+
+@njit(cache=True)
+def _check(a, b, mu, modes, z):
+    """cone._check: the KKT conditions of every mode hold at z."""
+    k = mu.shape[0]
+    m = 3 * k
+    x, nu = z[:m], z[m:]
+    if not (np.all(np.isfinite(x)) and np.all(np.isfinite(nu))):
+        return False
+    w = _mv(a, x) + b
+    tol_w, tol_x = _tolerances(a, b, x, math.sqrt(_EPS))
+    f = _residual(a, b, mu, modes, z)
+    for j in range(m):
+        if _velocity_row(modes, mu, j) and abs(f[j]) > tol_w:
+            return False
+    for i in range(k):
+        xn, norm_t = x[3 * i], math.hypot(x[3 * i + 1], x[3 * i + 2])
+        if modes[i] == SEPARATED:
+            if w[3 * i] < -tol_w:
+                return False
+            continue
+        if xn < -tol_x:
+            return False
+        if _sliding(modes, mu, i):
+            slip = w[3 * i + 1] * x[3 * i + 1] + w[3 * i + 2] * x[3 * i + 2]
+            if abs(norm_t - mu[i] * xn) > tol_x or slip > tol_w * max(norm_t, tol_x):
+                return False
+        elif mu[i] > 0.0 and norm_t > mu[i] * xn + tol_x:
+            return False
+    return True
+
+
+@njit(cache=True)
+def _slip_directions(a, b, x):
+    """cone._slip_directions: unit tangential velocity, else minus the friction direction, (K, 2)."""
+    k = b.shape[0] // 3
+    w = _mv(a, x) + b
+    tol = math.sqrt(_EPS) * (np.max(np.abs(b)) + _TINY)
+    out = np.zeros((k, 2))
+    for i in range(k):
+        norm_w = math.hypot(w[3 * i + 1], w[3 * i + 2])
+        norm_x = math.hypot(x[3 * i + 1], x[3 * i + 2])
+        if norm_w > tol:
+            out[i, 0], out[i, 1] = w[3 * i + 1] / norm_w, w[3 * i + 2] / norm_w
+        elif norm_x > _TINY:
+            out[i, 0], out[i, 1] = -x[3 * i + 1] / norm_x, -x[3 * i + 2] / norm_x
+    return out
+
+
+@njit(cache=True)
+def _guess(a, b, mu, modes, directions):
+    """cone._fixed_direction_guess: sliding friction fixed at ``-mu x_n d``, a linear solve; z."""
+    k = mu.shape[0]
+    m = 3 * k
+    e = np.zeros((m, m))
+    mask = np.zeros(m)
+    for j in range(m):
+        i = j // 3
+        tangent_sliding = _sliding(modes, mu, i) and j % 3 != 0
+        if _velocity_row(modes, mu, j) and not tangent_sliding:
+            mask[j] = 1.0
+            e[j, j] = 1.0
+        if tangent_sliding:
+            e[j, 3 * i] += -mu[i] * directions[i, j % 3 - 1]
+    g = _mm(a, e) * np.outer(mask, mask) + np.diag(1.0 - mask)
+    ok, y = _solve(g, -(b * mask))
+    x = _mv(e, y[:, 0]) if ok else np.zeros(m)
+    z = np.zeros(m + k)
+    z[:m] = x
+    w = _mv(a, x) + b
+    for i in range(k):
+        if _sliding(modes, mu, i):
+            z[m + i] = math.hypot(w[3 * i + 1], w[3 * i + 2]) / (2.0 * max(math.hypot(x[3 * i + 1], x[3 * i + 2]), _TINY))
+    return z
+
+
+@njit(cache=True)
+def _heuristic(a, b, mu):
+    """cone._heuristic: approaching contacts touch, and slide where their free slip exceeds mu |b_n|."""
+    k = mu.shape[0]
+    modes = np.zeros(k, dtype=np.int8)
+    for i in range(k):
+        if b[3 * i] < 0.0:
+            modes[i] = STICKING
+            if math.hypot(b[3 * i + 1], b[3 * i + 2]) > mu[i] * abs(b[3 * i]) and mu[i] > 0.0:
+                modes[i] = SLIDING
+    return modes, _guess(a, b, mu, modes, _slip_directions(a, b, np.zeros(3 * k)))
+
+
+@njit(cache=True)
+def _repair(a, b, mu, modes, z):
+    """cone._repair: new modes from a violating solution, restarted from their linear solve."""
+    k = mu.shape[0]
+    m = 3 * k
+    x = z[:m]
+    w = _mv(a, x) + b
+    tol_w, tol_x = _tolerances(a, b, x, math.sqrt(_EPS))
+    new = modes.copy()
+    for i in range(k):
+        xn, norm_t = x[3 * i], math.hypot(x[3 * i + 1], x[3 * i + 2])
+        norm_wt = math.hypot(w[3 * i + 1], w[3 * i + 2])
+        sep = modes[i] == SEPARATED
+        sliding = _sliding(modes, mu, i)
+        sticking = not sep and mu[i] > 0.0 and not sliding
+        pulling = not sep and xn < -tol_x
+        if pulling:
+            new[i] = SLIDING if sticking else SEPARATED
+        if sep and w[3 * i] < -tol_w:
+            new[i] = SLIDING if (norm_wt > tol_w and mu[i] > 0.0) else STICKING
+        if not pulling and sticking and norm_t > mu[i] * xn + tol_x:
+            new[i] = SLIDING
+        slip = w[3 * i + 1] * x[3 * i + 1] + w[3 * i + 2] * x[3 * i + 2]
+        if not pulling and sliding and slip > tol_w * max(norm_t, tol_x):
+            new[i] = STICKING
+    return new, _guess(a, b, mu, new, _slip_directions(a, b, x))
+
+
+@njit(cache=True)
+def solve_cone_compiled(a, b, mu, warm_modes):
+    """The cone problem ``w = A x + b`` (A already regularized) for one scene.
+
+    Args:
+        a: Delassus matrix (3K, 3K). b: bias [m/s] (3K,). mu: friction (K,).
+        warm_modes: Previous modes (K,) int8, or an empty array for none.
+
+    Returns:
+        ``(z = [x (3K) N·s, nu (K)], modes (K,) int8, converged, warm_hit)``.
+    """
+    k = mu.shape[0]
+    if warm_modes.shape[0] == k:
+        modes = warm_modes.copy()
+        z = _newton(a, b, mu, modes, _guess(a, b, mu, modes, _slip_directions(a, b, np.zeros(3 * k))))
+        if _check(a, b, mu, modes, z):
+            return z, modes, True, True
+    modes, z = _heuristic(a, b, mu)
+    z = _newton(a, b, mu, modes, z)
+    ok = _check(a, b, mu, modes, z)
+    for _ in range(REPAIR_ROUNDS):
+        if ok:
+            break
+        modes, z = _repair(a, b, mu, modes, z)
+        z = _newton(a, b, mu, modes, z)
+        ok = _check(a, b, mu, modes, z)
+    if ok:  # touching with zero normal impulse: a tie, separated (no empty cone rows)
+        _, tol_x = _tolerances(a, b, z[: 3 * k], math.sqrt(_EPS))
+        for i in range(k):
+            if modes[i] != SEPARATED and z[3 * i] <= tol_x:
+                modes[i] = SEPARATED
+                z[3 * i : 3 * i + 3] = 0.0
+                z[3 * k + i] = 0.0
+    return z, modes, ok, False
+
+
+# ---------------------------------------------------------------- the step
+
+
+@njit(cache=True)
+def _detect(pos, quat, lin, ang, slots, slot_obj, options, obj_radius):
+    """Unit quaternions (J, 4), rotations (J, 3, 3), and per slot gap [m] (S,), point [m] (S, 3), active (S,).
+
+    ``slots`` (S, 10): local point (3) [m], radius [m], plane normal (3), plane point (3) [m];
+    ``options``: dt [s], margin [m], baumgarte, bounce threshold [m/s], gravity (3) [m/s²].
+    """
+    count = pos.shape[0]
+    unit = np.empty((count, 4))
+    rot = np.empty((count, 3, 3))
+    speed = 0.0
+    for j in range(count):
+        unit[j] = quat[j] / math.sqrt(_dot(quat[j], quat[j]))
+        rot[j] = _rotation(unit[j])
+        speed = max(speed, math.sqrt(_dot(lin[j], lin[j])) + math.sqrt(_dot(ang[j], ang[j])) * obj_radius[j])
+    dt = options[0]
+    speed += dt * math.sqrt(_dot(options[4:7], options[4:7]))
+    margin = options[1] + 2.0 * dt * speed
+    s_count = slots.shape[0]
+    gap, point, active = np.empty(s_count), np.empty((s_count, 3)), np.zeros(s_count, dtype=np.bool_)
+    for s in range(s_count):
+        j = slot_obj[s]
+        p = _mv(rot[j], slots[s, 0:3]) + pos[j]
+        normal = slots[s, 4:7]
+        gap[s] = _dot(p - slots[s, 7:10], normal) - slots[s, 3]
+        point[s] = p - normal * (slots[s, 3] + 0.5 * gap[s])
+        active[s] = gap[s] < margin
+    return unit, rot, gap, point, active
+
+
+@njit(cache=True)
+def _frame(normal):
+    """Contact frame rows (n, t1, t2) of frames.contact_frames, (3, 3)."""
+    anchor = np.array([0.0, 1.0, 0.0]) if abs(normal[0]) > 0.9 else np.array([1.0, 0.0, 0.0])
+    t2 = _cross(normal, anchor)
+    t2 = t2 / math.sqrt(_dot(t2, t2))
+    out = np.empty((3, 3))
+    out[0], out[1], out[2] = normal, _cross(t2, normal), t2
+    return out
+
+
+@njit(cache=True)
+def _contact_jacobian(keep, slot_obj, slots, point, pos, count):
+    """Rows ``[f, (point - pos) x f]`` of each active slot's frame, (3k, 6J); and the frames (k, 3, 3)."""
+    k = keep.shape[0]
+    jac = np.zeros((3 * k, 6 * count))
+    frames = np.empty((k, 3, 3))
+    for a in range(k):
+        s = keep[a]
+        j = slot_obj[s]
+        frames[a] = _frame(slots[s, 4:7])
+        lever = point[s] - pos[j]
+        for r in range(3):
+            jac[3 * a + r, 6 * j : 6 * j + 3] = frames[a, r]
+            jac[3 * a + r, 6 * j + 3 : 6 * j + 6] = _cross(lever, frames[a, r])
+    return jac, frames
+
+
+@njit(cache=True)
+def _inertias(rot, principal):
+    """World inverse inertia and inertia [kg·m²], (J, 3, 3) each."""
+    count = rot.shape[0]
+    inv, inertia = np.empty((count, 3, 3)), np.empty((count, 3, 3))
+    for j in range(count):
+        inv[j] = _mm(rot[j] / principal[j], rot[j].T)
+        inertia[j] = _mm(rot[j] * principal[j], rot[j].T)
+    return inv, inertia
+
+
+@njit(cache=True)
+def _inverse_mass_apply(mass, inv, mat):
+    """M⁻¹ mat for mat (6J, c): linear rows / m, angular rows by the world inverse inertia."""
+    out = np.empty_like(mat)
+    for j in range(mass.shape[0]):
+        out[6 * j : 6 * j + 3] = mat[6 * j : 6 * j + 3] / mass[j]
+        out[6 * j + 3 : 6 * j + 6] = _mm(inv[j], mat[6 * j + 3 : 6 * j + 6])
+    return out
+
+
+@njit(cache=True)
+def _free_velocity(lin, ang, wrench, mass, inv, inertia, options):
+    """Velocities without contact (6J,): gravity, applied wrench, gyroscopic torque."""
+    count = mass.shape[0]
+    h = options[0]
+    out = np.empty(6 * count)
+    for j in range(count):
+        out[6 * j : 6 * j + 3] = lin[j] + h * (options[4:7] + wrench[j, :3] / mass[j])
+        out[6 * j + 3 : 6 * j + 6] = ang[j] + h * _mv(inv[j], wrench[j, 3:] - _cross(ang[j], _mv(inertia[j], ang[j])))
+    return out
+
+
+@njit(cache=True)
+def _bias(jac, v_free, v_now, gap_k, e_k, options):
+    """Contact bias b (3k,) [m/s] and the bouncing contacts (k,) of ContactWorld.step."""
+    h, baumgarte, threshold = options[0], options[2], options[3]
+    b = _mv(jac, v_free)
+    current = _mv(jac, v_now)
+    k = gap_k.shape[0]
+    bouncing = np.zeros(k, dtype=np.bool_)
+    for a in range(k):
+        approach = b[3 * a]
+        if e_k[a] > 0.0 and gap_k[a] + h * approach < 0.0:
+            # Impact speed: the velocity interpolated to when the contact closes (world._impact_speed).
+            fraction = min(max(gap_k[a] / max(-approach, _TINY), 0.0), h) / h
+            bouncing[a] = current[3 * a] + fraction * (approach - current[3 * a]) < -threshold
+        if bouncing[a]:
+            b[3 * a] += e_k[a] * approach
+        else:
+            b[3 * a] += (gap_k[a] if gap_k[a] > 0.0 else baumgarte * gap_k[a]) / h
+    return b, bouncing
+
+
+@njit(cache=True)
+def _integrate(pos, quat, v_next, h):
+    """Positions + h v, orientations exp(h w) * quat renormalized; (J, 3), (J, 4), (J, 3), (J, 3)."""
+    count = pos.shape[0]
+    zero = np.zeros(3)
+    p, q = np.empty((count, 3)), np.empty((count, 4))
+    for j in range(count):
+        p[j] = pos[j] + h * v_next[6 * j : 6 * j + 3]
+        rotation, _ = _quat_exp(h * v_next[6 * j + 3 : 6 * j + 6], zero)
+        q[j], _ = _normalize(_quat_multiply(rotation, quat[j]), np.zeros(4))
+    v = v_next.reshape(count, 6)
+    return p, q, v[:, :3].copy(), v[:, 3:].copy()
+
+
+@njit(cache=True)
+def _forward(pos, quat, lin, ang, wrench, mass, principal, slots, slot_obj, slot_mu, slot_e, obj_radius,
+             options, warm):
+    """One step and what its Jacobians need (see :meth:`FastContactStep.step` for the state)."""
+    count = pos.shape[0]
+    unit, rot, gap, point, active = _detect(pos, quat, lin, ang, slots, slot_obj, options, obj_radius)
+    keep = np.nonzero(active)[0]
+    k = keep.shape[0]
+    jac, frames = _contact_jacobian(keep, slot_obj, slots, point, pos, count)
+    inv, inertia = _inertias(rot, principal)
+    minv_jt = _inverse_mass_apply(mass, inv, jac.T)
+    v_free = _free_velocity(lin, ang, wrench, mass, inv, inertia, options)
+    v_now = np.concatenate((lin, ang), axis=1).reshape(-1)
+    b, bouncing = _bias(jac, v_free, v_now, gap[keep], slot_e[keep], options)
+    a = _mm(jac, minv_jt)
+    if k > 0:
+        a += REGULARIZATION * max(np.trace(a) / (3 * k), _TINY) * np.eye(3 * k)
+    mu = slot_mu[keep]
+    warm_k = warm[keep] if warm.shape[0] == slot_obj.shape[0] else np.zeros(0, dtype=np.int8)
+    z, modes, converged, warm_hit = solve_cone_compiled(a, b, mu, warm_k) if k > 0 else (
+        np.zeros(0), np.zeros(0, dtype=np.int8), True, False)
+    v_next = v_free + _mv(minv_jt, z[: 3 * k])
+    status = OK if converged else NOT_CONVERGED
+    if np.any(bouncing):
+        status = BOUNCE_CORRECTION
+    slot_modes = np.zeros(slot_obj.shape[0], dtype=np.int8)
+    slot_modes[keep] = modes
+    state = _integrate(pos, quat, v_next, options[0])
+    return state, status, slot_modes, warm_hit, (unit, rot, gap, keep, jac, frames, inv, inertia, minv_jt,
+                                                  v_free, a, b, mu, z, modes, bouncing, v_next)
+
+
+@njit(cache=True)
+def step_kernel(pos, quat, lin, ang, wrench, mass, principal, slots, slot_obj, slot_mu, slot_e, obj_radius,
+                options, warm):
+    """Compiled step: ``((position, orientation, linear, angular), status, slot modes, warm hit)``."""
+    state, status, slot_modes, warm_hit, _ = _forward(pos, quat, lin, ang, wrench, mass, principal, slots, slot_obj,
+                                                      slot_mu, slot_e, obj_radius, options, warm)
+    return state, status, slot_modes, warm_hit
+
+
+# ---------------------------------------------------------------- Jacobians (forward mode)
+
+
+@njit(cache=True)
+def _geometric_tangent(d, quat, ang, wrench, mass, principal, slots, slot_obj, slot_e, options, work):
+    """Along input column ``d`` < 7J (a position or quaternion component): the derivatives of the
+    Delassus matrix (3k, 3k), bias (3k,), ``M⁻¹Jᵀ x`` (6J,) and free velocity (6J,)."""
+    unit, rot, gap, keep, jac, frames, inv, inertia, minv_jt, v_free, a, b, mu, z, modes, bouncing, v_next = work
+    count, k, h = rot.shape[0], keep.shape[0], options[0]
+    dpos, dquat = np.zeros((count, 3)), np.zeros((count, 4))
+    if d < 3 * count:
+        dpos[d // 3, d % 3] = 1.0
+    else:
+        dquat[(d - 3 * count) // 4, (d - 3 * count) % 4] = 1.0
+    d_rot, d_inv, d_inertia = np.zeros((count, 3, 3)), np.zeros((count, 3, 3)), np.zeros((count, 3, 3))
+    for j in range(count):
+        if d >= 3 * count:
+            _, d_unit = _normalize(quat[j], dquat[j])
+            d_rot[j] = _rotation_tangent(unit[j], d_unit)
+            sym = _mm(d_rot[j] / principal[j], rot[j].T)
+            d_inv[j] = sym + sym.T
+            sym = _mm(d_rot[j] * principal[j], rot[j].T)
+            d_inertia[j] = sym + sym.T
+    d_jac, d_gap = np.zeros_like(jac), np.zeros(k)
+    for i in range(k):
+        s = keep[i]
+        j = slot_obj[s]
+        normal = slots[s, 4:7]
+        dp = _mv(d_rot[j], slots[s, 0:3]) + dpos[j]
+        d_gap[i] = _dot(dp, normal)
+        d_lever = dp - 0.5 * normal * d_gap[i] - dpos[j]
+        for r in range(3):
+            d_jac[3 * i + r, 6 * j + 3 : 6 * j + 6] = _cross(d_lever, frames[i, r])
+    d_minv_jt = _inverse_mass_apply(mass, inv, d_jac.T)
+    d_v_free = np.zeros(6 * count)
+    for j in range(count):
+        d_minv_jt[6 * j + 3 : 6 * j + 6] += _mm(d_inv[j], jac[:, 6 * j + 3 : 6 * j + 6].T)
+        torque = wrench[j, 3:] - _cross(ang[j], _mv(inertia[j], ang[j]))
+        d_torque = -_cross(ang[j], _mv(d_inertia[j], ang[j]))
+        d_v_free[6 * j + 3 : 6 * j + 6] = h * (_mv(d_inv[j], torque) + _mv(inv[j], d_torque))
+    d_a = _mm(d_jac, minv_jt) + _mm(jac, d_minv_jt)
+    if k > 0:
+        d_a += REGULARIZATION * np.trace(d_a) / (3 * k) * np.eye(3 * k)
+    d_b = _mv(jac, d_v_free) + _mv(d_jac, v_free)
+    for i in range(k):
+        if bouncing[i]:
+            d_b[3 * i] *= 1.0 + slot_e[keep[i]]  # b_n = (1 + e) approach
+        else:
+            d_b[3 * i] += (1.0 if gap[keep[i]] > 0.0 else options[2]) * d_gap[i] / h
+    return d_a, d_b, _mv(d_minv_jt, z[: 3 * k]), d_v_free
+
+
+@njit(cache=True)
+def _velocity_inputs(ang, mass, inv, inertia, h):
+    """d v_free / d [linear (3J), angular (3J), wrench (6J)], (6J, 12J): these inputs leave the
+    geometry alone, so they enter the step through the free velocity only."""
+    count = mass.shape[0]
+    out = np.zeros((6 * count, 12 * count))
+    for j in range(count):
+        momentum = _mv(inertia[j], ang[j])
+        for c in range(3):
+            e = np.zeros(3)
+            e[c] = 1.0
+            out[6 * j + c, 3 * j + c] = 1.0
+            gyro = _cross(e, momentum) + _cross(ang[j], _mv(inertia[j], e))
+            out[6 * j + 3 : 6 * j + 6, 3 * count + 3 * j + c] = e - h * _mv(inv[j], gyro)
+            out[6 * j + c, 6 * count + 6 * j + c] = h / mass[j]
+            out[6 * j + 3 : 6 * j + 6, 6 * count + 6 * j + 3 + c] = h * inv[j][:, c]
+    return out
+
+
+@njit(cache=True)
+def _orientation_rows(quat, w_next, dv, h, count, j):
+    """d next orientation of object j (4, 19J) from the velocity derivatives ``dv`` (6J, 19J)."""
+    rotation, _ = _quat_exp(h * w_next, np.zeros(3))
+    d_exp = np.zeros((4, 3))
+    for c in range(3):
+        e = np.zeros(3)
+        e[c] = h
+        _, d_exp[:, c] = _quat_exp(h * w_next, e)
+    product = _quat_multiply(rotation, quat[j])
+    norm = math.sqrt(_dot(product, product))
+    unit = product / norm
+    right, left = np.zeros((4, 4)), np.zeros((4, 4))  # a * q = right @ a, rotation * b = left @ b
+    for c in range(4):
+        e = np.zeros(4)
+        e[c] = 1.0
+        right[:, c] = _quat_multiply(e, quat[j])
+        left[:, c] = _quat_multiply(rotation, e)
+    d_product = _mm(_mm(right, d_exp), dv[6 * j + 3 : 6 * j + 6])
+    d_product[:, 3 * count + 4 * j : 3 * count + 4 * j + 4] += left
+    return _mm(np.eye(4) - np.outer(unit, unit), d_product) / norm
+
+
+@njit(cache=True)
+def _parameter_inputs(work, wrench, mass, slot_e, slot_dmu, slot_de, h):
+    """Right-hand sides (3k + k, 3J) and ``d v_next`` without the impulse change (6J, 3J) of the
+    parameters ``[mass, friction, restitution]`` per object (ContactWorld.parameter_names order).
+
+    Inertia scales with the mass, so ``M⁻¹`` scales with ``1 / m`` and the gyroscopic term of the
+    free angular velocity does not change. Friction enters the cone rows of sliding contacts,
+    restitution the bias of bouncing ones (``slot_dmu``, ``slot_de`` (S, J): d slot value / d object value).
+    """
+    unit, rot, gap, keep, jac, frames, inv, inertia, minv_jt, v_free, a, b, mu, z, modes, bouncing, v_next = work
+    count, k = mass.shape[0], keep.shape[0]
+    m = 3 * k
+    x = z[:m]
+    rhs, dv = np.zeros((m + k, 3 * count)), np.zeros((6 * count, 3 * count))
+    approach = _mv(jac, v_free)
+    for j in range(count):
+        d_minv_jt = np.zeros_like(minv_jt)
+        d_minv_jt[6 * j : 6 * j + 6] = -minv_jt[6 * j : 6 * j + 6] / mass[j]
+        d_v_free = np.zeros(6 * count)
+        d_v_free[6 * j : 6 * j + 3] = -h * wrench[j, :3] / mass[j] ** 2
+        d_v_free[6 * j + 3 : 6 * j + 6] = -h / mass[j] * _mv(inv[j], wrench[j, 3:])
+        d_a = _mm(jac, d_minv_jt)
+        d_b = _mv(jac, d_v_free)
+        if k > 0:
+            d_a += REGULARIZATION * np.trace(d_a) / m * np.eye(m)
+        for i in range(k):
+            if bouncing[i]:
+                d_b[3 * i] *= 1.0 + slot_e[keep[i]]  # b_n = (1 + e) approach
+                rhs[3 * i, 3 * j + 2] = -approach[3 * i] * slot_de[keep[i], j]
+            if _sliding(modes, mu, i):
+                rhs[m + i, 3 * j + 1] = mu[i] * x[3 * i] ** 2 * slot_dmu[keep[i], j]
+        rhs[:m, 3 * j] = -(_mv(d_a, x) + d_b)
+        dv[:, 3 * j] = d_v_free + _mv(d_minv_jt, x)
+    return rhs, dv
+
+
+@njit(cache=True)
+def jacobian_kernel(pos, quat, lin, ang, wrench, mass, principal, slots, slot_obj, slot_mu, slot_e, obj_radius,
+                    options, warm, slot_dmu, slot_de):
+    """Compiled step and its Jacobians.
+
+    Returns:
+        ``(state, status, slot modes, warm hit, jac (13J, 22J))``: d next ``[position, orientation,
+        linear, angular]`` / d ``[position, orientation, linear, angular, wrench, parameters]``.
+    """
+    state, status, slot_modes, warm_hit, work = _forward(pos, quat, lin, ang, wrench, mass, principal, slots, slot_obj,
+                                                         slot_mu, slot_e, obj_radius, options, warm)
+    unit, rot, gap, keep, jac, frames, inv, inertia, minv_jt, v_free, a, b, mu, z, modes, bouncing, v_next = work
+    count, k, h = pos.shape[0], keep.shape[0], options[0]
+    m, dims, geo = 3 * k, 22 * count, 7 * count
+    x = z[:m]
+    rhs = np.zeros((m + k, dims))
+    dv = np.zeros((6 * count, dims))  # d v_next, without the impulse change
+    for d in range(geo):
+        d_a, d_b, d_minv_x, d_v_free = _geometric_tangent(d, quat, ang, wrench, mass, principal, slots, slot_obj,
+                                                          slot_e, options, work)
+        rhs[:m, d] = -(_mv(d_a, x) + d_b)
+        dv[:, d] = d_v_free + d_minv_x
+    inputs = _velocity_inputs(ang, mass, inv, inertia, h)
+    dv[:, geo : 19 * count] = inputs
+    rhs[:m, geo : 19 * count] = -_mm(jac, inputs)
+    rhs[:, 19 * count :], dv[:, 19 * count :] = _parameter_inputs(work, wrench, mass, slot_e, slot_dmu, slot_de, h)
+    for j in range(m):
+        if not _velocity_row(modes, mu, j):
+            rhs[j] = 0.0
+    if k > 0:
+        ok, dz = _solve(_kkt(a, mu, modes, z), rhs)
+        status = status if ok else NOT_CONVERGED
+        dv += _mm(minv_jt, dz[:m])
+    out = np.zeros((13 * count, dims))
+    for j in range(count):
+        for c in range(3):
+            out[3 * j + c, 3 * j + c] = 1.0
+        out[3 * j : 3 * j + 3] += h * dv[6 * j : 6 * j + 3]
+        out[3 * count + 4 * j : 3 * count + 4 * j + 4] = _orientation_rows(quat, v_next[6 * j + 3 : 6 * j + 6], dv, h,
+                                                                           count, j)
+        out[7 * count + 3 * j : 7 * count + 3 * j + 3] = dv[6 * j : 6 * j + 3]
+        out[10 * count + 3 * j : 10 * count + 3 * j + 3] = dv[6 * j + 3 : 6 * j + 6]
+    return state, status, slot_modes, warm_hit, out
+
+
+# ---------------------------------------------------------------- Python side
+
+
+def fast_support(world):
+    """Why ``world`` (a ContactWorld) has no compiled step, or None when it has one."""
+    if world.solver != "cone":
+        return f"solver {world.solver!r} (only 'cone' is compiled)"
+    if world.robot is not None or world.proxies:
+        return "a robot (only free objects on planes are compiled)"
+    for pair in world.pairs:
+        if pair.a.kind != "object" or pair.b.kind != "static" or not isinstance(pair.b.shape, Plane):
+            return f"pair {pair.name} (only object-plane pairs are compiled)"
+    if any(value.dim() != 1 for value in (*world.params.values(), *world.pair_params.values())):
+        return "batched parameters"
+    return None
+
+
+def _slot_rows(shape, plane):
+    """``(local points (c, 3) [m], radius [m])`` of an object's slots against a plane (detection.py order)."""
+    if isinstance(shape, Box):
+        signs = [[sx, sy, sz] for sx in (-1.0, 1.0) for sy in (-1.0, 1.0) for sz in (-1.0, 1.0)]
+        return np.array(signs) * np.array(shape.half_extents), 0.0
+    if isinstance(shape, Sphere):
+        return np.zeros((1, 3)), shape.radius
+    if isinstance(shape, Capsule):
+        return np.array([[0.0, 0.0, -shape.half_length], [0.0, 0.0, shape.half_length]]), shape.radius
+    raise ContactError(f"no compiled contact for {type(shape).__name__}")
+
+
+def _numpy(value):
+    return np.ascontiguousarray(value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else value, dtype=np.float64)
+
+
+class FastContactStep:
+    """Compiled :meth:`ContactWorld.step` of a covered world (see :func:`fast_support`), float64.
+
+    A snapshot of the world's parameters (rebuild after :meth:`ContactWorld.with_parameters`).
+    States are numpy arrays for J objects: position (J, 3) [m], orientation (J, 4) quaternion
+    (w, x, y, z), linear (J, 3) [m/s] and angular (J, 3) [rad/s] velocity in the world; the
+    wrench (J, 6) is ``[force (N), torque (N·m)]`` in the world.
+
+    Attributes:
+        status: Of the last call: :data:`OK`, :data:`NOT_CONVERGED` (the torch step's staggered
+            projections are needed) or :data:`BOUNCE_CORRECTION` (a contact bounces within the
+            step: the torch step's position correction is needed). Results are valid only for OK.
+        modes: Per-slot contact modes of the last call (warm start of the next), int8 (S,).
+        warm_hit: The warm modes solved the last call on the first try.
+    """
+
+    def __init__(self, world):
+        reason = fast_support(world)
+        if reason is not None:
+            raise ContactError(f"no compiled contact step for this world: {reason}")
+        self.count = len(world.objects)
+        self.mass = _numpy(world.params["mass"])
+        self.principal = self.mass[:, None] * _numpy(world.unit_inertia)
+        rows, owner, mu, restitution = [], [], [], []
+        for index, pair in enumerate(world.pairs):
+            plane = world.static[pair.b.index]
+            rot = _numpy(_plane_rotation(plane.orientation))
+            local, radius = _slot_rows(pair.a.shape, plane)
+            for point in local:
+                rows.append([*point, radius, *rot[:, 2], *plane.position])
+            owner += [pair.a.index] * len(local)
+            mu += [float(world._pair_value("friction", index))] * len(local)
+            restitution += [float(world._pair_value("restitution", index))] * len(local)
+        self.slots = np.array(rows, dtype=np.float64).reshape(-1, 10)
+        self.slot_obj = np.array(owner, dtype=np.int64)
+        self.slot_mu, self.slot_e = np.array(mu, dtype=np.float64), np.array(restitution, dtype=np.float64)
+        self.slot_dmu, self.slot_de = _slot_derivatives(world, len(rows))
+        self.obj_radius = np.array([bounding_radius(o.shape) for o in world.objects], dtype=np.float64)
+        self.options = np.array([world.dt, world.margin, world.baumgarte, world.bounce_threshold,
+                                 *_numpy(world.gravity)], dtype=np.float64)
+        self.status, self.modes, self.warm_hit = OK, np.zeros(0, dtype=np.int8), False
+
+    def _args(self, position, orientation, linear, angular, wrench, warm):
+        wrench = np.zeros((self.count, 6)) if wrench is None else _numpy(wrench).reshape(self.count, 6)
+        warm = np.zeros(0, dtype=np.int8) if warm is None else np.asarray(warm, dtype=np.int8)
+        state = [_numpy(v).reshape(self.count, n) for v, n in ((position, 3), (orientation, 4), (linear, 3), (angular, 3))]
+        return (*state, wrench, self.mass, self.principal, self.slots, self.slot_obj, self.slot_mu, self.slot_e,
+                self.obj_radius, self.options, warm)
+
+    def step(self, position, orientation, linear, angular, wrench=None, warm=None):
+        """Next ``(position, orientation, linear, angular)``; ``warm``: :attr:`modes` of the previous step."""
+        state, self.status, self.modes, self.warm_hit = step_kernel(*self._args(position, orientation, linear, angular,
+                                                                               wrench, warm))
+        return state
+
+    def step_state(self, state, wrench=None, warm=None):
+        """:meth:`step` on a :class:`~diffsim_ros.sim.contact.world.WorldState` (unbatched); returns a
+        WorldState (float64 tensors, no autograd: use :meth:`jacobians` for derivatives).
+
+        Raises:
+            ContactError: When the step is not covered (:attr:`status` not OK): use ContactWorld.step.
+        """
+        out = self.step(state.position, state.orientation, state.linear_velocity, state.angular_velocity, wrench, warm)
+        if self.status != OK:
+            reason = "a contact bounces within the step" if self.status == BOUNCE_CORRECTION else "the solver did not converge"
+            raise ContactError(f"compiled contact step not valid here ({reason}); use ContactWorld.step")
+        return WorldState(*(torch.from_numpy(v) for v in out))
+
+    def jacobians(self, position, orientation, linear, angular, wrench=None, warm=None):
+        """``(next state, d_state (13J, 13J), d_wrench (13J, 6J), d_parameters (13J, 3J))``.
+
+        Rows and state columns are ``[position (3J), orientation (4J), linear (3J), angular (3J)]``,
+        object-major within each block; wrench columns ``[force, torque]`` per object; parameter
+        columns ``ContactWorld.parameter_names()`` (mass [kg], friction, restitution per object).
+        """
+        state, self.status, self.modes, self.warm_hit, jac = jacobian_kernel(
+            *self._args(position, orientation, linear, angular, wrench, warm), self.slot_dmu, self.slot_de)
+        n = 13 * self.count
+        return state, jac[:, :n], jac[:, n : n + 6 * self.count], jac[:, n + 6 * self.count :]
+
+
+def _slot_derivatives(world, slots):
+    """d slot friction / d object friction and likewise for restitution, (S, J) each: the pair's
+    value is the larger of the object's and the plane's (torch.maximum: half each on a tie) unless
+    set for the pair."""
+    out = {kind: np.zeros((slots, len(world.objects))) for kind in ("friction", "restitution")}
+    start = 0
+    for pair in world.pairs:
+        for kind, table in out.items():
+            mine, plane = world.params[kind][pair.a.index].item(), getattr(world.static[pair.b.index], kind)
+            if kind not in pair.explicit:
+                table[start : start + pair.count, pair.a.index] = 1.0 if mine > plane else (0.5 if mine == plane else 0.0)
+        start += pair.count
+    return out["friction"], out["restitution"]
+
+
+def _plane_rotation(orientation):
+    return quat_to_matrix(quat_normalize(torch.tensor(orientation, dtype=torch.float64)))
