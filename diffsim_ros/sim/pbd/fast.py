@@ -30,12 +30,18 @@ import numpy as np
 import torch
 
 from diffsim_ros._compiled import njit, prange
+
+try:
+    from numba import types as _types
+    from numba.extending import overload as _overload
+except ImportError:  # pragma: no cover - numba is a declared dependency
+    _overload = None
 from diffsim_ros.dynamics.fast import FastDynamics, placements_into, spring_torques_into
 from diffsim_ros.dynamics.passive import DEFAULT_FRICTION_VELOCITY_SCALE
 from diffsim_ros.model.robot_model import REVOLUTE
 from diffsim_ros.sim.pbd.bodies import build_system
 
-__all__ = ["FastPBD", "fast_rollout_supported"]
+__all__ = ["FastPBD", "fast_rollout_supported", "joint_step_into", "kernel_options", "work_area"]
 
 _SMALL_ANGLE_SQUARED = 1e-8  # as dynamics.spatial.so3_exp: Taylor series below it
 _KICK_START, _KICK_FULL, _KICK_FINISH = 0, 1, 2
@@ -69,6 +75,33 @@ def fast_rollout_supported(model, settings, base=None):
     return None
 
 
+# ---------------------------------------------------------------- complex-step arithmetic
+# Every kernel below also runs on complex128 arrays: with the inputs' imaginary parts a tiny
+# multiple h of a tangent, the imaginary parts of the outputs are h times their directional
+# derivative to rounding (the complex step; fast_jacobians.py). Branches and pivots therefore
+# look at real parts, and the non-polynomial functions are numpy's (complex-analytic) or
+# :func:`_atan2`.
+
+
+def _atan2(y, x):
+    """``math.atan2`` (real arguments); on complex ones the first-order complex-step extension."""
+    return math.atan2(y, x)
+
+
+if _overload is not None:
+
+    @_overload(_atan2, jit_options={"fastmath": _FAST})
+    def _atan2_typed(y, x):
+        if isinstance(y, _types.Complex) or isinstance(x, _types.Complex):
+
+            def complex_step(y, x):
+                yr, xr = y.real, x.real
+                return complex(math.atan2(yr, xr), (xr * y.imag - yr * x.imag) / (xr * xr + yr * yr))
+
+            return complex_step
+        return lambda y, x: math.atan2(y, x)
+
+
 # ---------------------------------------------------------------- small linear algebra
 
 
@@ -83,11 +116,11 @@ def _rotate(rot, local, k, out):
 def _so3_exp(phi, out):
     """Rotation matrix of the rotation vector ``phi`` (3,) into ``out`` (3, 3) (Rodrigues)."""
     theta2 = phi[0] * phi[0] + phi[1] * phi[1] + phi[2] * phi[2]
-    if theta2 < _SMALL_ANGLE_SQUARED:
+    if theta2.real < _SMALL_ANGLE_SQUARED:
         a, b = 1.0 - theta2 / 6.0, 0.5 - theta2 / 24.0
     else:
-        theta = math.sqrt(theta2)
-        a, b = math.sin(theta) / theta, (1.0 - math.cos(theta)) / theta2
+        theta = np.sqrt(theta2)
+        a, b = np.sin(theta) / theta, (1.0 - np.cos(theta)) / theta2
     x, y, z = phi[0], phi[1], phi[2]
     out[0, 0] = 1.0 - b * (y * y + z * z)
     out[1, 1] = 1.0 - b * (x * x + z * z)
@@ -132,7 +165,7 @@ def _lu(mat, pivots, inv_diagonal):
     for col in range(size):
         pivot = col
         for r in range(col + 1, size):
-            if abs(mat[r, col]) > abs(mat[pivot, col]):
+            if abs(mat[r, col].real) > abs(mat[pivot, col].real):
                 pivot = r
         pivots[col] = pivot
         if pivot != col:
@@ -265,7 +298,7 @@ def _angle(w, j):
     """Signed joint angle ``atan2(a . (u_p x u_c), u_p . u_c)`` [rad] from the frames."""
     up, uc, a = w.ref_p[j], w.ref_c[j], w.axis_c[j]
     sine = a[0] * (up[1] * uc[2] - up[2] * uc[1]) + a[1] * (up[2] * uc[0] - up[0] * uc[2]) + a[2] * (up[0] * uc[1] - up[1] * uc[0])
-    return math.atan2(sine, up[0] * uc[0] + up[1] * uc[1] + up[2] * uc[2])
+    return _atan2(sine, up[0] * uc[0] + up[1] * uc[1] + up[2] * uc[2])
 
 
 @njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
@@ -319,25 +352,27 @@ _Work = namedtuple(
 
 
 @njit(cache=True, error_model="numpy", fastmath=_FAST)
-def _work(n):
+def work_area(n, like):
+    """Work area for ``n`` joints in the dtype of the array ``like`` (float64, or complex128 for tangents)."""
     particles = n + 1
+    z = like.dtype
     return _Work(
-        np.zeros((particles, 3)), np.zeros((particles, 3, 3)), np.zeros((particles, 3)), np.zeros((particles, 3)),
-        np.zeros((particles, 3)), np.zeros((particles, 3, 3)), np.zeros((particles, 3)),
-        np.zeros((particles, 3)), np.zeros((particles, 3)), np.zeros((particles, 3)), np.zeros((particles, 3)),
-        np.zeros((particles, 3, 3)), np.zeros((particles, 3, 3)), np.zeros((particles, 3)),
-        np.zeros((n, 3)), np.zeros((n, 3)), np.zeros((n, 3)), np.zeros((n, 3)), np.zeros((n, 3)), np.zeros((n, 3)),
-        np.zeros((n, 3)),
-        np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n),
-        np.zeros((n, 3)), np.zeros((n, 3)), np.zeros((n, 3)),
-        np.zeros((n, 6, 6)), np.zeros((n, 6, 6)), np.zeros((n, 6, 6)), np.zeros((n, 6, 6)),
-        np.zeros((n, 6), dtype=np.int64), np.zeros((n, 6)), np.zeros((3, 3)), np.zeros((3, 3)),
-        np.zeros((n, 6)), np.zeros((n, 6)), np.zeros((n, 6)),
-        np.zeros((n, 3)), np.zeros((n, 3)),
-        (np.zeros((n, 3, 3)), np.zeros((n, 3)), np.zeros((n, 3, 3)), np.zeros((n, 3))),
-        np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n),
-        np.zeros((n, 3)), np.zeros((n, n)), np.zeros(n, dtype=np.int64), np.zeros(n), np.zeros(n),
-        np.zeros((particles, 6)), np.zeros((n, 6)),
+        np.zeros((particles, 3), z), np.zeros((particles, 3, 3), z), np.zeros((particles, 3), z), np.zeros((particles, 3), z),
+        np.zeros((particles, 3), z), np.zeros((particles, 3, 3), z), np.zeros((particles, 3), z),
+        np.zeros((particles, 3), z), np.zeros((particles, 3), z), np.zeros((particles, 3), z), np.zeros((particles, 3), z),
+        np.zeros((particles, 3, 3), z), np.zeros((particles, 3, 3), z), np.zeros((particles, 3), z),
+        np.zeros((n, 3), z), np.zeros((n, 3), z), np.zeros((n, 3), z), np.zeros((n, 3), z), np.zeros((n, 3), z), np.zeros((n, 3), z),
+        np.zeros((n, 3), z),
+        np.zeros(n, z), np.zeros(n, z), np.zeros(n, z), np.zeros(n, z), np.zeros(n, z),
+        np.zeros((n, 3), z), np.zeros((n, 3), z), np.zeros((n, 3), z),
+        np.zeros((n, 6, 6), z), np.zeros((n, 6, 6), z), np.zeros((n, 6, 6), z), np.zeros((n, 6, 6), z),
+        np.zeros((n, 6), dtype=np.int64), np.zeros((n, 6), z), np.zeros((3, 3), z), np.zeros((3, 3), z),
+        np.zeros((n, 6), z), np.zeros((n, 6), z), np.zeros((n, 6), z),
+        np.zeros((n, 3), z), np.zeros((n, 3), z),
+        (np.zeros((n, 3, 3), z), np.zeros((n, 3), z), np.zeros((n, 3, 3), z), np.zeros((n, 3), z)),
+        np.zeros(n, z), np.zeros(n, z), np.zeros(n, z), np.zeros(n, z), np.zeros(n, z),
+        np.zeros((n, 3), z), np.zeros((n, n), z), np.zeros(n, dtype=np.int64), np.zeros(n, z), np.zeros(n, z),
+        np.zeros((particles, 6), z), np.zeros((n, 6), z),
     )
 
 
@@ -380,7 +415,7 @@ def _accelerate(phys, fk, springs, w, tau, h, phase, limits):
         rate = w.rate[j]
         torque, damping = tau[j] + spring[j], viscous[j]
         if coulomb[j] != 0.0:  # smoothed Coulomb friction linearized at the rate (forces.friction_split)
-            t = math.tanh(rate / friction_scale)
+            t = np.tanh(rate / friction_scale)
             slope = coulomb[j] / friction_scale * (1.0 - t * t)
             damping += slope
             torque += slope * rate - coulomb[j] * t
@@ -422,7 +457,7 @@ def _blocks(phys, w, h, limits, active_targets):
             w.lever_parent[j, r] = w.pos[j + 1, r] + w.lever_c[j, r] - w.pos[j, r]
             w.free[j, r] = w.axis_c[j, r]
         w.sigma[j], w.offset[j], w.row_compliance[j] = h * w.damping[j], 0.0, 1.0
-        if limits and not math.isnan(active_targets[j]):
+        if limits and not math.isnan(active_targets[j].real):
             w.sigma[j], w.offset[j], w.row_compliance[j] = 1.0, active_targets[j], 0.0
 
 
@@ -719,7 +754,7 @@ def _limit_targets(phys, w, h, out):
         turn = h * (
             d[0] * (w.omega[j + 1, 0] - w.omega[j, 0]) + d[1] * (w.omega[j + 1, 1] - w.omega[j, 1]) + d[2] * (w.omega[j + 1, 2] - w.omega[j, 2])
         )
-        predicted = w.q[j] + turn
+        predicted = (w.q[j] + turn).real  # the active set is decided on values, not tangents
         clamped = min(max(predicted, lower[j]), upper[j])
         out[j] = clamped - w.q[j] if predicted != clamped else np.nan
 
@@ -807,6 +842,31 @@ def _integrate(phys, fk, springs, w, tau, dt, substeps, iterations, compliance, 
     _finish(phys, fk, springs, w, tau, h, targets)
 
 
+@njit(cache=True, error_model="numpy", fastmath=_FAST)
+def joint_step_into(fk, phys, springs, settings, w, targets, q, qd, tau, q_out, qd_out):
+    """One step from a joint state, particles rebuilt from ``(q, qd)`` (PBDSimulator.joint_step).
+
+    Any dtype: float64, or complex128 for complex-step tangents (fast_jacobians.py).
+
+    Args:
+        fk, phys, springs: The arrays of a :class:`FastPBD`.
+        settings: ``(dt [s], substeps, iterations, compliance, limits)``.
+        w: Work area (:func:`work_area`, the dtype of ``q``); ``targets``: (n,) scratch.
+        q, qd, tau: Joint positions [rad], velocities [rad/s], torques [N·m], each (n,).
+        q_out, qd_out: (n,) receive the joint state after the step; the frames of the
+            final poses are left in ``w``.
+    """
+    dt, substeps, iterations, compliance, limits = settings
+    n = q.shape[0]
+    _state_from_joints(fk, phys.com, q, qd, w.pos, w.rot, w.vel, w.omega, w.z_ang, w.origin, w.placements)
+    _integrate(phys, fk, springs, w, tau, dt, substeps, iterations, compliance, limits, targets)
+    _frames(phys.local_parent, phys.local_child, w.pos, w.rot, w)
+    for j in range(n):
+        turn = _angle(w, j) - q[j]
+        q_out[j] = q[j] + turn - 2.0 * math.pi * np.rint(turn.real / (2.0 * math.pi))
+        qd_out[j] = _rate(w, w.omega, j)
+
+
 @njit(cache=True, error_model="numpy", fastmath=_FAST, parallel=True)
 def _rollout(fk, phys, springs, settings, q0, qd0, tau, out_q, out_qd, residual):
     """Joint-space rollouts: every step rebuilds the particles from (q, qd) (PBDSimulator.joint_step).
@@ -815,31 +875,29 @@ def _rollout(fk, phys, springs, settings, q0, qd0, tau, out_q, out_qd, residual)
         q0, qd0: (B, n); tau: (B, T, n). Fills ``out_q``, ``out_qd`` (B, T, n) and the worst
         constraint residual of every joint over the rollout, ``residual`` (B, n) [m or rad].
     """
-    dt, substeps, iterations, compliance, limits = settings
     batch, steps, n = tau.shape
-    com = phys.com
     for b in prange(batch):
-        w = _work(n)
+        w = work_area(n, q0)
         targets = np.full(n, np.nan)
         q, qd = q0[b].copy(), qd0[b].copy()
         for t in range(steps):
-            _state_from_joints(fk, com, q, qd, w.pos, w.rot, w.vel, w.omega, w.z_ang, w.origin, w.placements)
-            _integrate(phys, fk, springs, w, tau[b, t], dt, substeps, iterations, compliance, limits, targets)
-            _frames(phys.local_parent, phys.local_child, w.pos, w.rot, w)
+            joint_step_into(fk, phys, springs, settings, w, targets, q, qd, tau[b, t], out_q[b, t], out_qd[b, t])
             for j in range(n):
                 a, c, e = w.axis_p[j], w.axis_c[j], w.anchor[j]
                 h0, h1, h2 = a[1] * c[2] - a[2] * c[1], a[2] * c[0] - a[0] * c[2], a[0] * c[1] - a[1] * c[0]
                 worst = max(math.sqrt(e[0] * e[0] + e[1] * e[1] + e[2] * e[2]), math.sqrt(h0 * h0 + h1 * h1 + h2 * h2))
                 if residual[b, j] == residual[b, j] and not worst <= residual[b, j]:  # a NaN sticks
                     residual[b, j] = worst
-                turn = _angle(w, j) - q[j]
-                out_q[b, t, j] = q[j] + turn - 2.0 * math.pi * np.rint(turn / (2.0 * math.pi))
-                out_qd[b, t, j] = _rate(w, w.omega, j)
             q[:] = out_q[b, t]
             qd[:] = out_qd[b, t]
 
 
 # ---------------------------------------------------------------- snapshot
+
+
+def kernel_options(dt, settings):
+    """The kernels' settings tuple ``(dt [s], substeps, iterations, compliance, limits)`` from a SolverSettings."""
+    return (float(dt), int(settings.substeps), int(settings.iterations), float(settings.compliance), bool(settings.limits))
 
 
 def _array(t):
@@ -902,7 +960,7 @@ class FastPBD:
             raise ValueError(f"expected q0, qd0 (B, {self.nq}) and tau_seq (B, T, {self.nq}), got {q0.shape}, {qd0.shape}, {tau_seq.shape}")
         q, qd = np.empty_like(tau_seq), np.empty_like(tau_seq)
         residual = np.zeros((batch, n))
-        options = (float(dt), int(settings.substeps), int(settings.iterations), float(settings.compliance), bool(settings.limits))
+        options = kernel_options(dt, settings)
         # numba's OpenMP threading layer shares the OpenMP runtime with torch and sets its
         # thread count when it starts; keep the caller's torch setting.
         torch_threads = torch.get_num_threads()

@@ -1,0 +1,99 @@
+"""Exact Jacobians of the compiled PBD step with respect to joint state and torque.
+
+The compiled step (:mod:`.fast`) is differentiated in forward mode by the complex step: the
+same kernel runs on complex128 arrays with one input's imaginary part set to ``h = 1e-30``,
+and the imaginary part of every output is ``h`` times that output's derivative along the
+input. Unlike a finite difference there is no subtraction, so no cancellation: the error is
+``O(h^2)`` relative (1e-60 here), i.e. the result is the derivative of the computed step to
+rounding -- of the step as it is computed (1 + substeps x iterations projections of the
+joint rows, active limit set fixed by the values), the same function the torch step's
+autograd differentiates. What makes this hold in the kernel: every branch, pivot and active
+set decision reads real parts only, and the non-polynomial functions are complex-analytic
+(numpy's ``sqrt``, ``sin``, ``cos``, ``tanh``) or extended to first order (``_atan2``).
+
+The kernel runs once per input direction: ``3 n`` runs for ``A = d(q+, qd+)/d(q, qd)``
+(2n, 2n) and ``B = d(q+, qd+)/d tau`` (2n, n). The tests hold both to the torch PBD step's
+autograd Jacobians and to central finite differences (test/test_pbd_fast_jacobians.py).
+"""
+
+import numpy as np
+
+from diffsim_ros._compiled import njit
+from diffsim_ros.sim.pbd.fast import _FAST, joint_step_into, kernel_options, work_area
+
+__all__ = ["COMPLEX_STEP", "pbd_step_jacobians", "step_jacobians_into", "tangent_work"]
+
+COMPLEX_STEP = 1e-30
+"""Imaginary step h of the complex-step derivative (any h with h^2 below rounding and h x
+the largest derivative far from underflow gives the same Jacobian)."""
+
+
+@njit(cache=True, error_model="numpy", fastmath=_FAST)
+def tangent_work(n):
+    """Complex work area of :func:`step_jacobians_into` for ``n`` joints.
+
+    Returns:
+        ``(w, targets, q, qd, tau, q_out, qd_out)``: the kernel's work area, limit targets
+        and the complex inputs and outputs, each (n,) complex128.
+    """
+    z = np.zeros(n, np.complex128)
+    return work_area(n, z), np.full(n, np.nan + 0j), z, np.zeros_like(z), np.zeros_like(z), np.zeros_like(z), np.zeros_like(z)
+
+
+@njit(cache=True, error_model="numpy", fastmath=_FAST)
+def step_jacobians_into(fk, phys, springs, settings, work, q, qd, tau, q_next, qd_next, a, b):
+    """One PBD step and its exact Jacobians (complex step, one kernel run per input direction).
+
+    Args:
+        fk, phys, springs: The arrays of a :class:`~diffsim_ros.sim.pbd.fast.FastPBD`.
+        settings: ``(dt [s], substeps, iterations, compliance, limits)``.
+        work: :func:`tangent_work`.
+        q, qd, tau: Joint positions [rad], velocities [rad/s], torques [N·m], each (n,).
+        q_next, qd_next: (n,) receive the state after the step.
+        a: (2n, 2n) receives ``d(q+, qd+)/d(q, qd)`` (rows and columns ordered q then qd).
+        b: (2n, n) receives ``d(q+, qd+)/d tau`` [rad/(N·m), rad/(s·N·m)].
+    """
+    w, targets, zq, zqd, ztau, zq_out, zqd_out = work
+    n = q.shape[0]
+    h = COMPLEX_STEP
+    for d in range(3 * n):
+        for i in range(n):
+            zq[i], zqd[i], ztau[i] = q[i], qd[i], tau[i]
+        if d < n:
+            zq[d] += 1j * h
+        elif d < 2 * n:
+            zqd[d - n] += 1j * h
+        else:
+            ztau[d - 2 * n] += 1j * h
+        targets[:] = np.nan
+        joint_step_into(fk, phys, springs, settings, w, targets, zq, zqd, ztau, zq_out, zqd_out)
+        for i in range(n):
+            if d < 2 * n:
+                a[i, d], a[n + i, d] = zq_out[i].imag / h, zqd_out[i].imag / h
+            else:
+                b[i, d - 2 * n], b[n + i, d - 2 * n] = zq_out[i].imag / h, zqd_out[i].imag / h
+    for i in range(n):
+        q_next[i], qd_next[i] = zq_out[i].real, zqd_out[i].real
+
+
+def pbd_step_jacobians(pbd, q, qd, tau, dt, settings):
+    """One step of a :class:`~diffsim_ros.sim.pbd.fast.FastPBD` snapshot and its exact Jacobians.
+
+    Args:
+        pbd: FastPBD.
+        q, qd, tau: Joint positions [rad], velocities [rad/s] and torques [N·m], each (n,).
+        dt: Control period [s].
+        settings: SolverSettings (substeps, iterations, compliance, limits; direct solver).
+
+    Returns:
+        ``(q_next, qd_next, A, B)``: the state after the step, each (n,); ``A`` (2n, 2n) =
+        ``d(q+, qd+)/d(q, qd)``; ``B`` (2n, n) = ``d(q+, qd+)/d tau``.
+    """
+    n = pbd.nq
+    q, qd, tau = (np.ascontiguousarray(x, dtype=np.float64) for x in (q, qd, tau))
+    if q.shape != (n,) or qd.shape != (n,) or tau.shape != (n,):
+        raise ValueError(f"expected q, qd, tau of shape ({n},), got {q.shape}, {qd.shape}, {tau.shape}")
+    options = kernel_options(dt, settings)
+    q_next, qd_next, a, b = np.empty(n), np.empty(n), np.empty((2 * n, 2 * n)), np.empty((2 * n, n))
+    step_jacobians_into(pbd.fk, pbd.phys, pbd.springs, options, tangent_work(n), q, qd, tau, q_next, qd_next, a, b)
+    return q_next, qd_next, a, b
