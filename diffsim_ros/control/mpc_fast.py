@@ -34,7 +34,7 @@ from diffsim_ros.dynamics.fast import spring_torques_into
 from diffsim_ros.sim.rigid import RigidBodySimulator
 from diffsim_ros.sim.pbd import PBDSimulator
 from diffsim_ros.sim.pbd.fast import FastPBD, kernel_options
-from diffsim_ros.sim.pbd.fast_jacobians import step_jacobians_into, tangent_work
+from diffsim_ros.sim.pbd.fast_jacobians import step_jacobians_into
 from diffsim_ros.sim.rigid_fast import FastRigidStep, step_into, step_work, unpack_model
 
 __all__ = ["FastModelPredictiveController", "FastPBDModelPredictiveController", "compiled_mpc_supports", "make_mpc"]
@@ -46,8 +46,8 @@ _OK, _SINGULAR, _NONFINITE, _BAD_STATE = 0, 1, 2, 3
 def _rollout(model, work, pbd, x0, u, xs, a_mats, b_mats, jacobians):
     """States ``xs`` (H + 1, 2n) from ``x0`` under ``u`` (H, n), with ``A_k``, ``B_k``; returns a status.
 
-    ``pbd`` None: the rigid step of ``model``; else ``(fk, phys, springs, options, tangent
-    work)`` of a compiled PBD step (always with its Jacobians, fast_jacobians.py).
+    ``pbd`` None: the rigid step of ``model``; else ``(fk, phys, springs, options)`` of a
+    compiled PBD step (always with its Jacobians, fast_jacobians.py).
     """
     n = u.shape[1]
     xs[0] = x0
@@ -58,8 +58,8 @@ def _rollout(model, work, pbd, x0, u, xs, a_mats, b_mats, jacobians):
             if not step_into(model, work, xs[k, :n], xs[k, n:], u[k], jacobians, False, q_out, qd_out, a_mats[k], b_mats[k], empty):
                 return _SINGULAR
         else:
-            fk, phys, springs, options, tangents = pbd
-            step_jacobians_into(fk, phys, springs, options, tangents, xs[k, :n], xs[k, n:], u[k], q_out, qd_out, a_mats[k], b_mats[k])
+            fk, phys, springs, options = pbd
+            step_jacobians_into(fk, phys, springs, options, xs[k, :n], xs[k, n:], u[k], q_out, qd_out, a_mats[k], b_mats[k])
         xs[k + 1, :n] = q_out
         xs[k + 1, n:] = qd_out
         for i in range(n):
@@ -411,7 +411,7 @@ class FastPBDModelPredictiveController(FastModelPredictiveController):
         super().update_model(model)
         self.pbd = FastPBD.from_model(model)
         options = kernel_options(self.simulator.dt, self.simulator.settings)
-        self._pbd_args = (self.pbd.fk, self.pbd.phys, self.pbd.springs, options, tangent_work(model.nq))
+        self._pbd_args = (self.pbd.fk, self.pbd.phys, self.pbd.springs, options)
 
     def _predictor(self):
         return self._pbd_args

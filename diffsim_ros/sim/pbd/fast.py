@@ -24,6 +24,7 @@ back; :class:`~diffsim_ros.sim.pbd.simulator.PBDSimulator` builds one per rollou
 
 import math
 from collections import namedtuple
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,12 +42,12 @@ from diffsim_ros.dynamics.passive import DEFAULT_FRICTION_VELOCITY_SCALE
 from diffsim_ros.model.robot_model import REVOLUTE
 from diffsim_ros.sim.pbd.bodies import build_system
 
-__all__ = ["FastPBD", "fast_rollout_supported", "joint_step_into", "kernel_options", "work_area"]
+__all__ = ["FASTMATH", "FastPBD", "fast_rollout_supported", "joint_step_into", "keep_torch_threads", "kernel_options", "work_area"]
 
 _SMALL_ANGLE_SQUARED = 1e-8  # as dynamics.spatial.so3_exp: Taylor series below it
 _KICK_START, _KICK_FULL, _KICK_FINISH = 0, 1, 2
 # Contraction and reassociation only: "nnan"/"ninf" would let LLVM drop the NaN checks.
-_FAST = {"contract", "reassoc", "nsz", "arcp"}
+FASTMATH = {"contract", "reassoc", "nsz", "arcp"}
 
 
 def fast_rollout_supported(model, settings, base=None):
@@ -90,7 +91,7 @@ def _atan2(y, x):
 
 if _overload is not None:
 
-    @_overload(_atan2, jit_options={"fastmath": _FAST})
+    @_overload(_atan2, jit_options={"fastmath": FASTMATH})
     def _atan2_typed(y, x):
         if isinstance(y, _types.Complex) or isinstance(x, _types.Complex):
 
@@ -105,14 +106,14 @@ if _overload is not None:
 # ---------------------------------------------------------------- small linear algebra
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST)
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH)
 def _rotate(rot, local, k, out):
     """``out[c] = rot @ local[:, k]``-style product: out (3,) = rot (3, 3) @ column k of local (3, 3)."""
     for r in range(3):
         out[r] = rot[r, 0] * local[0, k] + rot[r, 1] * local[1, k] + rot[r, 2] * local[2, k]
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST)
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH)
 def _so3_exp(phi, out):
     """Rotation matrix of the rotation vector ``phi`` (3,) into ``out`` (3, 3) (Rodrigues)."""
     theta2 = phi[0] * phi[0] + phi[1] * phi[1] + phi[2] * phi[2]
@@ -133,14 +134,14 @@ def _so3_exp(phi, out):
     out[2, 1] = a * x + b * y * z
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST)
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH)
 def _mul3(a, b, out):
     for r in range(3):
         for c in range(3):
             out[r, c] = a[r, 0] * b[0, c] + a[r, 1] * b[1, c] + a[r, 2] * b[2, c]
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST)
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH)
 def _congruence(rot, mat, out):
     """``out = rot @ mat @ rot^T`` for a symmetric ``mat`` (body inertia to world axes)."""
     m00, m01, m02, m11, m12, m22 = mat[0, 0], mat[0, 1], mat[0, 2], mat[1, 1], mat[1, 2], mat[2, 2]
@@ -155,7 +156,7 @@ def _congruence(rot, mat, out):
             out[c, r] = value
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST)
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH)
 def _lu(mat, pivots, inv_diagonal):
     """In-place LU factorization with partial pivoting of a square matrix (``P mat = L U``).
 
@@ -180,7 +181,7 @@ def _lu(mat, pivots, inv_diagonal):
                 mat[r, c] -= f * mat[col, c]
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST)
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH)
 def _lu_solve(lu, pivots, inv_diagonal, x):
     """Solve ``mat x = b`` in place (``x`` holds b) with the factors of :func:`_lu`."""
     size = lu.shape[0]
@@ -200,7 +201,7 @@ def _lu_solve(lu, pivots, inv_diagonal, x):
         x[r] = acc * inv_diagonal[r]
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST)
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH)
 def _lu_solve_columns(lu, pivots, inv_diagonal, x):
     """Solve ``mat X = B`` in place for all columns of ``x`` (holds B) at once."""
     size, columns = lu.shape[0], x.shape[1]
@@ -223,7 +224,7 @@ def _lu_solve_columns(lu, pivots, inv_diagonal, x):
             x[r, c] *= inv_diagonal[r]
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST)
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH)
 def _matvec6_sub(mat, x, out):
     """``out -= mat @ x`` for a 6x6 matrix and 6-vectors."""
     for r in range(6):
@@ -236,7 +237,7 @@ def _matvec6_sub(mat, x, out):
 # ---------------------------------------------------------------- joint space <-> particles
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST)
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH)
 def _state_from_joints(fk, com, q, qd, pos, rot, vel, omega, z_ang, origin, placements):
     """Particles at joint positions ``q`` moving with ``qd`` (mapping.state_from_joints).
 
@@ -273,7 +274,7 @@ def _state_from_joints(fk, com, q, qd, pos, rot, vel, omega, z_ang, origin, plac
         vel[k + 1, 0], vel[k + 1, 1], vel[k + 1, 2] = v0, v1, v2
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _frames(local_parent, local_child, pos, rot, w):
     """Joint frames: world ``[lever, axis, reference]`` of both sides of every joint.
 
@@ -293,7 +294,7 @@ def _frames(local_parent, local_child, pos, rot, w):
             w.anchor[j, r] = pos[j + 1, r] + w.lever_c[j, r] - pos[j, r] - w.lever_p[j, r]
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _angle(w, j):
     """Signed joint angle ``atan2(a . (u_p x u_c), u_p . u_c)`` [rad] from the frames."""
     up, uc, a = w.ref_p[j], w.ref_c[j], w.axis_c[j]
@@ -301,7 +302,7 @@ def _angle(w, j):
     return _atan2(sine, up[0] * uc[0] + up[1] * uc[1] + up[2] * uc[2])
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _rate(w, omega, j):
     """Joint rate ``a . (w_c - w_p)`` [rad/s]."""
     a = w.axis_c[j]
@@ -351,7 +352,7 @@ _Work = namedtuple(
 )
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST)
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH)
 def work_area(n, like):
     """Work area for ``n`` joints in the dtype of the array ``like`` (float64, or complex128 for tangents)."""
     particles = n + 1
@@ -379,7 +380,7 @@ def work_area(n, like):
 # ---------------------------------------------------------------- phase 1: forces
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _accelerate(phys, fk, springs, w, tau, h, phase, limits):
     """Explicit forces and kicks (solver._accelerate for revolute joints without drives).
 
@@ -443,7 +444,7 @@ def _accelerate(phys, fk, springs, w, tau, h, phase, limits):
 # ---------------------------------------------------------------- phase 3: joint rows
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _blocks(phys, w, h, limits, active_targets):
     """Per-substep row constants at the current (substep start) poses (constraints.joint_blocks).
 
@@ -461,7 +462,7 @@ def _blocks(phys, w, h, limits, active_targets):
             w.sigma[j], w.offset[j], w.row_compliance[j] = 1.0, active_targets[j], 0.0
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST)
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH)
 def _add_coupling(inv_mass, a, ra, rb, sign, t1, t2, out):
     """``out += sign [[w I - [ra] A [rb], -[ra] A], [A [rb], A]]`` (constraints.coupling_block)."""
     for c in range(3):  # t1 = [ra] A (column-wise ra x A[:, c]); t2 = A [rb]
@@ -486,7 +487,7 @@ def _add_coupling(inv_mass, a, ra, rb, sign, t1, t2, out):
             out[3 + r, 3 + c] += sign * a[r, c]
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST)
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH)
 def _scale_rows(axis, sigma, out):
     """``out = (I + (sigma - 1) d d^T) out`` with ``d = [0, axis]``."""
     for c in range(6):
@@ -495,7 +496,7 @@ def _scale_rows(axis, sigma, out):
             out[3 + r, c] += (sigma - 1.0) * axis[r] * along
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _factor_blocks(phys, w, alpha):
     """Block-tridiagonal factors of the chain's joint system (projection._factor_chain).
 
@@ -539,7 +540,7 @@ def _factor_blocks(phys, w, alpha):
             _lu_solve_columns(w.diagonal[j], w.pivots[j], w.inv_diagonal[j], w.reduced[j])
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _solve_blocks(w):
     """``w.solution`` = the solution for ``w.rhs`` with the factors of :func:`_factor_blocks` (projection._solve_chain)."""
     n = w.q.shape[0]
@@ -565,7 +566,7 @@ def _solve_blocks(w):
 # same linear system as the block elimination, in O(n^2) scalar work instead of 6x6 blocks.
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _apply_k_inverse(phys, w, v, out):
     """``out = K^-1 v`` (n, 6): particle displacements J^-1 v, their momenta, then J^-T."""
     inv_mass = phys.inv_mass
@@ -599,7 +600,7 @@ def _apply_k_inverse(phys, w, v, out):
         out[i - 1, 5] = g5 - (rc[0] * g1 - rc[1] * g0)
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _factor_rigid(phys, w):
     """The joint-space inertia H of the particles and the LU of diag(sigma) + R H."""
     n = w.q.shape[0]
@@ -651,7 +652,7 @@ def _factor_rigid(phys, w):
     _lu(w.capacity, w.capacity_pivots, w.capacity_inv_diagonal)
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _solve_rigid(phys, w):
     """``w.solution`` = the solution for ``w.rhs`` with the factors of :func:`_factor_rigid` (Woodbury)."""
     n = w.q.shape[0]
@@ -673,7 +674,7 @@ def _solve_rigid(phys, w):
             w.solution[j, r] -= w.correction[j, r]
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _factor(phys, w, alpha):
     """Factors of the joint system at the current poses and row constants."""
     if alpha == 0.0:
@@ -682,7 +683,7 @@ def _factor(phys, w, alpha):
         _factor_blocks(phys, w, alpha)
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _solve(phys, w, alpha):
     """``w.solution`` = the joint system's solution for ``w.rhs`` (``w.rhs`` is overwritten)."""
     if alpha == 0.0:
@@ -691,7 +692,7 @@ def _solve(phys, w, alpha):
         _solve_blocks(w)
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _apply(phys, w, step_sign, linear, angular):
     """Move both particles of every joint by the response to impulses ``step_sign * w.solution``."""
     inv_mass = phys.inv_mass
@@ -713,7 +714,7 @@ def _apply(phys, w, step_sign, linear, angular):
                 angular[k, row] += sign * (a[row, 0] * t0 + a[row, 1] * t1 + a[row, 2] * t2)
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _project(phys, w, alpha, iterations):
     """Quasi-Newton projection of all joint rows with one factorization (projection.project_direct)."""
     local_parent, local_child = phys.local_parent, phys.local_child
@@ -745,7 +746,7 @@ def _project(phys, w, alpha, iterations):
         _apply(phys, w, -1.0, w.pos, w.phi)
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _limit_targets(phys, w, h, out):
     """Displacement onto the limit for joints predicted beyond it, NaN elsewhere (solver._active_limits)."""
     lower, upper = phys.lower, phys.upper
@@ -759,7 +760,7 @@ def _limit_targets(phys, w, h, out):
         out[j] = clamped - w.q[j] if predicted != clamped else np.nan
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _substep(phys, fk, springs, w, tau, h, phase, iterations, alpha, limits, targets):
     """One substep from ``w.pos/rot/vel/omega`` (solver.substep); velocities become chords."""
     n = w.q.shape[0]
@@ -785,7 +786,7 @@ def _substep(phys, fk, springs, w, tau, h, phase, iterations, alpha, limits, tar
             w.omega[i, r] = w.phi[i, r] / h
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _set_spin(w, chords):
     """``w.spin``: angular velocity at the current time from the start velocity and the chords (solver._spin)."""
     for i in range(w.spin.shape[0]):
@@ -798,7 +799,7 @@ def _set_spin(w, chords):
                 w.spin[i, r] = 1.5 * w.last[i, r] - 0.5 * w.previous[i, r]
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _finish(phys, fk, springs, w, tau, h, targets):
     """Closing half kick and velocity projection (solver.finish_velocities)."""
     n = w.q.shape[0]
@@ -827,7 +828,7 @@ def _finish(phys, fk, springs, w, tau, h, targets):
     _apply(phys, w, -1.0, w.vel, w.omega)
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST)
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH)
 def _integrate(phys, fk, springs, w, tau, dt, substeps, iterations, compliance, limits, targets):
     """One control period in ``substeps`` substeps plus the closing half kick (solver.integrate)."""
     h = dt / substeps
@@ -842,7 +843,7 @@ def _integrate(phys, fk, springs, w, tau, dt, substeps, iterations, compliance, 
     _finish(phys, fk, springs, w, tau, h, targets)
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST)
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH)
 def joint_step_into(fk, phys, springs, settings, w, targets, q, qd, tau, q_out, qd_out):
     """One step from a joint state, particles rebuilt from ``(q, qd)`` (PBDSimulator.joint_step).
 
@@ -867,7 +868,7 @@ def joint_step_into(fk, phys, springs, settings, w, targets, q, qd, tau, q_out, 
         qd_out[j] = _rate(w, w.omega, j)
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST, parallel=True)
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, parallel=True)
 def _rollout(fk, phys, springs, settings, q0, qd0, tau, out_q, out_qd, residual):
     """Joint-space rollouts: every step rebuilds the particles from (q, qd) (PBDSimulator.joint_step).
 
@@ -893,6 +894,18 @@ def _rollout(fk, phys, springs, settings, q0, qd0, tau, out_q, out_qd, residual)
 
 
 # ---------------------------------------------------------------- snapshot
+
+
+@contextmanager
+def keep_torch_threads():
+    """Restore torch's thread count after a parallel kernel: numba's OpenMP threading layer shares
+    the OpenMP runtime with torch and sets its thread count when it starts."""
+    torch_threads = torch.get_num_threads()
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != torch_threads:
+            torch.set_num_threads(torch_threads)
 
 
 def kernel_options(dt, settings):
@@ -961,12 +974,6 @@ class FastPBD:
         q, qd = np.empty_like(tau_seq), np.empty_like(tau_seq)
         residual = np.zeros((batch, n))
         options = kernel_options(dt, settings)
-        # numba's OpenMP threading layer shares the OpenMP runtime with torch and sets its
-        # thread count when it starts; keep the caller's torch setting.
-        torch_threads = torch.get_num_threads()
-        try:
+        with keep_torch_threads():
             _rollout(self.fk, self.phys, self.springs, options, q0, qd0, tau_seq, q, qd, residual)
-        finally:
-            if torch.get_num_threads() != torch_threads:
-                torch.set_num_threads(torch_threads)
         return q, qd, residual
