@@ -80,8 +80,9 @@ def fast_rollout_supported(model, settings, base=None):
 # Every kernel below also runs on complex128 arrays: with the inputs' imaginary parts a tiny
 # multiple h of a tangent, the imaginary parts of the outputs are h times their directional
 # derivative to rounding (the complex step; fast_jacobians.py). Branches and pivots therefore
-# look at real parts, and the non-polynomial functions are numpy's (complex-analytic) or
-# :func:`_atan2`.
+# look at real parts, and the non-polynomial functions are complex-analytic (numpy's) or
+# extended to first order, f(x + i y) = f(x) + i y f'(x), exact to O(y^2) (_atan2,
+# _rodrigues, _tanh: cheaper than their complex forms).
 
 
 def _atan2(y, x):
@@ -103,6 +104,59 @@ if _overload is not None:
         return lambda y, x: math.atan2(y, x)
 
 
+def _rodrigues(theta2):
+    """Rodrigues coefficients ``(sin t / t, (1 - cos t) / t^2)`` of ``t^2 = theta2`` (not small).
+
+    On complex arguments the first-order complex-step extension (one real sine and cosine
+    instead of complex ones: the kernel's costliest complex operation).
+    """
+    theta = math.sqrt(theta2)
+    return math.sin(theta) / theta, (1.0 - math.cos(theta)) / theta2
+
+
+if _overload is not None:
+
+    @_overload(_rodrigues, jit_options={"fastmath": FASTMATH})
+    def _rodrigues_typed(theta2):
+        if isinstance(theta2, _types.Complex):
+
+            def complex_step(theta2):
+                t = theta2.real
+                theta = math.sqrt(t)
+                sine, cosine = math.sin(theta), math.cos(theta)
+                a, b = sine / theta, (1.0 - cosine) / t
+                da = (theta * cosine - sine) / (2.0 * theta * t)  # d/dt of sin(sqrt t) / sqrt t
+                db = (theta * sine - 2.0 * (1.0 - cosine)) / (2.0 * t * t)  # d/dt of (1 - cos sqrt t) / t
+                return complex(a, da * theta2.imag), complex(b, db * theta2.imag)
+
+            return complex_step
+
+        def real(theta2):
+            theta = math.sqrt(theta2)
+            return math.sin(theta) / theta, (1.0 - math.cos(theta)) / theta2
+
+        return real
+
+
+def _tanh(x):
+    """``math.tanh`` (real argument); on a complex one the first-order complex-step extension."""
+    return math.tanh(x)
+
+
+if _overload is not None:
+
+    @_overload(_tanh, jit_options={"fastmath": FASTMATH})
+    def _tanh_typed(x):
+        if isinstance(x, _types.Complex):
+
+            def complex_step(x):
+                t = math.tanh(x.real)
+                return complex(t, (1.0 - t * t) * x.imag)
+
+            return complex_step
+        return lambda x: math.tanh(x)
+
+
 # ---------------------------------------------------------------- small linear algebra
 
 
@@ -120,8 +174,7 @@ def _so3_exp(phi, out):
     if theta2.real < _SMALL_ANGLE_SQUARED:
         a, b = 1.0 - theta2 / 6.0, 0.5 - theta2 / 24.0
     else:
-        theta = np.sqrt(theta2)
-        a, b = np.sin(theta) / theta, (1.0 - np.cos(theta)) / theta2
+        a, b = _rodrigues(theta2)
     x, y, z = phi[0], phi[1], phi[2]
     out[0, 0] = 1.0 - b * (y * y + z * z)
     out[1, 1] = 1.0 - b * (x * x + z * z)
@@ -416,7 +469,7 @@ def _accelerate(phys, fk, springs, w, tau, h, phase, limits):
         rate = w.rate[j]
         torque, damping = tau[j] + spring[j], viscous[j]
         if coulomb[j] != 0.0:  # smoothed Coulomb friction linearized at the rate (forces.friction_split)
-            t = np.tanh(rate / friction_scale)
+            t = _tanh(rate / friction_scale)
             slope = coulomb[j] / friction_scale * (1.0 - t * t)
             damping += slope
             torque += slope * rate - coulomb[j] * t

@@ -9,11 +9,12 @@ rounding -- of the step as it is computed (``iterations`` projection sweeps per 
 with the substep's one factorization, the closing velocity projection, the active limit set
 decided on the values), the same function autograd differentiates through the torch step. What makes this hold in the kernel: every branch, pivot and active
 set decision reads real parts only, and the non-polynomial functions are complex-analytic
-(numpy's ``sqrt``, ``sin``, ``cos``, ``tanh``) or extended to first order (``_atan2``).
+(numpy's ``sqrt``, ``sin``, ``cos``) or extended to first order, ``f(x + i y) = f(x) + i y
+f'(x)``, exact to ``O(y^2)`` like the complex step itself (``_atan2``, ``_rodrigues``, ``_tanh``).
 
 The kernel runs once per input direction, ``3 n`` runs for
 ``A = d(q+, qd+)/d(q, qd)`` (2n, 2n) and ``B = d(q+, qd+)/d tau`` (2n, n); a complex run
-costs about 1.4 plain runs. The tests hold both to the torch PBD step's
+costs about 1.3 plain runs. The tests hold both to the torch PBD step's
 autograd Jacobians and to central finite differences (test/test_pbd_fast_jacobians.py).
 """
 
