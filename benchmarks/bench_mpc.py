@@ -11,6 +11,9 @@ two iterations) on the same loop. Each solver closes the loop on a Pinocchio pla
 10 substeps per period) tracking a 0.45 rad minimum-jerk move; the time per call includes
 each side's Python work (references, warm start). Crocoddyl's dynamics are checked against
 ``pin.aba`` before it is timed (crocoddyl 3.2.1 with pin 4.1.0 returned wrong accelerations).
+The "through PBD" row runs the same compiled solver predicting with the compiled PBD step of the
+same model (1 substep, 2 projection iterations) and its exact Jacobians on every iteration
+(complex step through the compiled kernel), closing the loop on that PBD step.
 
 Run: ``.venv/bin/python -m benchmarks.bench_mpc`` (Crocoddyl: ``pip install -e '.[bench]'``).
 """
@@ -26,6 +29,7 @@ from diffsim_ros.control.mpc_fast import FastModelPredictiveController, make_mpc
 from diffsim_ros.control.simulators import mpc_simulator
 from diffsim_ros.model import load_robot_config
 from diffsim_ros.sim import RigidBodySimulator
+from diffsim_ros.sim.pbd.fast_jacobians import pbd_step_jacobians
 from diffsim_ros.sim.rigid_fast import FastRigidStep
 from oracles import BAXTER_LEFT, BAXTER_URDF, PinocchioOracle
 
@@ -33,6 +37,7 @@ DT = 0.01  # [s]
 CALLS = 200  # closed-loop calls per solver and horizon
 TORCH_CALLS = 40  # the torch reference is slow
 PBD_CALLS = 60
+PROFILE_REPEATS = 100
 HORIZONS = (3, 10, 30)
 PLANT_SUBSTEPS = 10
 Q0 = np.array([0.0, -0.3, 0.0, 0.8, 0.0, 0.6, 0.0])
@@ -150,6 +155,24 @@ class CrocoddylMPC:
         return np.array(self.us[0])
 
 
+def pbd_profile(mpc, per_call, mean_iterations):
+    """Where a PBD MPC call's time goes: the step with its exact Jacobians, timed alone [text]."""
+    q, qd, settings, n = Q0 + 0.1, np.full(7, 0.2), mpc.simulator.settings, 7
+    tau = mpc.fast.gravity_torques(q)
+    times = []
+    for _ in range(PROFILE_REPEATS):
+        begin = time.perf_counter()
+        pbd_step_jacobians(mpc.pbd, q, qd, tau, DT, settings)
+        times.append(time.perf_counter() - begin)
+    evaluations, jac = mean_iterations * mpc.settings.horizon, median(times)
+    return (f"Through PBD, where the time goes: one PBD step with its exact Jacobians takes {jac * 1e3:.3f} ms "
+            f"(Python call included), i.e. {jac / (3 * n) * 1e6:.1f} µs per complex-step run of the compiled step "
+            f"({3 * n} runs, one per input direction); the calls made {mean_iterations:.2f} Gauss-Newton iterations "
+            f"on average, each linearizing all {mpc.settings.horizon} steps: {evaluations:.1f} step Jacobians, about "
+            f"{evaluations * jac * 1e3:.2f} ms against {per_call * 1e3:.2f} ms per call (timed apart, under the same "
+            "load); the Riccati solve and the rest are the rigid shipped row's share (the solver is the same).")
+
+
 def _rate(seconds):
     return f"{seconds * 1e3:.3f} ms ({1.0 / seconds / 1e3:.2f} kHz)" if seconds < 1e-3 else f"{seconds * 1e3:.2f} ms ({1.0 / seconds:.0f} Hz)"
 
@@ -198,9 +221,17 @@ def main():
     rows.append([f"diffsim_ros compiled, shipped settings ({shipped.max_iterations} iterations, springs, damping, friction, smoothness)",
                  shipped.horizon, _rate(median(times)), f"{worst * 1e3:.3f} (plant: the same model, 10 substeps)"])
     pbd_mpc = make_mpc(mpc_simulator(config_model, DT, "pbd"), reference, shipped)
-    ((times, worst),) = closed_loop([pbd_mpc.compute], [PBDPlant(pbd_mpc)], reference, PBD_CALLS)
-    rows.append([f"diffsim_ros through PBD: compiled rollouts, finite-difference Jacobian, shipped settings",
+    iterations = []
+
+    def pbd_call(t, q, qd):
+        tau = pbd_mpc.compute(t, q, qd)
+        iterations.append(pbd_mpc.last.iterations)
+        return tau
+
+    ((times, worst),) = closed_loop([pbd_call], [PBDPlant(pbd_mpc)], reference, PBD_CALLS)
+    rows.append(["diffsim_ros through PBD: compiled Riccati solver, exact step Jacobians (complex step), shipped settings",
                  shipped.horizon, _rate(median(times)), f"{worst * 1e3:.3f} (plant: the same PBD model, {PBD_CALLS} calls)"])
+    notes.append(pbd_profile(pbd_mpc, median(times), float(np.mean(iterations))))
     torch_mpc = ModelPredictiveController(predictor, reference, MPCSettings(horizon=3, **COMPARISON))
     ((times, worst),) = closed_loop([torch_mpc.compute], [PinocchioPlant(oracle)], reference, TORCH_CALLS)
     rows.append(["diffsim_ros torch reference, 1 iteration", 3, _rate(median(times)), f"{worst * 1e3:.3f} ({TORCH_CALLS} calls)"])

@@ -16,15 +16,15 @@ The Levenberg damping is added to each stage's torque Hessian, relative to its m
 (the torch reference scales by the whole normal matrix; at the default 1e-9 the two steps
 agree to rounding).
 
-Through PBD, :class:`FastPBDModelPredictiveController` keeps the reference controller and
-replaces its autograd rollout Jacobian by finite differences over one compiled batched PBD
-rollout. :func:`make_mpc` picks the fastest controller a simulator allows.
+Through PBD, :class:`FastPBDModelPredictiveController` runs the same solver with the compiled
+PBD step and its exact Jacobians (complex step through the compiled kernel,
+:mod:`diffsim_ros.sim.pbd.fast_jacobians`). :func:`make_mpc` picks the fastest controller a
+simulator allows.
 """
 
 import math
 
 import numpy as np
-import torch
 
 from diffsim_ros._compiled import njit
 from diffsim_ros.control.errors import ControlError
@@ -33,7 +33,8 @@ from diffsim_ros.dynamics.derivatives import lu_factor, lu_solve_columns, rnea_v
 from diffsim_ros.dynamics.fast import spring_torques_into
 from diffsim_ros.sim.rigid import RigidBodySimulator
 from diffsim_ros.sim.pbd import PBDSimulator
-from diffsim_ros.sim.pbd.fast import FastPBD
+from diffsim_ros.sim.pbd.fast import FastPBD, kernel_options
+from diffsim_ros.sim.pbd.fast_jacobians import step_jacobians_into
 from diffsim_ros.sim.rigid_fast import FastRigidStep, step_into, step_work, unpack_model
 
 __all__ = ["FastModelPredictiveController", "FastPBDModelPredictiveController", "compiled_mpc_supports", "make_mpc"]
@@ -42,15 +43,23 @@ _OK, _SINGULAR, _NONFINITE, _BAD_STATE = 0, 1, 2, 3
 
 
 @njit(cache=True)
-def _rollout(model, work, x0, u, xs, a_mats, b_mats, jacobians):
-    """States ``xs`` (H + 1, 2n) from ``x0`` under ``u`` (H, n), with ``A_k``, ``B_k``; returns a status."""
+def _rollout(model, work, pbd, x0, u, xs, a_mats, b_mats, jacobians):
+    """States ``xs`` (H + 1, 2n) from ``x0`` under ``u`` (H, n), with ``A_k``, ``B_k``; returns a status.
+
+    ``pbd`` None: the rigid step of ``model``; else ``(fk, phys, springs, options)`` of a
+    compiled PBD step (always with its Jacobians, fast_jacobians.py).
+    """
     n = u.shape[1]
     xs[0] = x0
     q_out, qd_out = np.empty(n), np.empty(n)
     empty = np.empty((0, 0))
     for k in range(u.shape[0]):
-        if not step_into(model, work, xs[k, :n], xs[k, n:], u[k], jacobians, False, q_out, qd_out, a_mats[k], b_mats[k], empty):
-            return _SINGULAR
+        if pbd is None:
+            if not step_into(model, work, xs[k, :n], xs[k, n:], u[k], jacobians, False, q_out, qd_out, a_mats[k], b_mats[k], empty):
+                return _SINGULAR
+        else:
+            fk, phys, springs, options = pbd
+            step_jacobians_into(fk, phys, springs, options, xs[k, :n], xs[k, n:], u[k], q_out, qd_out, a_mats[k], b_mats[k])
         xs[k + 1, :n] = q_out
         xs[k + 1, n:] = qd_out
         for i in range(n):
@@ -228,11 +237,14 @@ def _holding_into(model, work, q, hold):
 
 
 @njit(cache=True)
-def _solve(floats, ints, x0, u, init, previous, weight, target, limit, w_smooth, w_effort, levenberg,
+def _solve(floats, ints, pbd, x0, u, init, previous, weight, target, limit, w_smooth, w_effort, levenberg,
            max_iterations, step_tolerance, report):
     """Bounded Gauss-Newton from ``u`` (H, n), updated in place.
 
     Args:
+        floats, ints: A :class:`~diffsim_ros.sim.rigid_fast.FastRigidStep`'s buffers (the
+            holding torque; the prediction too when ``pbd`` is None).
+        pbd: None, or the compiled PBD predictor (see :func:`_rollout`).
         init: 0: start from ``u``; 1: zero torques; 2: the holding torque.
         previous: The last command (n,), or an empty array before the first (the holding torque).
         target: Reference states (H, 2n) at steps 1..H (unscaled; ``weight`` (2n,) scales).
@@ -261,7 +273,7 @@ def _solve(floats, ints, x0, u, init, previous, weight, target, limit, w_smooth,
     report[3] = _OK
     for iteration in range(1, max_iterations + 1):
         report[0] = iteration
-        status = _rollout(model, work, x0, u, xs, a_mats, b_mats, True)
+        status = _rollout(model, work, pbd, x0, u, xs, a_mats, b_mats, True)
         if status != _OK:
             report[3] = status
             return
@@ -303,27 +315,39 @@ class FastModelPredictiveController(ModelPredictiveController):
         settings: MPCSettings.
 
     Raises:
-        ControlError: Another simulator (use the torch controller for PBD prediction).
+        ControlError: Another simulator (FastPBDModelPredictiveController predicts with PBD).
     """
 
     def __init__(self, simulator, reference, settings=MPCSettings()):
+        self._check_simulator(simulator)
+        super().__init__(simulator, reference, settings)
+        self._warm_up()
+
+    @staticmethod
+    def _check_simulator(simulator):
         if not compiled_mpc_supports(simulator):
             raise ControlError(
                 f"the compiled MPC predicts with the rigid implicit-Euler simulator, not {type(simulator).__name__}; "
                 "use ModelPredictiveController for other simulators"
             )
-        super().__init__(simulator, reference, settings)
-        self._warm_up()
+
+    def _predictor(self):
+        """The compiled PBD predictor for :func:`_solve` (None: the rigid step of ``self.step``)."""
+        return None
 
     def _warm_up(self):
         """Compile (or load from numba's cache) the solver now, not in the first control cycle."""
         s, n = self.settings, len(self.joint_names)
-        _solve(self.step.floats, self.step.ints, np.zeros(2 * n), np.zeros((s.horizon, n)), 2, self._no_command,
+        _solve(self.step.floats, self.step.ints, self._predictor(), np.zeros(2 * n), np.zeros((s.horizon, n)), 2, self._no_command,
                self._weight, np.zeros((s.horizon, 2 * n)), self._limit, 1.0, 1.0, 0.0, 1, 0.0, np.zeros(4))
+
+    def _rigid_step(self):
+        """The compiled rigid step of the prediction (and of the holding torque)."""
+        return FastRigidStep.from_simulator(self.simulator, parameters=())
 
     def update_model(self, model):
         super().update_model(model)
-        self.step = FastRigidStep.from_simulator(self.simulator, parameters=())
+        self.step = self._rigid_step()
         s = self.settings
         self._weight = np.concatenate([np.full(model.nq, 1.0 / s.position_tolerance), np.full(model.nq, 1.0 / s.velocity_tolerance)])
         self._limit = np.ascontiguousarray(self.effort_limit, dtype=np.float64)
@@ -341,7 +365,7 @@ class FastModelPredictiveController(ModelPredictiveController):
             q_d, qd_d, _ = self.reference(t + (k + 1) * dt)
             target[k, :n], target[k, n:] = q_d, qd_d
         report = np.zeros(4)
-        _solve(self.step.floats, self.step.ints, np.concatenate([q, qd]), u, init, previous, self._weight, target,
+        _solve(self.step.floats, self.step.ints, self._predictor(), np.concatenate([q, qd]), u, init, previous, self._weight, target,
                self._limit, 1.0 / s.smoothness_tolerance, 1.0 / s.effort_tolerance, s.levenberg,
                s.max_iterations, s.step_tolerance, report)
         status = int(report[3])
@@ -355,59 +379,48 @@ class FastModelPredictiveController(ModelPredictiveController):
         return u, iterations, iterations, float(report[1]), float(report[2])
 
 
-class FastPBDModelPredictiveController(ModelPredictiveController):
-    """The torch MPC predicting with the compiled PBD kernel: rollout Jacobian by batched finite differences.
+class FastPBDModelPredictiveController(FastModelPredictiveController):
+    """The compiled MPC predicting with the compiled PBD step and its exact Jacobians.
 
-    Each Gauss-Newton iteration runs ``1 + H n`` rollouts in one compiled batched call (the
-    nominal torques and each torque raised by ``finite_difference_step``) instead of the
-    autograd pass through the torch PBD step; the rest (cost, Gauss-Newton step, clipping,
-    initializations, warm start) is the reference controller's. Forward differences: the
-    Jacobian is approximate (relative error ~1e-5 on the Baxter arm, test_mpc_fast.py), as
-    the PBD step's own round-off (~1e-10) rules out much smaller steps.
+    The Riccati Gauss-Newton solver of :class:`FastModelPredictiveController` (same settings,
+    initializations, warm start, box limits, smoothness term, diagnostics and failures)
+    with per-step ``A_k``, ``B_k`` of the PBD step by the complex step through the compiled
+    kernel (:mod:`diffsim_ros.sim.pbd.fast_jacobians`: the derivative of the computed step to
+    rounding, as autograd through the torch PBD step gives it). The holding torque is the
+    model's (as the torch controller's).
 
     Args:
         simulator: PBDSimulator the compiled kernel supports (``fast_rollout_supported()``).
         reference, settings: As :class:`~diffsim_ros.control.mpc.ModelPredictiveController`.
-        finite_difference_step: Torque increment [N·m].
 
     Raises:
         ControlError: Another simulator, or a PBD set-up the compiled kernel does not cover.
     """
 
-    def __init__(self, simulator, reference, settings=MPCSettings(), finite_difference_step=1e-4):
+    @staticmethod
+    def _check_simulator(simulator):
         if not isinstance(simulator, PBDSimulator) or simulator.fast_rollout_supported() is not None:
             why = simulator.fast_rollout_supported() if isinstance(simulator, PBDSimulator) else type(simulator).__name__
             raise ControlError(f"the compiled PBD MPC needs a PBDSimulator the compiled kernel supports ({why})")
-        if not finite_difference_step > 0:
-            raise ControlError(f"finite_difference_step must be positive, got {finite_difference_step}")
-        self.finite_difference_step = float(finite_difference_step)
-        super().__init__(simulator, reference, settings)
+
+    def _rigid_step(self):
+        # the holding torque only: model terms, no integration
+        return FastRigidStep(self.simulator.model, self.simulator.dt, 1, True, parameters=())
 
     def update_model(self, model):
         super().update_model(model)
         self.pbd = FastPBD.from_model(model)
+        options = kernel_options(self.simulator.dt, self.simulator.settings)
+        self._pbd_args = (self.pbd.fk, self.pbd.phys, self.pbd.springs, options)
 
-    def _rollout_jacobian(self, q, qd, flat):
-        s, n, eps = self.settings, len(self.joint_names), self.finite_difference_step
-        u = flat.detach().cpu().numpy().reshape(s.horizon, n)
-        batch = 1 + s.horizon * n
-        torques = np.repeat(u[None], batch, axis=0)
-        for column in range(s.horizon * n):
-            torques[1 + column].reshape(-1)[column] += eps
-        q0 = np.repeat(q.detach().cpu().numpy()[None], batch, axis=0)
-        qd0 = np.repeat(qd.detach().cpu().numpy()[None], batch, axis=0)
-        q_out, qd_out, residual = self.pbd.rollout(q0, qd0, torques, self.simulator.dt, self.simulator.settings)
-        if not np.all(np.isfinite(residual)):
-            raise ArithmeticError("the PBD prediction diverged")
-        scaled = np.concatenate([q_out / s.position_tolerance, qd_out / s.velocity_tolerance], axis=-1).reshape(batch, -1)
-        jac = ((scaled[1:] - scaled[0]) / eps).T
-        return torch.as_tensor(scaled[0]), torch.as_tensor(jac)
+    def _predictor(self):
+        return self._pbd_args
 
 
 def make_mpc(simulator, reference, settings=MPCSettings()):
     """The fastest MPC for ``simulator``: the compiled Riccati solver for the rigid implicit-Euler
-    step (:func:`compiled_mpc_supports`), compiled PBD rollouts with finite-difference Jacobians
-    for a supported PBDSimulator, else the torch reference."""
+    step (:func:`compiled_mpc_supports`), the same solver with the compiled PBD step and its
+    exact Jacobians for a supported PBDSimulator, else the torch reference."""
     if compiled_mpc_supports(simulator):
         return FastModelPredictiveController(simulator, reference, settings)
     if isinstance(simulator, PBDSimulator) and simulator.fast_rollout_supported() is None:

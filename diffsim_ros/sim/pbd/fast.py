@@ -24,23 +24,30 @@ back; :class:`~diffsim_ros.sim.pbd.simulator.PBDSimulator` builds one per rollou
 
 import math
 from collections import namedtuple
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from diffsim_ros._compiled import njit, prange
+
+try:
+    from numba import types as _types
+    from numba.extending import overload as _overload
+except ImportError:  # pragma: no cover - numba is a declared dependency
+    _overload = None
 from diffsim_ros.dynamics.fast import FastDynamics, placements_into, spring_torques_into
 from diffsim_ros.dynamics.passive import DEFAULT_FRICTION_VELOCITY_SCALE
 from diffsim_ros.model.robot_model import REVOLUTE
 from diffsim_ros.sim.pbd.bodies import build_system
 
-__all__ = ["FastPBD", "fast_rollout_supported"]
+__all__ = ["FASTMATH", "FastPBD", "fast_rollout_supported", "joint_step_into", "keep_torch_threads", "kernel_options", "work_area"]
 
 _SMALL_ANGLE_SQUARED = 1e-8  # as dynamics.spatial.so3_exp: Taylor series below it
 _KICK_START, _KICK_FULL, _KICK_FINISH = 0, 1, 2
 # Contraction and reassociation only: "nnan"/"ninf" would let LLVM drop the NaN checks.
-_FAST = {"contract", "reassoc", "nsz", "arcp"}
+FASTMATH = {"contract", "reassoc", "nsz", "arcp"}
 
 
 def fast_rollout_supported(model, settings, base=None):
@@ -69,25 +76,105 @@ def fast_rollout_supported(model, settings, base=None):
     return None
 
 
+# ---------------------------------------------------------------- complex-step arithmetic
+# Every kernel below also runs on complex128 arrays: with the inputs' imaginary parts a tiny
+# multiple h of a tangent, the imaginary parts of the outputs are h times their directional
+# derivative to rounding (the complex step; fast_jacobians.py). Branches and pivots therefore
+# look at real parts, and the non-polynomial functions are complex-analytic (numpy's) or
+# extended to first order, f(x + i y) = f(x) + i y f'(x), exact to O(y^2) (_atan2,
+# _rodrigues, _tanh: cheaper than their complex forms).
+
+
+def _atan2(y, x):
+    """``math.atan2`` (real arguments); on complex ones the first-order complex-step extension."""
+    return math.atan2(y, x)
+
+
+if _overload is not None:
+
+    @_overload(_atan2, jit_options={"fastmath": FASTMATH})
+    def _atan2_typed(y, x):
+        if isinstance(y, _types.Complex) or isinstance(x, _types.Complex):
+
+            def complex_step(y, x):
+                yr, xr = y.real, x.real
+                return complex(math.atan2(yr, xr), (xr * y.imag - yr * x.imag) / (xr * xr + yr * yr))
+
+            return complex_step
+        return lambda y, x: math.atan2(y, x)
+
+
+def _rodrigues(theta2):
+    """Rodrigues coefficients ``(sin t / t, (1 - cos t) / t^2)`` of ``t^2 = theta2`` (not small).
+
+    On complex arguments the first-order complex-step extension (one real sine and cosine
+    instead of complex ones: the kernel's costliest complex operation).
+    """
+    theta = math.sqrt(theta2)
+    return math.sin(theta) / theta, (1.0 - math.cos(theta)) / theta2
+
+
+if _overload is not None:
+
+    @_overload(_rodrigues, jit_options={"fastmath": FASTMATH})
+    def _rodrigues_typed(theta2):
+        if isinstance(theta2, _types.Complex):
+
+            def complex_step(theta2):
+                t = theta2.real
+                theta = math.sqrt(t)
+                sine, cosine = math.sin(theta), math.cos(theta)
+                a, b = sine / theta, (1.0 - cosine) / t
+                da = (theta * cosine - sine) / (2.0 * theta * t)  # d/dt of sin(sqrt t) / sqrt t
+                db = (theta * sine - 2.0 * (1.0 - cosine)) / (2.0 * t * t)  # d/dt of (1 - cos sqrt t) / t
+                return complex(a, da * theta2.imag), complex(b, db * theta2.imag)
+
+            return complex_step
+
+        def real(theta2):
+            theta = math.sqrt(theta2)
+            return math.sin(theta) / theta, (1.0 - math.cos(theta)) / theta2
+
+        return real
+
+
+def _tanh(x):
+    """``math.tanh`` (real argument); on a complex one the first-order complex-step extension."""
+    return math.tanh(x)
+
+
+if _overload is not None:
+
+    @_overload(_tanh, jit_options={"fastmath": FASTMATH})
+    def _tanh_typed(x):
+        if isinstance(x, _types.Complex):
+
+            def complex_step(x):
+                t = math.tanh(x.real)
+                return complex(t, (1.0 - t * t) * x.imag)
+
+            return complex_step
+        return lambda x: math.tanh(x)
+
+
 # ---------------------------------------------------------------- small linear algebra
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST)
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH)
 def _rotate(rot, local, k, out):
     """``out[c] = rot @ local[:, k]``-style product: out (3,) = rot (3, 3) @ column k of local (3, 3)."""
     for r in range(3):
         out[r] = rot[r, 0] * local[0, k] + rot[r, 1] * local[1, k] + rot[r, 2] * local[2, k]
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST)
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH)
 def _so3_exp(phi, out):
     """Rotation matrix of the rotation vector ``phi`` (3,) into ``out`` (3, 3) (Rodrigues)."""
     theta2 = phi[0] * phi[0] + phi[1] * phi[1] + phi[2] * phi[2]
-    if theta2 < _SMALL_ANGLE_SQUARED:
+    if theta2.real < _SMALL_ANGLE_SQUARED:
         a, b = 1.0 - theta2 / 6.0, 0.5 - theta2 / 24.0
     else:
-        theta = math.sqrt(theta2)
-        a, b = math.sin(theta) / theta, (1.0 - math.cos(theta)) / theta2
+        a, b = _rodrigues(theta2)
     x, y, z = phi[0], phi[1], phi[2]
     out[0, 0] = 1.0 - b * (y * y + z * z)
     out[1, 1] = 1.0 - b * (x * x + z * z)
@@ -100,14 +187,14 @@ def _so3_exp(phi, out):
     out[2, 1] = a * x + b * y * z
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST)
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH)
 def _mul3(a, b, out):
     for r in range(3):
         for c in range(3):
             out[r, c] = a[r, 0] * b[0, c] + a[r, 1] * b[1, c] + a[r, 2] * b[2, c]
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST)
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH)
 def _congruence(rot, mat, out):
     """``out = rot @ mat @ rot^T`` for a symmetric ``mat`` (body inertia to world axes)."""
     m00, m01, m02, m11, m12, m22 = mat[0, 0], mat[0, 1], mat[0, 2], mat[1, 1], mat[1, 2], mat[2, 2]
@@ -122,7 +209,7 @@ def _congruence(rot, mat, out):
             out[c, r] = value
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST)
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH)
 def _lu(mat, pivots, inv_diagonal):
     """In-place LU factorization with partial pivoting of a square matrix (``P mat = L U``).
 
@@ -132,7 +219,7 @@ def _lu(mat, pivots, inv_diagonal):
     for col in range(size):
         pivot = col
         for r in range(col + 1, size):
-            if abs(mat[r, col]) > abs(mat[pivot, col]):
+            if abs(mat[r, col].real) > abs(mat[pivot, col].real):
                 pivot = r
         pivots[col] = pivot
         if pivot != col:
@@ -147,7 +234,7 @@ def _lu(mat, pivots, inv_diagonal):
                 mat[r, c] -= f * mat[col, c]
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST)
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH)
 def _lu_solve(lu, pivots, inv_diagonal, x):
     """Solve ``mat x = b`` in place (``x`` holds b) with the factors of :func:`_lu`."""
     size = lu.shape[0]
@@ -167,7 +254,7 @@ def _lu_solve(lu, pivots, inv_diagonal, x):
         x[r] = acc * inv_diagonal[r]
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST)
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH)
 def _lu_solve_columns(lu, pivots, inv_diagonal, x):
     """Solve ``mat X = B`` in place for all columns of ``x`` (holds B) at once."""
     size, columns = lu.shape[0], x.shape[1]
@@ -190,7 +277,7 @@ def _lu_solve_columns(lu, pivots, inv_diagonal, x):
             x[r, c] *= inv_diagonal[r]
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST)
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH)
 def _matvec6_sub(mat, x, out):
     """``out -= mat @ x`` for a 6x6 matrix and 6-vectors."""
     for r in range(6):
@@ -203,7 +290,7 @@ def _matvec6_sub(mat, x, out):
 # ---------------------------------------------------------------- joint space <-> particles
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST)
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH)
 def _state_from_joints(fk, com, q, qd, pos, rot, vel, omega, z_ang, origin, placements):
     """Particles at joint positions ``q`` moving with ``qd`` (mapping.state_from_joints).
 
@@ -240,7 +327,7 @@ def _state_from_joints(fk, com, q, qd, pos, rot, vel, omega, z_ang, origin, plac
         vel[k + 1, 0], vel[k + 1, 1], vel[k + 1, 2] = v0, v1, v2
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _frames(local_parent, local_child, pos, rot, w):
     """Joint frames: world ``[lever, axis, reference]`` of both sides of every joint.
 
@@ -260,15 +347,15 @@ def _frames(local_parent, local_child, pos, rot, w):
             w.anchor[j, r] = pos[j + 1, r] + w.lever_c[j, r] - pos[j, r] - w.lever_p[j, r]
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _angle(w, j):
     """Signed joint angle ``atan2(a . (u_p x u_c), u_p . u_c)`` [rad] from the frames."""
     up, uc, a = w.ref_p[j], w.ref_c[j], w.axis_c[j]
     sine = a[0] * (up[1] * uc[2] - up[2] * uc[1]) + a[1] * (up[2] * uc[0] - up[0] * uc[2]) + a[2] * (up[0] * uc[1] - up[1] * uc[0])
-    return math.atan2(sine, up[0] * uc[0] + up[1] * uc[1] + up[2] * uc[2])
+    return _atan2(sine, up[0] * uc[0] + up[1] * uc[1] + up[2] * uc[2])
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _rate(w, omega, j):
     """Joint rate ``a . (w_c - w_p)`` [rad/s]."""
     a = w.axis_c[j]
@@ -318,33 +405,35 @@ _Work = namedtuple(
 )
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST)
-def _work(n):
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH)
+def work_area(n, like):
+    """Work area for ``n`` joints in the dtype of the array ``like`` (float64, or complex128 for tangents)."""
     particles = n + 1
+    z = like.dtype
     return _Work(
-        np.zeros((particles, 3)), np.zeros((particles, 3, 3)), np.zeros((particles, 3)), np.zeros((particles, 3)),
-        np.zeros((particles, 3)), np.zeros((particles, 3, 3)), np.zeros((particles, 3)),
-        np.zeros((particles, 3)), np.zeros((particles, 3)), np.zeros((particles, 3)), np.zeros((particles, 3)),
-        np.zeros((particles, 3, 3)), np.zeros((particles, 3, 3)), np.zeros((particles, 3)),
-        np.zeros((n, 3)), np.zeros((n, 3)), np.zeros((n, 3)), np.zeros((n, 3)), np.zeros((n, 3)), np.zeros((n, 3)),
-        np.zeros((n, 3)),
-        np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n),
-        np.zeros((n, 3)), np.zeros((n, 3)), np.zeros((n, 3)),
-        np.zeros((n, 6, 6)), np.zeros((n, 6, 6)), np.zeros((n, 6, 6)), np.zeros((n, 6, 6)),
-        np.zeros((n, 6), dtype=np.int64), np.zeros((n, 6)), np.zeros((3, 3)), np.zeros((3, 3)),
-        np.zeros((n, 6)), np.zeros((n, 6)), np.zeros((n, 6)),
-        np.zeros((n, 3)), np.zeros((n, 3)),
-        (np.zeros((n, 3, 3)), np.zeros((n, 3)), np.zeros((n, 3, 3)), np.zeros((n, 3))),
-        np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n),
-        np.zeros((n, 3)), np.zeros((n, n)), np.zeros(n, dtype=np.int64), np.zeros(n), np.zeros(n),
-        np.zeros((particles, 6)), np.zeros((n, 6)),
+        np.zeros((particles, 3), z), np.zeros((particles, 3, 3), z), np.zeros((particles, 3), z), np.zeros((particles, 3), z),
+        np.zeros((particles, 3), z), np.zeros((particles, 3, 3), z), np.zeros((particles, 3), z),
+        np.zeros((particles, 3), z), np.zeros((particles, 3), z), np.zeros((particles, 3), z), np.zeros((particles, 3), z),
+        np.zeros((particles, 3, 3), z), np.zeros((particles, 3, 3), z), np.zeros((particles, 3), z),
+        np.zeros((n, 3), z), np.zeros((n, 3), z), np.zeros((n, 3), z), np.zeros((n, 3), z), np.zeros((n, 3), z), np.zeros((n, 3), z),
+        np.zeros((n, 3), z),
+        np.zeros(n, z), np.zeros(n, z), np.zeros(n, z), np.zeros(n, z), np.zeros(n, z),
+        np.zeros((n, 3), z), np.zeros((n, 3), z), np.zeros((n, 3), z),
+        np.zeros((n, 6, 6), z), np.zeros((n, 6, 6), z), np.zeros((n, 6, 6), z), np.zeros((n, 6, 6), z),
+        np.zeros((n, 6), dtype=np.int64), np.zeros((n, 6), z), np.zeros((3, 3), z), np.zeros((3, 3), z),
+        np.zeros((n, 6), z), np.zeros((n, 6), z), np.zeros((n, 6), z),
+        np.zeros((n, 3), z), np.zeros((n, 3), z),
+        (np.zeros((n, 3, 3), z), np.zeros((n, 3), z), np.zeros((n, 3, 3), z), np.zeros((n, 3), z)),
+        np.zeros(n, z), np.zeros(n, z), np.zeros(n, z), np.zeros(n, z), np.zeros(n, z),
+        np.zeros((n, 3), z), np.zeros((n, n), z), np.zeros(n, dtype=np.int64), np.zeros(n, z), np.zeros(n, z),
+        np.zeros((particles, 6), z), np.zeros((n, 6), z),
     )
 
 
 # ---------------------------------------------------------------- phase 1: forces
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _accelerate(phys, fk, springs, w, tau, h, phase, limits):
     """Explicit forces and kicks (solver._accelerate for revolute joints without drives).
 
@@ -380,7 +469,7 @@ def _accelerate(phys, fk, springs, w, tau, h, phase, limits):
         rate = w.rate[j]
         torque, damping = tau[j] + spring[j], viscous[j]
         if coulomb[j] != 0.0:  # smoothed Coulomb friction linearized at the rate (forces.friction_split)
-            t = math.tanh(rate / friction_scale)
+            t = _tanh(rate / friction_scale)
             slope = coulomb[j] / friction_scale * (1.0 - t * t)
             damping += slope
             torque += slope * rate - coulomb[j] * t
@@ -408,7 +497,7 @@ def _accelerate(phys, fk, springs, w, tau, h, phase, limits):
 # ---------------------------------------------------------------- phase 3: joint rows
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _blocks(phys, w, h, limits, active_targets):
     """Per-substep row constants at the current (substep start) poses (constraints.joint_blocks).
 
@@ -422,11 +511,11 @@ def _blocks(phys, w, h, limits, active_targets):
             w.lever_parent[j, r] = w.pos[j + 1, r] + w.lever_c[j, r] - w.pos[j, r]
             w.free[j, r] = w.axis_c[j, r]
         w.sigma[j], w.offset[j], w.row_compliance[j] = h * w.damping[j], 0.0, 1.0
-        if limits and not math.isnan(active_targets[j]):
+        if limits and not math.isnan(active_targets[j].real):
             w.sigma[j], w.offset[j], w.row_compliance[j] = 1.0, active_targets[j], 0.0
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST)
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH)
 def _add_coupling(inv_mass, a, ra, rb, sign, t1, t2, out):
     """``out += sign [[w I - [ra] A [rb], -[ra] A], [A [rb], A]]`` (constraints.coupling_block)."""
     for c in range(3):  # t1 = [ra] A (column-wise ra x A[:, c]); t2 = A [rb]
@@ -451,7 +540,7 @@ def _add_coupling(inv_mass, a, ra, rb, sign, t1, t2, out):
             out[3 + r, 3 + c] += sign * a[r, c]
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST)
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH)
 def _scale_rows(axis, sigma, out):
     """``out = (I + (sigma - 1) d d^T) out`` with ``d = [0, axis]``."""
     for c in range(6):
@@ -460,7 +549,7 @@ def _scale_rows(axis, sigma, out):
             out[3 + r, c] += (sigma - 1.0) * axis[r] * along
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _factor_blocks(phys, w, alpha):
     """Block-tridiagonal factors of the chain's joint system (projection._factor_chain).
 
@@ -504,7 +593,7 @@ def _factor_blocks(phys, w, alpha):
             _lu_solve_columns(w.diagonal[j], w.pivots[j], w.inv_diagonal[j], w.reduced[j])
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _solve_blocks(w):
     """``w.solution`` = the solution for ``w.rhs`` with the factors of :func:`_factor_blocks` (projection._solve_chain)."""
     n = w.q.shape[0]
@@ -530,7 +619,7 @@ def _solve_blocks(w):
 # same linear system as the block elimination, in O(n^2) scalar work instead of 6x6 blocks.
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _apply_k_inverse(phys, w, v, out):
     """``out = K^-1 v`` (n, 6): particle displacements J^-1 v, their momenta, then J^-T."""
     inv_mass = phys.inv_mass
@@ -564,7 +653,7 @@ def _apply_k_inverse(phys, w, v, out):
         out[i - 1, 5] = g5 - (rc[0] * g1 - rc[1] * g0)
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _factor_rigid(phys, w):
     """The joint-space inertia H of the particles and the LU of diag(sigma) + R H."""
     n = w.q.shape[0]
@@ -616,7 +705,7 @@ def _factor_rigid(phys, w):
     _lu(w.capacity, w.capacity_pivots, w.capacity_inv_diagonal)
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _solve_rigid(phys, w):
     """``w.solution`` = the solution for ``w.rhs`` with the factors of :func:`_factor_rigid` (Woodbury)."""
     n = w.q.shape[0]
@@ -638,7 +727,7 @@ def _solve_rigid(phys, w):
             w.solution[j, r] -= w.correction[j, r]
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _factor(phys, w, alpha):
     """Factors of the joint system at the current poses and row constants."""
     if alpha == 0.0:
@@ -647,7 +736,7 @@ def _factor(phys, w, alpha):
         _factor_blocks(phys, w, alpha)
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _solve(phys, w, alpha):
     """``w.solution`` = the joint system's solution for ``w.rhs`` (``w.rhs`` is overwritten)."""
     if alpha == 0.0:
@@ -656,7 +745,7 @@ def _solve(phys, w, alpha):
         _solve_blocks(w)
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _apply(phys, w, step_sign, linear, angular):
     """Move both particles of every joint by the response to impulses ``step_sign * w.solution``."""
     inv_mass = phys.inv_mass
@@ -678,7 +767,7 @@ def _apply(phys, w, step_sign, linear, angular):
                 angular[k, row] += sign * (a[row, 0] * t0 + a[row, 1] * t1 + a[row, 2] * t2)
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _project(phys, w, alpha, iterations):
     """Quasi-Newton projection of all joint rows with one factorization (projection.project_direct)."""
     local_parent, local_child = phys.local_parent, phys.local_child
@@ -710,7 +799,7 @@ def _project(phys, w, alpha, iterations):
         _apply(phys, w, -1.0, w.pos, w.phi)
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _limit_targets(phys, w, h, out):
     """Displacement onto the limit for joints predicted beyond it, NaN elsewhere (solver._active_limits)."""
     lower, upper = phys.lower, phys.upper
@@ -719,12 +808,12 @@ def _limit_targets(phys, w, h, out):
         turn = h * (
             d[0] * (w.omega[j + 1, 0] - w.omega[j, 0]) + d[1] * (w.omega[j + 1, 1] - w.omega[j, 1]) + d[2] * (w.omega[j + 1, 2] - w.omega[j, 2])
         )
-        predicted = w.q[j] + turn
+        predicted = (w.q[j] + turn).real  # the active set is decided on values, not tangents
         clamped = min(max(predicted, lower[j]), upper[j])
         out[j] = clamped - w.q[j] if predicted != clamped else np.nan
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _substep(phys, fk, springs, w, tau, h, phase, iterations, alpha, limits, targets):
     """One substep from ``w.pos/rot/vel/omega`` (solver.substep); velocities become chords."""
     n = w.q.shape[0]
@@ -750,7 +839,7 @@ def _substep(phys, fk, springs, w, tau, h, phase, iterations, alpha, limits, tar
             w.omega[i, r] = w.phi[i, r] / h
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _set_spin(w, chords):
     """``w.spin``: angular velocity at the current time from the start velocity and the chords (solver._spin)."""
     for i in range(w.spin.shape[0]):
@@ -763,7 +852,7 @@ def _set_spin(w, chords):
                 w.spin[i, r] = 1.5 * w.last[i, r] - 0.5 * w.previous[i, r]
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _finish(phys, fk, springs, w, tau, h, targets):
     """Closing half kick and velocity projection (solver.finish_velocities)."""
     n = w.q.shape[0]
@@ -792,7 +881,7 @@ def _finish(phys, fk, springs, w, tau, h, targets):
     _apply(phys, w, -1.0, w.vel, w.omega)
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST)
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH)
 def _integrate(phys, fk, springs, w, tau, dt, substeps, iterations, compliance, limits, targets):
     """One control period in ``substeps`` substeps plus the closing half kick (solver.integrate)."""
     h = dt / substeps
@@ -807,7 +896,32 @@ def _integrate(phys, fk, springs, w, tau, dt, substeps, iterations, compliance, 
     _finish(phys, fk, springs, w, tau, h, targets)
 
 
-@njit(cache=True, error_model="numpy", fastmath=_FAST, parallel=True)
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH)
+def joint_step_into(fk, phys, springs, settings, w, targets, q, qd, tau, q_out, qd_out):
+    """One step from a joint state, particles rebuilt from ``(q, qd)`` (PBDSimulator.joint_step).
+
+    Any dtype: float64, or complex128 for complex-step tangents (fast_jacobians.py).
+
+    Args:
+        fk, phys, springs: The arrays of a :class:`FastPBD`.
+        settings: ``(dt [s], substeps, iterations, compliance, limits)``.
+        w: Work area (:func:`work_area`, the dtype of ``q``); ``targets``: (n,) scratch.
+        q, qd, tau: Joint positions [rad], velocities [rad/s], torques [N·m], each (n,).
+        q_out, qd_out: (n,) receive the joint state after the step; the frames of the
+            final poses are left in ``w``.
+    """
+    dt, substeps, iterations, compliance, limits = settings
+    n = q.shape[0]
+    _state_from_joints(fk, phys.com, q, qd, w.pos, w.rot, w.vel, w.omega, w.z_ang, w.origin, w.placements)
+    _integrate(phys, fk, springs, w, tau, dt, substeps, iterations, compliance, limits, targets)
+    _frames(phys.local_parent, phys.local_child, w.pos, w.rot, w)
+    for j in range(n):
+        turn = _angle(w, j) - q[j]
+        q_out[j] = q[j] + turn - 2.0 * math.pi * np.rint(turn.real / (2.0 * math.pi))
+        qd_out[j] = _rate(w, w.omega, j)
+
+
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, parallel=True)
 def _rollout(fk, phys, springs, settings, q0, qd0, tau, out_q, out_qd, residual):
     """Joint-space rollouts: every step rebuilds the particles from (q, qd) (PBDSimulator.joint_step).
 
@@ -815,31 +929,41 @@ def _rollout(fk, phys, springs, settings, q0, qd0, tau, out_q, out_qd, residual)
         q0, qd0: (B, n); tau: (B, T, n). Fills ``out_q``, ``out_qd`` (B, T, n) and the worst
         constraint residual of every joint over the rollout, ``residual`` (B, n) [m or rad].
     """
-    dt, substeps, iterations, compliance, limits = settings
     batch, steps, n = tau.shape
-    com = phys.com
     for b in prange(batch):
-        w = _work(n)
+        w = work_area(n, q0)
         targets = np.full(n, np.nan)
         q, qd = q0[b].copy(), qd0[b].copy()
         for t in range(steps):
-            _state_from_joints(fk, com, q, qd, w.pos, w.rot, w.vel, w.omega, w.z_ang, w.origin, w.placements)
-            _integrate(phys, fk, springs, w, tau[b, t], dt, substeps, iterations, compliance, limits, targets)
-            _frames(phys.local_parent, phys.local_child, w.pos, w.rot, w)
+            joint_step_into(fk, phys, springs, settings, w, targets, q, qd, tau[b, t], out_q[b, t], out_qd[b, t])
             for j in range(n):
                 a, c, e = w.axis_p[j], w.axis_c[j], w.anchor[j]
                 h0, h1, h2 = a[1] * c[2] - a[2] * c[1], a[2] * c[0] - a[0] * c[2], a[0] * c[1] - a[1] * c[0]
                 worst = max(math.sqrt(e[0] * e[0] + e[1] * e[1] + e[2] * e[2]), math.sqrt(h0 * h0 + h1 * h1 + h2 * h2))
                 if residual[b, j] == residual[b, j] and not worst <= residual[b, j]:  # a NaN sticks
                     residual[b, j] = worst
-                turn = _angle(w, j) - q[j]
-                out_q[b, t, j] = q[j] + turn - 2.0 * math.pi * np.rint(turn / (2.0 * math.pi))
-                out_qd[b, t, j] = _rate(w, w.omega, j)
             q[:] = out_q[b, t]
             qd[:] = out_qd[b, t]
 
 
 # ---------------------------------------------------------------- snapshot
+
+
+@contextmanager
+def keep_torch_threads():
+    """Restore torch's thread count after a parallel kernel: numba's OpenMP threading layer shares
+    the OpenMP runtime with torch and sets its thread count when it starts."""
+    torch_threads = torch.get_num_threads()
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != torch_threads:
+            torch.set_num_threads(torch_threads)
+
+
+def kernel_options(dt, settings):
+    """The kernels' settings tuple ``(dt [s], substeps, iterations, compliance, limits)`` from a SolverSettings."""
+    return (float(dt), int(settings.substeps), int(settings.iterations), float(settings.compliance), bool(settings.limits))
 
 
 def _array(t):
@@ -902,13 +1026,7 @@ class FastPBD:
             raise ValueError(f"expected q0, qd0 (B, {self.nq}) and tau_seq (B, T, {self.nq}), got {q0.shape}, {qd0.shape}, {tau_seq.shape}")
         q, qd = np.empty_like(tau_seq), np.empty_like(tau_seq)
         residual = np.zeros((batch, n))
-        options = (float(dt), int(settings.substeps), int(settings.iterations), float(settings.compliance), bool(settings.limits))
-        # numba's OpenMP threading layer shares the OpenMP runtime with torch and sets its
-        # thread count when it starts; keep the caller's torch setting.
-        torch_threads = torch.get_num_threads()
-        try:
+        options = kernel_options(dt, settings)
+        with keep_torch_threads():
             _rollout(self.fk, self.phys, self.springs, options, q0, qd0, tau_seq, q, qd, residual)
-        finally:
-            if torch.get_num_threads() != torch_threads:
-                torch.set_num_threads(torch_threads)
         return q, qd, residual
