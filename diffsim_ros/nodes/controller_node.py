@@ -225,7 +225,7 @@ class ControllerNode:
                 tmap = TorqueMap.load(resolve_resource(cfg.torque_map), model)
             return JointImpedanceController(model, per_joint_value(cfg.stiffness), per_joint_value(cfg.damping),
                                             self.reference, cfg.model_term, cfg.model_scale, tmap)
-        # compiled solver for the rigid predictor (shipped default); torch MPC for PBD prediction
+        # the compiled Riccati solver, predicting with the rigid step (shipped default) or the compiled PBD step
         return make_mpc(mpc_simulator(model, cfg.mpc_dt, cfg.mpc_simulator), self.reference, cfg.mpc)
 
     @staticmethod
