@@ -349,7 +349,7 @@ def estimation():
 
 def _std_calibration(cases, seeds=16):
     """Reported friction std of the sliding fit against its spread over camera-noise seeds."""
-    from diffsim_ros.sim.contact.mujoco_reference import simulate_mujoco
+    from diffsim_ros.testbed.contact_reference import simulate_mujoco
 
     values, stds = [], []
     start = time.perf_counter()

@@ -27,7 +27,7 @@ from diffsim_ros.control import (
 )
 from diffsim_ros.model import load_robot_config
 from diffsim_ros.resources import share_directory
-from diffsim_ros.sim.mujoco_plant import MujocoPlant
+from diffsim_ros.testbed.mujoco_plant import MujocoPlant
 
 TARGET_CYCLE_P99_US = 300.0
 TARGET_MPC_HZ = 50.0

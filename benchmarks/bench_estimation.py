@@ -31,8 +31,9 @@ from diffsim_ros.io.recording import write_recording_bag
 from diffsim_ros.model import load_robot_config
 from diffsim_ros.resources import share_directory
 from diffsim_ros.sim import RigidBodySimulator
-from diffsim_ros.sim.mujoco_plant import MujocoPlant, PlantTruth, random_camera_pose
-from diffsim_ros.sim.scenarios import RecordingScenario, nearest_neighbour_order, random_poses, record, torque_trajectory
+from diffsim_ros.testbed.mujoco_plant import MujocoPlant, PlantTruth, random_camera_pose
+from diffsim_ros.model.poses import random_poses
+from diffsim_ros.testbed.scenarios import RecordingScenario, nearest_neighbour_order, record, torque_trajectory
 
 TARGETS = {
     "payload mass": ("rel", 0.02),

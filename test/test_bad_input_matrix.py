@@ -126,7 +126,7 @@ from diffsim_ros.nodes.sim_robot_node import SimRobotNode
 from diffsim_ros.outputs import OutputPathError, atomic_directory, atomic_file, clean_stale_siblings
 from diffsim_ros.runtime.embedded import DEFAULT_START_NS, EmbeddedRuntime
 from diffsim_ros.runtime.qos import CLOCK_QOS
-from diffsim_ros.sim.hardware import POSITION, TORQUE, BaxterLimbEmulator
+from diffsim_ros.testbed.hardware import POSITION, TORQUE, BaxterLimbEmulator
 from oracles import BAXTER_LEFT, REPO
 from test_nodes_faults import PARAMS, CommandMonitor, logs
 

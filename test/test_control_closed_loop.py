@@ -22,8 +22,9 @@ from diffsim_ros.control import (
 from diffsim_ros.estimation.data import Dataset
 from diffsim_ros.estimation.identification import identify
 from diffsim_ros.model import load_robot_config
-from diffsim_ros.sim.mujoco_plant import MujocoPlant, PlantTruth
-from diffsim_ros.sim.scenarios import RecordingScenario, nearest_neighbour_order, random_poses, record
+from diffsim_ros.testbed.mujoco_plant import MujocoPlant, PlantTruth
+from diffsim_ros.model.poses import random_poses
+from diffsim_ros.testbed.scenarios import RecordingScenario, nearest_neighbour_order, record
 from oracles import BAXTER_LEFT
 from diffsim_ros.estimation.data import static_poses_from_intervals
 

@@ -39,6 +39,7 @@ from diffsim_ros.io.calibration import OutputPathError, atomic_directory
 from diffsim_ros.io.ros_messages import NS_PER_S, seconds_to_ns
 from diffsim_ros.io.ros_types import EMPTY, FLOAT64_MULTI_ARRAY, JOINT_COMMAND, JOINT_STATE
 from diffsim_ros.io.urdf_export import export_calibrated_urdf
+from diffsim_ros.model.poses import random_poses
 from diffsim_ros.nodes.controller_node import ControllerNode
 from diffsim_ros.nodes.estimator_node import EstimatorNode
 from diffsim_ros.nodes.messages import estimates_from_msg
@@ -49,7 +50,7 @@ from diffsim_ros.resources import share_directory
 from diffsim_ros.runtime import COMMAND_QOS, LATCHED_QOS, SENSOR_QOS
 from diffsim_ros.runtime.embedded import EmbeddedRuntime
 from diffsim_ros.runtime.inputs import joint_state_input
-from diffsim_ros.sim.scenarios import nearest_neighbour_order, random_poses
+from diffsim_ros.testbed.scenarios import nearest_neighbour_order
 
 __all__ = ["DemoResult", "add_parser", "demo_command", "motion_poses", "payload_tracking", "rest_poses", "run_demo",
            "summary_text"]

@@ -20,7 +20,7 @@ from diffsim_ros.control.impedance import MODEL_TERMS, JointImpedanceController
 from diffsim_ros.control.loop import ControlLoop, EstimateDecision
 from diffsim_ros.control.mpc import INITIALIZATIONS, ModelPredictiveController, MPCInfo, MPCSettings
 from diffsim_ros.control.mpc_fast import FastModelPredictiveController, make_mpc
-from diffsim_ros.control.references import MinimumJerkMove, SetPoint, check_within_limits
+from diffsim_ros.control.references import MinimumJerkMove, SetPoint, WaypointSequence, check_within_limits, make_reference
 from diffsim_ros.control.safety import OUTPUT_TYPES, JointStateBounds, OutputType, SafetyConfig, SafetyLayer, SafetyStatus
 from diffsim_ros.control.simulators import SIMULATOR_KINDS, default_simulator, mpc_simulator
 from diffsim_ros.control.torque_map import (
@@ -50,11 +50,13 @@ __all__ = [
     "ModelPredictiveController",
     "FastModelPredictiveController",
     "make_mpc",
+    "make_reference",
     "OutputType",
     "SafetyConfig",
     "SafetyLayer",
     "SafetyStatus",
     "SetPoint",
+    "WaypointSequence",
     "TorqueMap",
     "TorqueMapError",
     "TorqueMapGrid",

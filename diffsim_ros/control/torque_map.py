@@ -59,7 +59,7 @@ from diffsim_ros.control.jacobians import rowwise_jacobian
 from diffsim_ros.control.simulators import default_simulator
 from diffsim_ros.control.vectors import to_numpy
 from diffsim_ros.outputs import atomic_file
-from diffsim_ros.sim.scenarios import random_poses
+from diffsim_ros.model.poses import random_poses
 
 from diffsim_ros._compiled import njit
 

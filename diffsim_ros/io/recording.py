@@ -1,4 +1,4 @@
-"""Write a plant :class:`~diffsim_ros.sim.scenarios.Recording` as a ROS 2 bag.
+"""Write a plant :class:`~diffsim_ros.testbed.scenarios.Recording` as a ROS 2 bag.
 
 The bag looks like ``ros2 bag record`` on the real arm: sensor_msgs/JointState with
 positions, velocities and efforts, geometry_msgs/PoseStamped from the camera, and the
@@ -27,7 +27,7 @@ def write_recording_bag(path, recording, topics, *, storage="sqlite3", command_t
 
     Args:
         path: Bag directory to create.
-        recording: :class:`~diffsim_ros.sim.scenarios.Recording`.
+        recording: :class:`~diffsim_ros.testbed.scenarios.Recording`.
         topics: :class:`~diffsim_ros.io.bags.BagTopics` (joint_states, camera_pose, commanded_torques).
         storage: ``"sqlite3"`` or ``"mcap"``.
         command_type: ``"joint_command"`` (baxter_core_msgs, TORQUE_MODE) or ``"float64_multi_array"``.

@@ -57,13 +57,14 @@ from diffsim_ros.control import (
     check_within_limits,
 )
 from diffsim_ros.control.mpc_fast import make_mpc
+from diffsim_ros.control.references import make_reference
 from diffsim_ros.control.simulators import mpc_simulator
 from diffsim_ros.control.torque_map import rebuild_torque_map_in_process
 from diffsim_ros.io.ros_messages import MessageConversionError, NS_PER_S, joint_state_msg
 from diffsim_ros.io.ros_types import FLOAT64_MULTI_ARRAY, JOINT_STATE
 from diffsim_ros.nodes.messages import estimates_from_msg
 from diffsim_ros.nodes.outputs import BAXTER, CommandOutput, safety_output
-from diffsim_ros.nodes.references import make_reference, waypoint_array
+from diffsim_ros.nodes.references import waypoint_array
 from diffsim_ros.nodes.robot import DEFAULT_ROBOT_CONFIG, load_robot, robot_topic, set_threads
 from diffsim_ros.resources import resolve_resource
 from diffsim_ros.runtime import LATCHED_QOS, SENSOR_QOS, declare_config, param
