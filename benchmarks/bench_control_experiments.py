@@ -34,7 +34,7 @@ from diffsim_ros.control import (
     default_simulator,
     validate_torque_map,
 )
-from diffsim_ros.control.plots import plot_torque_map
+from diffsim_ros.viz.torque_map import plot_torque_map
 from diffsim_ros.dynamics.fast import FastDynamics
 from diffsim_ros.estimation.data import Dataset
 from diffsim_ros.estimation.identification import identify

@@ -15,7 +15,7 @@ import torch
 
 from diffsim_ros.cli.exits import BAD_INPUT, OK
 from diffsim_ros.control.errors import ControlError
-from diffsim_ros.control.plots import plot_torque_map
+from diffsim_ros.viz.torque_map import plot_torque_map
 from diffsim_ros.control.simulators import SIMULATOR_KINDS, default_simulator
 from diffsim_ros.control.torque_map import TorqueMap, TorqueMapGrid, build_torque_map, validate_torque_map
 from diffsim_ros.dynamics.fast import FastDynamics
