@@ -391,7 +391,7 @@ def _scene_inputs(scene, sim, seed, directory, **document):
     """Write the scene's bag, scene.yaml and calibration.yaml and read them back as the CLI does."""
     import contact_scenes as cs
 
-    from diffsim_ros.cli.estimate_objects import load_inputs
+    from diffsim_ros.pipelines.objects import load_inputs
 
     bag, scene_path, calibration = cs.write_scene_files(scene, sim, directory, seed, **document)
     return load_inputs(scene_path, bag, calibration)

@@ -26,7 +26,7 @@ from diffsim_ros.estimation.identification import identify
 from diffsim_ros.estimation.spring_fit import fit_spring_curve
 from diffsim_ros.estimation.torque_estimation import INITIALIZATIONS, SCHEMES, TorqueEstimationSettings, estimate_torques
 from diffsim_ros.io.bags import BagTopics
-from diffsim_ros.io.offline import calibrate_bag
+from diffsim_ros.pipelines.calibration import calibrate_bag
 from diffsim_ros.io.recording import write_recording_bag
 from diffsim_ros.model import load_robot_config
 from diffsim_ros.resources import share_directory

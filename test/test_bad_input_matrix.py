@@ -599,7 +599,7 @@ CTRL_C_CASES = {
     "ctrl_c_torque_map_build": (["torque-map", "build", "--config", str(BAXTER_LEFT), "--out", "OUT/map.npz"] + SMALL_MAP,
                                 "diffsim_ros.cli.torque_map.build_torque_map"),
     "ctrl_c_torque_map_show": (["torque-map", "show", "MAP"], "diffsim_ros.cli.torque_map.TorqueMap.load"),
-    "ctrl_c_demo": (["demo", "--out", "OUT"], "diffsim_ros.cli.demo.EmbeddedRuntime"),
+    "ctrl_c_demo": (["demo", "--out", "OUT"], "diffsim_ros.pipelines.demo.EmbeddedRuntime"),
     "ctrl_c_while_parsing": (["torque-map", "show", "MAP"], "diffsim_ros.cli.build_parser"),
 }
 

@@ -1,5 +1,7 @@
-"""Outputs of object estimation: ``objects.yaml``, ``summary.txt`` and ``trajectories.png``
-(the figure: :func:`diffsim_ros.viz.objects.trajectory_figure`).
+"""Object estimation results as files: the ``objects.yaml`` document and the ``summary.txt`` table.
+
+:func:`diffsim_ros.pipelines.objects.write_object_outputs` writes them with the figure
+(:func:`diffsim_ros.viz.objects.trajectory_figure`).
 
 ``objects.yaml``::
 
@@ -15,19 +17,12 @@
     events: [{pair: [box, target], time: 0.2, last_apart: 0.167}]
     stages: [{name: ..., parameters: [...], seconds: 3.1, ...}]
     data: {box: {poses: 25, start: 0.0, end: 0.8}, ...}
-
-Everything is written into a temporary sibling directory renamed into place at the end
-(:class:`~diffsim_ros.io.calibration.atomic_directory`): a reader never sees half a result.
 """
 
 import math
 
-import yaml
 
-from diffsim_ros.io.calibration import atomic_directory
-from diffsim_ros.viz.objects import trajectory_figure
-
-__all__ = ["estimates_document", "summary_table", "write_object_outputs"]
+__all__ = ["estimates_document", "summary_table"]
 
 
 def _float(value):
@@ -86,17 +81,3 @@ def summary_table(fit, scene):
               f"camera noise from the data: {fit.noise.position * 1e3:.2f} mm, {math.degrees(fit.noise.orientation):.3f} deg; "
               f"fit rms / noise: {ratios}; residual drift: {', '.join(f'{k} {max(r.values()):.2f}x' for k, r in fit.drift.items())}"]
     return "\n".join(lines)
-
-
-def write_object_outputs(out_dir, fit, scene, observations, data, force=False):
-    """Write ``objects.yaml``, ``summary.txt`` and ``trajectories.png`` into ``out_dir`` atomically.
-
-    Returns:
-        Dict kind -> path.
-    """
-    with atomic_directory(out_dir, force=force) as tmp:
-        (tmp / "objects.yaml").write_text(yaml.safe_dump(estimates_document(fit, scene, data), sort_keys=False))
-        (tmp / "summary.txt").write_text(summary_table(fit, scene) + "\n")
-        trajectory_figure(tmp / "trajectories.png", fit, observations, title=f"object estimation ({scene.path})")
-    return {kind: out_dir / name for kind, name in
-            (("estimates", "objects.yaml"), ("summary", "summary.txt"), ("plot", "trajectories.png"))}
