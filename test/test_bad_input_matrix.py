@@ -357,7 +357,7 @@ def test_camera_workspace_from_the_robot_config(tmp_path):
 
 
 def test_joint_state_absurd(model):
-    layer = SafetyLayer(model, SafetyConfig(output="effort_controller"))
+    layer = SafetyLayer(model, SafetyConfig(output="ros2_control"))
     q = np.zeros(7)
     q[1] = 1e6
     out, status = layer.filter(0.0, np.zeros(7), q, np.zeros(7))

@@ -21,8 +21,7 @@ from diffsim_ros.control.loop import ControlLoop, EstimateDecision
 from diffsim_ros.control.mpc import INITIALIZATIONS, ModelPredictiveController, MPCInfo, MPCSettings
 from diffsim_ros.control.mpc_fast import FastModelPredictiveController, make_mpc
 from diffsim_ros.control.references import MinimumJerkMove, SetPoint, WaypointSequence, check_within_limits, make_reference
-from diffsim_ros.control.safety import OUTPUT_TYPES, JointStateBounds, OutputType, SafetyConfig, SafetyLayer, SafetyStatus
-from diffsim_ros.control.simulators import SIMULATOR_KINDS, default_simulator, mpc_simulator
+from diffsim_ros.control.safety import BAXTER, OUTPUT_TYPES, ROS2_CONTROL, JointStateBounds, OutputType, SafetyConfig, SafetyLayer, SafetyStatus
 from diffsim_ros.control.torque_map import (
     TorqueMap,
     TorqueMapGrid,
@@ -34,10 +33,11 @@ from diffsim_ros.control.torque_map import (
 )
 
 __all__ = [
+    "BAXTER",
+    "ROS2_CONTROL",
     "INITIALIZATIONS",
     "MODEL_TERMS",
     "OUTPUT_TYPES",
-    "SIMULATOR_KINDS",
     "ControlError",
     "ControlLoop",
     "EstimateDecision",
@@ -62,10 +62,8 @@ __all__ = [
     "TorqueMapGrid",
     "build_torque_map",
     "check_within_limits",
-    "default_simulator",
     "holding_torques",
     "joint_inertias",
-    "mpc_simulator",
     "parameter_hash",
     "solve_one_step_torques",
     "validate_torque_map",

@@ -58,7 +58,6 @@ from diffsim_ros.control import (
 )
 from diffsim_ros.control.mpc_fast import make_mpc
 from diffsim_ros.control.references import make_reference
-from diffsim_ros.control.simulators import mpc_simulator
 from diffsim_ros.control.torque_map import rebuild_torque_map_in_process
 from diffsim_ros.io.ros_messages import MessageConversionError, NS_PER_S, joint_state_msg
 from diffsim_ros.io.ros_types import FLOAT64_MULTI_ARRAY, JOINT_STATE
@@ -73,6 +72,7 @@ from diffsim_ros.runtime.diagnostics import DIAGNOSTIC_ARRAY, ERROR, OK, WARN, I
 from diffsim_ros.runtime.inputs import FRESH, STALE, joint_state_input
 from diffsim_ros.runtime.params import ParameterError, config_values, group, per_joint_value, updated_config
 from diffsim_ros.runtime.rclpy_backend import exit_process, run_node
+from diffsim_ros.sim.factory import make_simulator
 
 __all__ = ["MODES", "TRIGGERS", "TUNABLE", "ControllerNode", "ControllerNodeConfig", "main"]
 
@@ -220,7 +220,7 @@ class ControllerNode:
             return JointImpedanceController(model, per_joint_value(cfg.stiffness), per_joint_value(cfg.damping),
                                             self.reference, cfg.model_term, cfg.model_scale, tmap)
         # compiled solver for the rigid predictor (shipped default); torch MPC for PBD prediction
-        return make_mpc(mpc_simulator(model, cfg.mpc_dt, cfg.mpc_simulator), self.reference, cfg.mpc)
+        return make_mpc(make_simulator(model, cfg.mpc_dt, cfg.mpc_simulator, substeps=1), self.reference, cfg.mpc)
 
     @staticmethod
     def _safety_config(cfg):
