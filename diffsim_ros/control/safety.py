@@ -50,7 +50,8 @@ from diffsim_ros.control.vectors import per_joint, to_numpy
 from diffsim_ros._compiled import njit
 
 __all__ = [
-    "BAXTER", "MAX_RATE_INTERVAL", "OUTPUT_TYPES", "ROS2_CONTROL", "JointStateBounds", "OutputType", "SafetyConfig", "SafetyLayer", "SafetyStatus",
+    "BAXTER", "MAX_RATE_INTERVAL", "OUTPUT_TYPES", "ROS2_CONTROL", "JointStateBounds", "OutputType", "SafetyConfig",
+    "SafetyLayer", "SafetyStatus",
 ]
 
 
