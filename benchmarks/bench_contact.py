@@ -437,7 +437,7 @@ def estimation():
 
 def _std_calibration(cases, seeds=16):
     """Reported friction std of the sliding fit against its spread over camera-noise seeds."""
-    from diffsim_ros.sim.contact.mujoco_reference import simulate_mujoco
+    from diffsim_ros.testbed.contact_reference import simulate_mujoco
 
     values, stds = [], []
     start = time.perf_counter()
@@ -479,7 +479,7 @@ def _scene_inputs(scene, sim, seed, directory, **document):
     """Write the scene's bag, scene.yaml and calibration.yaml and read them back as the CLI does."""
     import contact_scenes as cs
 
-    from diffsim_ros.cli.estimate_objects import load_inputs
+    from diffsim_ros.pipelines.objects import load_inputs
 
     bag, scene_path, calibration = cs.write_scene_files(scene, sim, directory, seed, **document)
     return load_inputs(scene_path, bag, calibration)

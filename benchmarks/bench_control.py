@@ -23,11 +23,11 @@ from diffsim_ros.control import (
     SafetyLayer,
     TorqueMapGrid,
     build_torque_map,
-    default_simulator,
 )
+from diffsim_ros.sim import make_simulator
 from diffsim_ros.model import load_robot_config
 from diffsim_ros.resources import share_directory
-from diffsim_ros.sim.mujoco_plant import MujocoPlant
+from diffsim_ros.testbed.mujoco_plant import MujocoPlant
 
 TARGET_CYCLE_P99_US = 300.0
 TARGET_MPC_HZ = 50.0
@@ -87,7 +87,7 @@ def _cycle(law, safety, state):
 
 def _latency_rows(model, urdf):
     reference = MinimumJerkMove(Q0, Q0 + 0.2, 0.0, 1e9)
-    tmap = build_torque_map(default_simulator(model, 0.01, kind="rigid"), TorqueMapGrid())  # the lookup cost is the same for PBD maps
+    tmap = build_torque_map(make_simulator(model, 0.01, kind="rigid"), TorqueMapGrid())  # the lookup cost is the same for PBD maps
     laws = {
         "gravity compensation": GravityCompensation(model).compute,
         "impedance, analytic model term": JointImpedanceController(model, STIFFNESS, STIFFNESS / 10, reference).compute,
@@ -128,10 +128,10 @@ def _mpc_rows(model):
     variants = [("rigid", init, 1, 1) for init in ("zero", "previous", "gravity")]
     variants += [("rigid", "previous", 3, 1), ("rigid", "previous", 1, 5), ("rigid", "previous", 1, 10)]
     variants += [("pbd", "previous", 1, 1), ("pbd", "previous", 1, 10)]
-    plant = default_simulator(model, 0.01, kind="rigid")
+    plant = make_simulator(model, 0.01, kind="rigid")
     for kind, init, iterations, every in variants:
         mpc = ModelPredictiveController(
-            default_simulator(model, 0.01, substeps=1, kind=kind),
+            make_simulator(model, 0.01, substeps=1, kind=kind),
             MinimumJerkMove(Q0, goal, 0.0, 0.5),
             MPCSettings(initialization=init, max_iterations=iterations, jacobian_every=every),
         )
@@ -156,7 +156,7 @@ def _mpc_rows(model):
 
 def _step_milliseconds(model, kind):
     """Median wall time [ms] of one single-configuration simulator step (no autograd)."""
-    sim = default_simulator(model, 0.01, substeps=1, kind=kind)
+    sim = make_simulator(model, 0.01, substeps=1, kind=kind)
     q = torch.tensor(Q0)
     with torch.no_grad():
         return median(time_call(lambda: sim.joint_step(q, q * 0, q * 0), repeats=30, warmup=3)) * 1e3

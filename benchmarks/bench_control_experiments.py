@@ -31,17 +31,18 @@ from diffsim_ros.control import (
     SafetyLayer,
     TorqueMapGrid,
     build_torque_map,
-    default_simulator,
     validate_torque_map,
 )
-from diffsim_ros.control.plots import plot_torque_map
+from diffsim_ros.sim import make_simulator
+from diffsim_ros.viz.torque_map import plot_torque_map
 from diffsim_ros.dynamics.fast import FastDynamics
 from diffsim_ros.estimation.data import Dataset
 from diffsim_ros.estimation.identification import identify
 from diffsim_ros.model import load_robot_config
 from diffsim_ros.resources import share_directory
-from diffsim_ros.sim.mujoco_plant import MujocoPlant, PlantTruth
-from diffsim_ros.sim.scenarios import RecordingScenario, nearest_neighbour_order, random_poses, record
+from diffsim_ros.testbed.mujoco_plant import MujocoPlant, PlantTruth
+from diffsim_ros.model.poses import random_poses
+from diffsim_ros.testbed.scenarios import RecordingScenario, nearest_neighbour_order, record
 from diffsim_ros.estimation.data import static_poses_from_intervals
 
 FIGURES = Path(__file__).resolve().parent / "figures"
@@ -52,7 +53,7 @@ DRIFT_BOUND = 0.05  # [rad] stated bound on the calibrated drift over 5 s
 Q_START = np.array([0.0, 0.0, 0.0, 0.9, 0.0, 0.8, 0.0])
 S1_GOAL = -0.45
 STIFFNESS = np.array([100.0, 100.0, 50.0, 50.0, 15.0, 15.0, 10.0])  # [N·m/rad]; damping = stiffness / 10
-STIFF_SAFETY = SafetyConfig(output="effort_controller", torque_rate_limit=5000.0)
+STIFF_SAFETY = SafetyConfig(output="ros2_control", torque_rate_limit=5000.0)
 FIG13_SECONDS = 35.0
 CONTROLLERS = {
     "PD only": "none",
@@ -172,7 +173,7 @@ def torque_maps(calibrated):
     fast = FastDynamics.from_model(calibrated)
     rows, maps = [], {}
     for kind in ("pbd", "rigid"):
-        simulator = default_simulator(calibrated, 0.01, kind=kind)
+        simulator = make_simulator(calibrated, 0.01, kind=kind)
         for contexts in (5, 1):
             tmap = build_torque_map(simulator, TorqueMapGrid(inertia_contexts=contexts))
             report = validate_torque_map(tmap, simulator, fast, samples=20)
@@ -198,7 +199,7 @@ def mpc_tracking(config, nominal, calibrated):
         plant = MujocoPlant(nominal, config.urdf, TRUTH, seed=5)
         plant.reset(Q_START)
         reference = MinimumJerkMove(Q_START, goal, 0.0, 1.5)
-        simulator = default_simulator(model, 0.01, substeps=1, kind=kind)
+        simulator = make_simulator(model, 0.01, substeps=1, kind=kind)
         mpc = ModelPredictiveController(simulator, reference, MPCSettings(initialization=init, max_iterations=1, jacobian_every=every))
         seconds = []
 

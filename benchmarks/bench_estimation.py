@@ -26,13 +26,14 @@ from diffsim_ros.estimation.identification import identify
 from diffsim_ros.estimation.spring_fit import fit_spring_curve
 from diffsim_ros.estimation.torque_estimation import INITIALIZATIONS, SCHEMES, TorqueEstimationSettings, estimate_torques
 from diffsim_ros.io.bags import BagTopics
-from diffsim_ros.io.offline import calibrate_bag
+from diffsim_ros.pipelines.calibration import calibrate_bag
 from diffsim_ros.io.recording import write_recording_bag
 from diffsim_ros.model import load_robot_config
 from diffsim_ros.resources import share_directory
 from diffsim_ros.sim import RigidBodySimulator
-from diffsim_ros.sim.mujoco_plant import MujocoPlant, PlantTruth, random_camera_pose
-from diffsim_ros.sim.scenarios import RecordingScenario, nearest_neighbour_order, random_poses, record, torque_trajectory
+from diffsim_ros.testbed.mujoco_plant import MujocoPlant, PlantTruth, random_camera_pose
+from diffsim_ros.model.poses import random_poses
+from diffsim_ros.testbed.scenarios import RecordingScenario, nearest_neighbour_order, record, torque_trajectory
 
 TARGETS = {
     "payload mass": ("rel", 0.02),

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from benchmarks.common import machine_line, markdown_table, write_section
-from diffsim_ros.io.offline import calibrate_bag
+from diffsim_ros.pipelines.calibration import calibrate_bag
 from diffsim_ros.model import load_robot_config
 
 GROUPS = ("payload", "spring", "damping", "friction")

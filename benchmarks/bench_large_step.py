@@ -23,7 +23,7 @@ from benchmarks.common import machine_line, markdown_table, write_section
 from diffsim_ros import dynamics as dyn
 from diffsim_ros.model import load_robot_config
 from diffsim_ros.sim.large_step import SDIRKStep
-from diffsim_ros.sim.mujoco_plant import MujocoPlant, SensorNoise
+from diffsim_ros.testbed.mujoco_plant import MujocoPlant, SensorNoise
 from diffsim_ros.sim.rigid_fast import FastRigidStep
 from oracles import BAXTER_LEFT, BAXTER_URDF
 

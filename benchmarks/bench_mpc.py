@@ -26,7 +26,7 @@ import numpy as np
 from benchmarks.common import machine_line, markdown_table, median, write_section
 from diffsim_ros.control import MinimumJerkMove, MPCSettings, ModelPredictiveController
 from diffsim_ros.control.mpc_fast import FastModelPredictiveController, make_mpc
-from diffsim_ros.control.simulators import mpc_simulator
+from diffsim_ros.sim import make_simulator
 from diffsim_ros.model import load_robot_config
 from diffsim_ros.sim import RigidBodySimulator
 from diffsim_ros.sim.pbd.fast_jacobians import pbd_step_jacobians
@@ -220,7 +220,7 @@ def main():
     ((times, worst),) = closed_loop([mpc.compute], [FastRigidStep(config_model, DT, PLANT_SUBSTEPS, parameters=())], reference, CALLS)
     rows.append([f"diffsim_ros compiled, shipped settings ({shipped.max_iterations} iterations, springs, damping, friction, smoothness)",
                  shipped.horizon, _rate(median(times)), f"{worst * 1e3:.3f} (plant: the same model, 10 substeps)"])
-    pbd_mpc = make_mpc(mpc_simulator(config_model, DT, "pbd"), reference, shipped)
+    pbd_mpc = make_mpc(make_simulator(config_model, DT, "pbd", substeps=1), reference, shipped)
     iterations = []
 
     def pbd_call(t, q, qd):

@@ -38,7 +38,7 @@ from scipy.spatial.transform import Rotation
 from benchmarks.common import machine_line, markdown_table, write_section
 
 import contact_scenes as scenes  # noqa: E402  (test/ is on the path through benchmarks.common)
-from diffsim_ros.cli.estimate_objects import load_inputs
+from diffsim_ros.pipelines.objects import load_inputs
 from diffsim_ros.estimation.object_fit import fit_objects
 from diffsim_ros.estimation.online_objects import OnlineObjectEstimator
 from diffsim_ros.io.object_poses import camera_to_base

@@ -742,7 +742,7 @@ def _mujoco_spring_reference(model, q0, qd0, seconds):
     """
     import mujoco
 
-    from diffsim_ros.sim.mujoco_plant import MujocoPlant, SensorNoise
+    from diffsim_ros.testbed.mujoco_plant import MujocoPlant, SensorNoise
     from oracles import BAXTER_URDF
 
     plant = MujocoPlant(model, BAXTER_URDF, noise=SensorNoise(0.0, 0.0, 0.0, 0.0, 0.0), timestep=_SPRING_REFERENCE_STEP)

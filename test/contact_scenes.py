@@ -1,7 +1,7 @@
 """Independent MuJoCo scenes for object estimation, recorded as a camera would (issue 19).
 
 Written from scratch for this purpose (it shares no code with
-``diffsim_ros.sim.contact.mujoco_reference`` or the older test generator): the MJCF, the
+``diffsim_ros.testbed.contact_reference`` or the older test generator): the MJCF, the
 settling, the camera and its noise, the restitution measurement and the bag are all here.
 
 Scenes:

@@ -126,7 +126,7 @@ from diffsim_ros.nodes.sim_robot_node import SimRobotNode
 from diffsim_ros.outputs import OutputPathError, atomic_directory, atomic_file, clean_stale_siblings
 from diffsim_ros.runtime.embedded import DEFAULT_START_NS, EmbeddedRuntime
 from diffsim_ros.runtime.qos import CLOCK_QOS
-from diffsim_ros.sim.hardware import POSITION, TORQUE, BaxterLimbEmulator
+from diffsim_ros.testbed.hardware import POSITION, TORQUE, BaxterLimbEmulator
 from oracles import BAXTER_LEFT, REPO
 from test_nodes_faults import PARAMS, CommandMonitor, logs
 
@@ -357,7 +357,7 @@ def test_camera_workspace_from_the_robot_config(tmp_path):
 
 
 def test_joint_state_absurd(model):
-    layer = SafetyLayer(model, SafetyConfig(output="effort_controller"))
+    layer = SafetyLayer(model, SafetyConfig(output="ros2_control"))
     q = np.zeros(7)
     q[1] = 1e6
     out, status = layer.filter(0.0, np.zeros(7), q, np.zeros(7))
@@ -599,7 +599,7 @@ CTRL_C_CASES = {
     "ctrl_c_torque_map_build": (["torque-map", "build", "--config", str(BAXTER_LEFT), "--out", "OUT/map.npz"] + SMALL_MAP,
                                 "diffsim_ros.cli.torque_map.build_torque_map"),
     "ctrl_c_torque_map_show": (["torque-map", "show", "MAP"], "diffsim_ros.cli.torque_map.TorqueMap.load"),
-    "ctrl_c_demo": (["demo", "--out", "OUT"], "diffsim_ros.cli.demo.EmbeddedRuntime"),
+    "ctrl_c_demo": (["demo", "--out", "OUT"], "diffsim_ros.pipelines.demo.EmbeddedRuntime"),
     "ctrl_c_while_parsing": (["torque-map", "show", "MAP"], "diffsim_ros.cli.build_parser"),
 }
 

@@ -15,8 +15,9 @@ from diffsim_ros.io.ros_messages import joint_state_msg
 from diffsim_ros.io.ros_types import TypestoreMessages, default_typestore
 from diffsim_ros.io.urdf_export import export_calibrated_urdf
 from diffsim_ros.model import RobotModel, load_robot_config
-from diffsim_ros.sim.mujoco_plant import MujocoPlant, PlantTruth, random_camera_pose
-from diffsim_ros.sim.scenarios import RecordingScenario, nearest_neighbour_order, random_poses, record
+from diffsim_ros.testbed.mujoco_plant import MujocoPlant, PlantTruth, random_camera_pose
+from diffsim_ros.model.poses import random_poses
+from diffsim_ros.testbed.scenarios import RecordingScenario, nearest_neighbour_order, record
 from oracles import BAXTER_LEFT, PinocchioOracle
 
 EXPORT_TOL = 1e-9  # dynamics of the exported URDF vs the calibrated model [N·m]

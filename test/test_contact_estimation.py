@@ -32,7 +32,7 @@ from diffsim_ros.estimation.objects import (
     parameter_uncertainty,
 )
 from diffsim_ros.sim.contact import Box, ContactError, ContactWorld, RigidObject
-from diffsim_ros.sim.contact.mujoco_reference import simulate_mujoco
+from diffsim_ros.testbed.contact_reference import simulate_mujoco
 
 DT = 0.01  # our step [s]
 MUJOCO_STEP = 0.001  # MuJoCo's step for the sliding data [s]

@@ -19,7 +19,7 @@ from scipy.spatial.transform import Rotation
 from test_contact_estimation import COLLISION_MASS_REL_TOL, COLLISION_MU_REL_TOL, COLLISION_RESTITUTION_TOL, MU_REL_TOL, SEED
 
 from diffsim_ros.cli import main as cli_main
-from diffsim_ros.cli.estimate_objects import load_inputs
+from diffsim_ros.pipelines.objects import load_inputs
 from diffsim_ros.cli.exits import OK, UNDETERMINED
 from diffsim_ros.estimation.object_events import contact_events, pose_noise
 from diffsim_ros.estimation.object_fit import FitSettings, fit_objects

@@ -17,13 +17,14 @@ from diffsim_ros.control import (
     SafetyLayer,
     TorqueMapGrid,
     build_torque_map,
-    default_simulator,
 )
+from diffsim_ros.sim import make_simulator
 from diffsim_ros.estimation.data import Dataset
 from diffsim_ros.estimation.identification import identify
 from diffsim_ros.model import load_robot_config
-from diffsim_ros.sim.mujoco_plant import MujocoPlant, PlantTruth
-from diffsim_ros.sim.scenarios import RecordingScenario, nearest_neighbour_order, random_poses, record
+from diffsim_ros.testbed.mujoco_plant import MujocoPlant, PlantTruth
+from diffsim_ros.model.poses import random_poses
+from diffsim_ros.testbed.scenarios import RecordingScenario, nearest_neighbour_order, record
 from oracles import BAXTER_LEFT
 from diffsim_ros.estimation.data import static_poses_from_intervals
 
@@ -40,7 +41,7 @@ MPC_TRACKING = 0.01  # [rad] calibrated MPC tracking error on MuJoCo
 TRUTH = PlantTruth(1.3, (0.02, -0.01, 0.06), {"left_s1": {"stiffness": 9600.0, "offset": 0.14}})
 Q_START = np.array([0.0, 0.0, 0.0, 0.9, 0.0, 0.8, 0.0])
 STIFFNESS = np.array([100.0, 100.0, 50.0, 50.0, 15.0, 15.0, 10.0])  # [N·m/rad]
-STIFF_SAFETY = SafetyConfig(output="effort_controller", torque_rate_limit=5000.0)  # the map servo term is stiff
+STIFF_SAFETY = SafetyConfig(output="ros2_control", torque_rate_limit=5000.0)  # the map servo term is stiff
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +113,7 @@ def test_impedance_with_torque_map_is_compliant_or_a_stiff_servo(calibrated):
     nominal, config, model = calibrated
     goal = Q_START.copy()
     goal[1] = -0.45
-    tmap = build_torque_map(default_simulator(model, 0.01, kind="rigid"), TorqueMapGrid(angle_points=11, velocity_points=11, inertia_contexts=3))
+    tmap = build_torque_map(make_simulator(model, 0.01, kind="rigid"), TorqueMapGrid(angle_points=11, velocity_points=11, inertia_contexts=3))
     deviation, error = {}, {}
     for term in ("none", "map", "map_servo"):
         plant = _plant(config, nominal)
@@ -140,7 +141,7 @@ def test_mpc_tracks_on_mujoco_after_calibration(calibrated):
         plant = _plant(config, nominal)
         plant.reset(Q_START)
         reference = MinimumJerkMove(Q_START, goal, 0.0, 1.0)
-        mpc = ModelPredictiveController(default_simulator(m, 0.01, kind="rigid"), reference, MPCSettings(max_iterations=1, jacobian_every=5))
+        mpc = ModelPredictiveController(make_simulator(m, 0.01, kind="rigid"), reference, MPCSettings(max_iterations=1, jacobian_every=5))
         q = _run(plant, mpc, SafetyLayer(m, STIFF_SAFETY), 1.3, every=10)  # 100 Hz, zero-order hold
         t = np.arange(1, len(q) + 1) * PLANT_DT
         errors[name] = np.abs(q - np.array([reference(x)[0] for x in t])).max()

@@ -13,8 +13,8 @@ from diffsim_ros.control import (
 )
 from diffsim_ros.dynamics.fast import FastDynamics
 from diffsim_ros.model import load_robot_config
-from diffsim_ros.sim.mujoco_plant import MujocoPlant
-from diffsim_ros.sim.scenarios import random_poses
+from diffsim_ros.testbed.mujoco_plant import MujocoPlant
+from diffsim_ros.model.poses import random_poses
 from oracles import BAXTER_LEFT, BAXTER_URDF, PinocchioOracle
 
 PIN_TOL = 1e-9  # [N·m], [kg·m²]: same law, independent dynamics

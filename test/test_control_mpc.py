@@ -11,10 +11,9 @@ from diffsim_ros.control import (
     MPCSettings,
     SafetyLayer,
     SetPoint,
-    default_simulator,
 )
 from diffsim_ros.model import load_robot_config
-from diffsim_ros.sim import RigidBodySimulator
+from diffsim_ros.sim import RigidBodySimulator, make_simulator
 from oracles import BAXTER_LEFT
 
 DT = 0.01  # [s] MPC step (paper)
@@ -39,7 +38,7 @@ def _goal():
 
 def _track(model, settings, steps=60):
     """Close the loop on the prediction model itself; returns (max error [rad], controller)."""
-    plant = default_simulator(model, DT, kind="rigid")
+    plant = make_simulator(model, DT, kind="rigid")
     reference = MinimumJerkMove(Q0, _goal(), 0.0, 0.6)
     mpc = ModelPredictiveController(plant, reference, settings)
     q, qd = torch.tensor(Q0), torch.zeros(7, dtype=torch.float64)
@@ -56,7 +55,7 @@ def _track(model, settings, steps=60):
 @pytest.mark.parametrize("kind", ["rigid", "pbd"])
 def test_rollout_jacobian_matches_finite_differences(model, kind):
     """The causal batched reverse pass gives the full (H 2n, H n) Jacobian of the rollout."""
-    mpc = ModelPredictiveController(default_simulator(model, DT, substeps=1, kind=kind), SetPoint(Q0), MPCSettings())
+    mpc = ModelPredictiveController(make_simulator(model, DT, substeps=1, kind=kind), SetPoint(Q0), MPCSettings())
     q, qd = torch.tensor(Q0), torch.full((7,), 0.2, dtype=torch.float64)
     u = torch.as_tensor(np.random.default_rng(4).normal(0.0, 3.0, 21))
     value, jac = mpc._rollout_jacobian(q, qd, u)
@@ -77,7 +76,7 @@ def test_tracks_on_a_perfect_model(model, initialization):
 
 
 def test_initializations_converge_to_one_solution_and_warm_start_helps(model):
-    simulator = default_simulator(model, DT, kind="rigid")
+    simulator = make_simulator(model, DT, kind="rigid")
     reference = MinimumJerkMove(Q0, _goal(), 0.0, 0.6)
     solutions = {}
     for init in ("zero", "previous", "gravity"):
@@ -96,7 +95,7 @@ def test_jacobian_reuse_and_bounds(model):
     settings = MPCSettings(max_iterations=2, jacobian_every=3)
     worst, _ = _track(model, settings, steps=30)
     assert worst < TRACKING_TOL
-    mpc = ModelPredictiveController(default_simulator(model, DT, kind="rigid"), SetPoint(Q0 + 2.0), settings)
+    mpc = ModelPredictiveController(make_simulator(model, DT, kind="rigid"), SetPoint(Q0 + 2.0), settings)
     jacobians = []
     for k in range(6):
         tau = mpc.compute(k * DT, Q0, np.zeros(7))
@@ -107,7 +106,7 @@ def test_jacobian_reuse_and_bounds(model):
 
 
 def test_warm_start_shifts_by_elapsed_steps(model):
-    mpc = ModelPredictiveController(default_simulator(model, DT, kind="rigid"), MinimumJerkMove(Q0, _goal(), 0.0, 0.5), MPCSettings(horizon=4))
+    mpc = ModelPredictiveController(make_simulator(model, DT, kind="rigid"), MinimumJerkMove(Q0, _goal(), 0.0, 0.5), MPCSettings(horizon=4))
     mpc.compute(0.0, Q0, np.zeros(7))
     solution = mpc.last.torques
     np.testing.assert_array_equal(mpc.initial_torques(0.004, Q0), solution)  # a 1 kHz caller: same step
@@ -115,7 +114,7 @@ def test_warm_start_shifts_by_elapsed_steps(model):
 
 
 def test_bad_settings(model):
-    simulator = default_simulator(model, DT, kind="rigid")
+    simulator = make_simulator(model, DT, kind="rigid")
     for bad in (MPCSettings(horizon=0), MPCSettings(initialization="random"), MPCSettings(position_tolerance=0.0)):
         with pytest.raises(ControlError):
             ModelPredictiveController(simulator, SetPoint(Q0), bad)
@@ -146,7 +145,7 @@ def test_simulator_failure_gives_no_command(model, raises):
 
 
 def test_runs_through_the_pbd_simulator(model):
-    mpc = ModelPredictiveController(default_simulator(model, DT, substeps=1), MinimumJerkMove(Q0, _goal(), 0.0, 0.6), MPCSettings())
+    mpc = ModelPredictiveController(make_simulator(model, DT, substeps=1), MinimumJerkMove(Q0, _goal(), 0.0, 0.6), MPCSettings())
     for k in range(3):
         tau = mpc.compute(k * DT, Q0, np.zeros(7))
         assert tau is not None and np.all(np.isfinite(tau)), mpc.last.failure

@@ -39,7 +39,7 @@ def _engaged(layer, q, qd, tau, t=0.0):
 
 
 def test_effort_limits_are_the_smaller_of_urdf_and_config(model, q_mid):
-    layer = _fast_layer(model, effort_limit={"left_s0": 20.0, "left_s1": 500.0}, output="effort_controller")
+    layer = _fast_layer(model, effort_limit={"left_s0": 20.0, "left_s1": 500.0}, output="ros2_control")
     expected = URDF_EFFORT.copy()
     expected[0] = 20.0  # config tighter; s1: URDF 100 is tighter than the configured 500
     np.testing.assert_allclose(layer.effort_limit, expected)
@@ -63,7 +63,7 @@ def test_bad_configurations_are_refused(model):
     with pytest.raises(ControlError, match="7 entries"):
         SafetyLayer(model, SafetyConfig(torque_rate_limit=[1.0, 2.0]))
     with pytest.raises(ControlError, match="exceeds the effort limits"):
-        SafetyLayer(model, SafetyConfig(output="effort_controller", hold_command=[0, 0, 0, 0, 0, 0, 99.0]))
+        SafetyLayer(model, SafetyConfig(output="ros2_control", hold_command=[0, 0, 0, 0, 0, 0, 99.0]))
     with pytest.raises(ControlError, match="unknown safety output"):
         SafetyLayer(model, SafetyConfig(output="position"))
     with pytest.raises(ControlError, match="torque_rate_limit must be positive"):
@@ -72,7 +72,7 @@ def test_bad_configurations_are_refused(model):
 
 def test_torque_rate_limit(model, q_mid):
     rate = 100.0  # [N·m/s]
-    layer = SafetyLayer(model, SafetyConfig(output="effort_controller", torque_rate_limit=rate))
+    layer = SafetyLayer(model, SafetyConfig(output="ros2_control", torque_rate_limit=rate))
     target = np.array([10.0, -10.0, 5.0, 0.0, 1.0, -1.0, 0.5])
     out, status = layer.filter(0.0, target, *q_mid)
     np.testing.assert_allclose(out, 0.0, atol=EXACT)  # engaging: starts from the hold command (zeros)
@@ -91,7 +91,7 @@ def test_torque_rate_limit(model, q_mid):
     assert np.all(np.isfinite(out)) and np.all(np.abs(out) <= layer.effort_limit)
 
 
-@pytest.mark.parametrize("output", ["baxter", "effort_controller"])
+@pytest.mark.parametrize("output", ["baxter", "ros2_control"])
 def test_nan_and_inf_never_pass(model, q_mid, output):
     layer = _fast_layer(model, output=output, hold_command=[0.0, 1.0, 0, 0, 0, 0, 0] if output != "baxter" else None)
     q, qd = q_mid
@@ -120,7 +120,7 @@ def test_nan_and_inf_never_pass(model, q_mid, output):
 def test_fuzzed_inputs_only_ever_give_safe_outputs(model):
     rng = np.random.default_rng(0)
     specials = np.array([np.nan, np.inf, -np.inf, 1e308, -1e308, 0.0])
-    for output in ("baxter", "effort_controller"):
+    for output in ("baxter", "ros2_control"):
         layer = SafetyLayer(model, SafetyConfig(output=output, torque_rate_limit=500.0))
         t = 0.0
         for _ in range(3000):
@@ -188,7 +188,7 @@ def test_baxter_watchdog(model, q_mid):
 def test_effort_controller_watchdog_holds(model, q_mid):
     q, qd = q_mid
     hold = np.array([0.0, 3.0, 0.0, 1.0, 0.0, 0.0, 0.0])
-    layer = SafetyLayer(model, SafetyConfig(output="effort_controller", hold_command=hold, torque_rate_limit=100.0))
+    layer = SafetyLayer(model, SafetyConfig(output="ros2_control", hold_command=hold, torque_rate_limit=100.0))
     out, status = layer.filter(0.0, np.zeros(7), None, None)
     np.testing.assert_array_equal(out, hold)
     assert status.publish and not status.active and status.reason == "no_state"
@@ -238,7 +238,7 @@ def test_timer_jitter_is_not_late():
 def test_the_limit_zone_fades_the_clipped_command_not_the_request(model, q_mid):
     """At 0.01 rad from s0's upper limit a +1000 N·m request must not go out as full effort into the limit."""
     margin, stiffness = 0.1, 50.0
-    layer = _fast_layer(model, output="effort_controller", limit_margin=margin, limit_stiffness=stiffness)
+    layer = _fast_layer(model, output="ros2_control", limit_margin=margin, limit_stiffness=stiffness)
     q, qd = q_mid
     q = q.copy()
     q[0] = model.upper[0].item() - 0.01
@@ -257,7 +257,7 @@ def test_the_limit_zone_fades_the_clipped_command_not_the_request(model, q_mid):
 def test_the_rate_limit_never_holds_a_push_into_a_limit(model, q_mid):
     """Rate limit and zone conflict when a joint enters the zone fast: the zone wins, the push is cut at once."""
     rate = 200.0
-    layer = SafetyLayer(model, SafetyConfig(output="effort_controller", torque_rate_limit=rate))
+    layer = SafetyLayer(model, SafetyConfig(output="ros2_control", torque_rate_limit=rate))
     q, qd = q_mid
     tau = np.full(7, 40.0)
     layer.filter(0.0, tau, q, qd)
@@ -299,7 +299,7 @@ def test_a_state_from_the_future_is_not_fresh(model, q_mid):
     assert out is None and status.reason == "stale_state"
 
 
-@pytest.mark.parametrize("output", ["baxter", "effort_controller"])
+@pytest.mark.parametrize("output", ["baxter", "ros2_control"])
 def test_clock_jumping_back_counts_as_no_time_and_never_locks_out(model, q_mid, output):
     rate = 100.0
     layer = SafetyLayer(model, SafetyConfig(output=output, torque_rate_limit=rate))
@@ -321,7 +321,7 @@ def test_clock_jumping_forward_does_not_release_the_rate_limit(model, q_mid):
     from diffsim_ros.control.safety import MAX_RATE_INTERVAL
 
     rate = 100.0
-    effort = SafetyLayer(model, SafetyConfig(output="effort_controller", torque_rate_limit=rate))
+    effort = SafetyLayer(model, SafetyConfig(output="ros2_control", torque_rate_limit=rate))
     q, qd = q_mid
     effort.filter(0.0, np.zeros(7), q, qd)
     out, status = effort.filter(100.0, np.full(7, 40.0), q, qd)  # 100 s later (clock jump or a paused process)
@@ -337,7 +337,7 @@ def test_clock_jumping_forward_does_not_release_the_rate_limit(model, q_mid):
 def test_effort_controller_stop_ramps_to_the_hold_command_and_shutdown_holds_at_once(model, q_mid):
     rate = 100.0
     hold = np.array([0.0, 3.0, 0.0, 0.0, 0.0, 0.0, 0.0])
-    layer = SafetyLayer(model, SafetyConfig(output="effort_controller", hold_command=hold, torque_rate_limit=rate))
+    layer = SafetyLayer(model, SafetyConfig(output="ros2_control", hold_command=hold, torque_rate_limit=rate))
     q, qd = q_mid
     for k in range(200):
         out, _ = layer.filter(k * DT, np.full(7, 10.0), q, qd)
@@ -358,7 +358,7 @@ def test_effort_controller_stop_ramps_to_the_hold_command_and_shutdown_holds_at_
 
 def test_hold_command_is_bounded_by_the_zone_of_the_last_valid_state(model, q_mid):
     hold = np.array([20.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])  # pushes s0 towards its upper limit
-    layer = SafetyLayer(model, SafetyConfig(output="effort_controller", hold_command=hold))
+    layer = SafetyLayer(model, SafetyConfig(output="ros2_control", hold_command=hold))
     q, qd = q_mid
     q = q.copy()
     q[0] = model.upper[0].item() - 0.02
@@ -373,7 +373,7 @@ def test_hold_command_is_bounded_by_the_zone_of_the_last_valid_state(model, q_mi
 
 
 def test_non_finite_time_stops_without_a_traceback(model, q_mid):
-    for output in ("baxter", "effort_controller"):
+    for output in ("baxter", "ros2_control"):
         layer = _fast_layer(model, output=output)
         _engaged(layer, *q_mid, np.ones(7))
         out, status = layer.filter(float("nan"), np.ones(7), *q_mid)

@@ -13,11 +13,11 @@ from diffsim_ros.control import (
     TorqueMapError,
     TorqueMapGrid,
     build_torque_map,
-    default_simulator,
     parameter_hash,
     solve_one_step_torques,
     validate_torque_map,
 )
+from diffsim_ros.sim import make_simulator
 from diffsim_ros.control.torque_map import rebuild_torque_map, simulator_settings
 from diffsim_ros.control.jacobians import rowwise_jacobian
 from diffsim_ros.dynamics.fast import FastDynamics
@@ -42,12 +42,12 @@ def model():
 
 @pytest.fixture(scope="module")
 def built(model):
-    simulator = default_simulator(model, SMALL_GRID.dt, kind="rigid")
+    simulator = make_simulator(model, SMALL_GRID.dt, kind="rigid")
     return simulator, build_torque_map(simulator, SMALL_GRID)
 
 
 def test_rollout_jacobian_matches_finite_differences(model):
-    simulator = default_simulator(model, 0.01, kind="rigid")
+    simulator = make_simulator(model, 0.01, kind="rigid")
     q = torch.tensor([0.1, -0.4, 0.2, 0.9, -0.1, 0.7, 0.3], dtype=torch.float64)
     qd = torch.linspace(-0.3, 0.3, 7, dtype=torch.float64)
 
@@ -66,7 +66,7 @@ def test_rollout_jacobian_matches_finite_differences(model):
 
 
 def test_direct_optimization_reaches_the_goal_with_substeps(model):
-    simulator = default_simulator(model, 0.01, substeps=4, kind="rigid")  # not affine in tau: Newton iterates
+    simulator = make_simulator(model, 0.01, substeps=4, kind="rigid")  # not affine in tau: Newton iterates
     q = torch.tensor([[0.1, -0.4, 0.2, 0.9, -0.1, 0.7, 0.3]], dtype=torch.float64)
     qd = torch.tensor([[0.4, -0.2, 0.0, 0.1, 0.0, 0.0, 0.3]], dtype=torch.float64)
     goal = q + torch.tensor([0.005, 0.0, -0.003, 0.0, 0.002, 0.0, 0.0], dtype=torch.float64)
@@ -83,7 +83,7 @@ def test_direct_optimization_reaches_the_goal_with_substeps(model):
 
 def test_conditioning_on_inertia_is_needed_and_accurate(model):
     """Off-grid validation (the issue's check), for the conditioned and the paper's map."""
-    simulator = default_simulator(model, 0.01, substeps=2, kind="rigid")  # not affine in tau: a real optimization
+    simulator = make_simulator(model, 0.01, substeps=2, kind="rigid")  # not affine in tau: a real optimization
     fast = FastDynamics.from_model(model)
     grid = dataclasses.replace(SMALL_GRID, inertia_contexts=5, newton_iterations=4, tolerance=1e-9)
     conditioned = validate_torque_map(build_torque_map(simulator, grid), simulator, fast, samples=4)
@@ -145,7 +145,7 @@ def test_save_load_and_refuse_other_models(built, model, tmp_path):
     with pytest.raises(TorqueMapError, match="not a diffsim_ros torque map"):
         TorqueMap.load(tmp_path / "bad.npz")
     with pytest.raises(TorqueMapError, match="dt"):
-        build_torque_map(default_simulator(model, 0.005, kind="rigid"), SMALL_GRID)
+        build_torque_map(make_simulator(model, 0.005, kind="rigid"), SMALL_GRID)
 
 
 def test_map_torques_reach_the_goal_in_the_simulator(built, model):
@@ -193,7 +193,7 @@ def test_a_conditioned_map_follows_a_payload_change_and_a_rebuild_makes_it_exact
     calibrated = model.with_payload(1.5)
     assert tmap.check_model(calibrated) is False
     fast_new = FastDynamics.from_model(calibrated)
-    sim_new = default_simulator(calibrated, SMALL_GRID.dt, kind="rigid")
+    sim_new = make_simulator(calibrated, SMALL_GRID.dt, kind="rigid")
     q = tmap.contexts[1, 1].copy()
     qd = np.zeros(7)
     qd[1] = 0.2

@@ -10,8 +10,9 @@ from diffsim_ros import dynamics as dyn
 from diffsim_ros.estimation.data import CameraObservations, DataError, Dataset, StaticPoses, static_poses_from_intervals
 from diffsim_ros.estimation.identification import camera_initial_guess, forward_jacobian, identify
 from diffsim_ros.model import load_robot_config
-from diffsim_ros.sim.mujoco_plant import MujocoPlant, PlantTruth, random_camera_pose
-from diffsim_ros.sim.scenarios import RecordingScenario, nearest_neighbour_order, random_poses, record
+from diffsim_ros.testbed.mujoco_plant import MujocoPlant, PlantTruth, random_camera_pose
+from diffsim_ros.model.poses import random_poses
+from diffsim_ros.testbed.scenarios import RecordingScenario, nearest_neighbour_order, record
 from oracles import BAXTER_LEFT
 
 PAYLOAD_MASS_REL = 0.02  # issue #4 targets

@@ -19,7 +19,7 @@ from diffsim_ros.cli import exits
 from diffsim_ros.cli import main as cli_main
 from diffsim_ros.estimation.data import Dataset, StaticPoses
 from diffsim_ros.estimation.identification import identify
-from diffsim_ros.io.offline import calibrate_bag
+from diffsim_ros.pipelines.calibration import calibrate_bag
 from diffsim_ros.model import load_robot_config
 from motion_recordings import ARM, MotionSpec, record_motion_bag, write_robot_config
 

@@ -7,8 +7,9 @@ import torch
 from diffsim_ros import dynamics as dyn
 from diffsim_ros.estimation.online import OnlineEstimator, OnlineEstimatorConfig
 from diffsim_ros.model import load_robot_config
-from diffsim_ros.sim.mujoco_plant import MujocoPlant, PlantTruth
-from diffsim_ros.sim.scenarios import RecordingScenario, nearest_neighbour_order, random_poses, record
+from diffsim_ros.testbed.mujoco_plant import MujocoPlant, PlantTruth
+from diffsim_ros.model.poses import random_poses
+from diffsim_ros.testbed.scenarios import RecordingScenario, nearest_neighbour_order, record
 from oracles import BAXTER_LEFT
 
 PAYLOAD_TOL = 0.03  # [kg]

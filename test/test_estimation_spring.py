@@ -7,8 +7,9 @@ from diffsim_ros.estimation.data import Dataset, static_poses_from_intervals
 from diffsim_ros.estimation.identification import identify
 from diffsim_ros.estimation.spring_fit import fit_spring_curve
 from diffsim_ros.model import load_robot_config
-from diffsim_ros.sim.mujoco_plant import MujocoPlant, PlantTruth
-from diffsim_ros.sim.scenarios import RecordingScenario, nearest_neighbour_order, random_poses, record
+from diffsim_ros.testbed.mujoco_plant import MujocoPlant, PlantTruth
+from diffsim_ros.model.poses import random_poses
+from diffsim_ros.testbed.scenarios import RecordingScenario, nearest_neighbour_order, record
 from oracles import BAXTER_LEFT
 
 STIFFNESS_REL = 0.01

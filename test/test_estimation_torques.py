@@ -7,8 +7,8 @@ import torch
 from diffsim_ros.estimation.torque_estimation import StreamingTorqueEstimator, TorqueEstimationSettings, estimate_torques
 from diffsim_ros.model import load_robot_config
 from diffsim_ros.sim import RigidBodySimulator
-from diffsim_ros.sim.mujoco_plant import MujocoPlant, PlantTruth, SensorNoise
-from diffsim_ros.sim.scenarios import torque_trajectory
+from diffsim_ros.testbed.mujoco_plant import MujocoPlant, PlantTruth, SensorNoise
+from diffsim_ros.testbed.scenarios import torque_trajectory
 from oracles import BAXTER_LEFT
 
 S1_RMSE_TARGET = 0.5  # issue #4 [N·m]

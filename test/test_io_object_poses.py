@@ -17,7 +17,7 @@ from diffsim_ros.io.object_poses import object_poses_from_bag
 from diffsim_ros.io.ros_messages import joint_state_msg, pose_stamped_msg
 from diffsim_ros.io.ros_types import TypestoreMessages, default_typestore
 from diffsim_ros.sim.contact import Box, ContactWorld, RigidObject
-from diffsim_ros.sim.contact.mujoco_reference import simulate_mujoco
+from diffsim_ros.testbed.contact_reference import simulate_mujoco
 
 ROUNDTRIP_TOL = 1e-9  # [m] / quaternion components: float64 through the camera frame and back
 MU_REL_TOL = 0.02  # the target for mu

@@ -11,12 +11,11 @@ from diffsim_ros.control import (
     ModelPredictiveController,
     MPCSettings,
     SetPoint,
-    default_simulator,
     make_mpc,
 )
 from diffsim_ros.control.mpc_fast import FastPBDModelPredictiveController
 from diffsim_ros.model import load_robot_config
-from diffsim_ros.sim import RigidBodySimulator
+from diffsim_ros.sim import RigidBodySimulator, make_simulator
 from oracles import BAXTER_LEFT
 from test_springs import sprung_baxter
 
@@ -34,7 +33,7 @@ def model():
 
 
 def _pair(model, settings, reference=None):
-    simulator = default_simulator(model, DT, kind="rigid")
+    simulator = make_simulator(model, DT, kind="rigid")
     reference = reference or MinimumJerkMove(Q0, GOAL, 0.0, 0.6)
     return ModelPredictiveController(simulator, reference, settings), FastModelPredictiveController(simulator, reference, settings)
 
@@ -78,7 +77,7 @@ def test_tracks_a_move_on_a_plant(model, initialization):
     settings = MPCSettings(horizon=10, max_iterations=1, initialization=initialization)
     plant = RigidBodySimulator(model, DT, substeps=4)  # finer than the predictor
     reference = MinimumJerkMove(Q0, GOAL, 0.0, 0.6)
-    mpc = FastModelPredictiveController(default_simulator(model, DT, kind="rigid"), reference, settings)
+    mpc = FastModelPredictiveController(make_simulator(model, DT, kind="rigid"), reference, settings)
     q, qd = torch.tensor(Q0), torch.zeros(7, dtype=torch.float64)
     worst = 0.0
     for k in range(80):
@@ -93,7 +92,7 @@ def test_tracks_a_move_on_a_plant(model, initialization):
 
 
 def test_horizon_fifty_and_warm_start(model):
-    mpc = FastModelPredictiveController(default_simulator(model, DT, kind="rigid"), MinimumJerkMove(Q0, GOAL, 0.0, 0.6),
+    mpc = FastModelPredictiveController(make_simulator(model, DT, kind="rigid"), MinimumJerkMove(Q0, GOAL, 0.0, 0.6),
                                         MPCSettings(horizon=50, max_iterations=1))
     first = mpc.compute(0.0, Q0, np.zeros(7))
     assert first is not None and mpc.last.torques.shape == (50, 7)
@@ -102,12 +101,12 @@ def test_horizon_fifty_and_warm_start(model):
 
 
 def test_failures_give_no_command_and_factory_picks_the_solver(model):
-    mpc = make_mpc(default_simulator(model, DT, kind="rigid"), SetPoint(Q0), MPCSettings())
+    mpc = make_mpc(make_simulator(model, DT, kind="rigid"), SetPoint(Q0), MPCSettings())
     assert isinstance(mpc, FastModelPredictiveController)
     assert mpc.compute(0.0, np.full(7, np.nan), np.zeros(7)) is None
     assert "non-finite" in mpc.last.failure and mpc.last.torques is None
     assert mpc.compute(0.01, Q0, np.zeros(7)) is not None  # recovers once the state is sane
-    pbd = default_simulator(model, DT, substeps=1, kind="pbd")
+    pbd = make_simulator(model, DT, substeps=1, kind="pbd")
     assert type(make_mpc(pbd, SetPoint(Q0), MPCSettings())) is FastPBDModelPredictiveController
     assert type(make_mpc(RigidBodySimulator(model, DT, integrator="rk4"), SetPoint(Q0), MPCSettings())) is ModelPredictiveController
     with pytest.raises(ControlError, match="rigid implicit-Euler"):
@@ -119,7 +118,7 @@ def test_failures_give_no_command_and_factory_picks_the_solver(model):
 def test_pbd_predictor_same_iterates_as_the_torch_pbd_mpc(model):
     # exact PBD step Jacobians (complex step, test_pbd_fast_jacobians.py) in the Riccati solver:
     # the torch MPC's Gauss-Newton iterates through the torch PBD step, warm-started calls too
-    simulator = default_simulator(model, DT, substeps=1, kind="pbd")
+    simulator = make_simulator(model, DT, substeps=1, kind="pbd")
     reference = MinimumJerkMove(Q0, GOAL, 0.0, 0.6)
     settings = MPCSettings(max_iterations=2, step_tolerance=0.0, levenberg=0.0)
     torch_mpc, fast_mpc = ModelPredictiveController(simulator, reference, settings), make_mpc(simulator, reference, settings)
@@ -133,4 +132,4 @@ def test_pbd_predictor_same_iterates_as_the_torch_pbd_mpc(model):
         np.testing.assert_allclose(fast_mpc.last.predicted_cost, torch_mpc.last.predicted_cost, rtol=SAME_COST_RTOL)
     assert fast_mpc.compute(0.1, np.full(7, np.nan), np.zeros(7)) is None and "non-finite" in fast_mpc.last.failure
     with pytest.raises(ControlError, match="PBDSimulator"):
-        FastPBDModelPredictiveController(default_simulator(model, DT, kind="rigid"), reference, MPCSettings())
+        FastPBDModelPredictiveController(make_simulator(model, DT, kind="rigid"), reference, MPCSettings())

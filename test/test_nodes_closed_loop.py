@@ -9,7 +9,7 @@ the recorded bag replayed with ``use_sim_time`` gives the same estimates.
 import numpy as np
 import pytest
 
-from diffsim_ros.cli.demo import rest_poses
+from diffsim_ros.pipelines.demo import rest_poses
 from diffsim_ros.io.bags import bag_info
 from diffsim_ros.io.calibration import load_calibration
 from diffsim_ros.io.ros_types import EMPTY, FLOAT64_MULTI_ARRAY, JOINT_COMMAND, JOINT_STATE

@@ -20,10 +20,11 @@ from diffsim_ros.io.ros_messages import (
 )
 from diffsim_ros.io.ros_types import EMPTY, FLOAT64_MULTI_ARRAY, JOINT_COMMAND, JOINT_STATE, POSE_STAMPED, TypestoreMessages
 from diffsim_ros.model import load_robot_config
-from diffsim_ros.sim.hardware import POSITION, TORQUE, BaxterLimbEmulator, EffortControllerEmulator
+from diffsim_ros.testbed.hardware import POSITION, TORQUE, BaxterLimbEmulator, EffortControllerEmulator
 from diffsim_ros.nodes.messages import ESTIMATE_ROWS_LABEL, estimates_from_msg, estimates_msg, flatten_parameters
 from diffsim_ros.nodes.outputs import CommandOutput, baxter_topics, controller_joint_order, effort_controller_topic
-from diffsim_ros.nodes.references import WaypointSequence, make_reference, waypoint_array
+from diffsim_ros.control.references import WaypointSequence, make_reference
+from diffsim_ros.nodes.references import waypoint_array
 from diffsim_ros.nodes.sim_robot_node import SimRobotNode
 from diffsim_ros.control import SetPoint
 from diffsim_ros.control.gravity import holding_torques

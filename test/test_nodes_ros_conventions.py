@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import yaml
 
-from diffsim_ros.control import TorqueMapGrid, build_torque_map, default_simulator, parameter_hash
+from diffsim_ros.control import TorqueMapGrid, build_torque_map, parameter_hash
+from diffsim_ros.sim import make_simulator
 from diffsim_ros.io.ros_types import FLOAT64_MULTI_ARRAY, JOINT_STATE
 from diffsim_ros.model import load_robot_config
 from diffsim_ros.nodes.controller_node import ControllerNode, ControllerNodeConfig
@@ -212,7 +213,7 @@ def test_estimator_publishes_simulator_torques_at_the_joint_state_rate(tmp_path)
 
 def _small_map(model, path):
     grid = TorqueMapGrid(angle_points=3, velocity_points=3, inertia_contexts=2, context_pool=32)
-    build_torque_map(default_simulator(model, grid.dt, kind="rigid"), grid).save(path)
+    build_torque_map(make_simulator(model, grid.dt, kind="rigid"), grid).save(path)
     return path
 
 

@@ -29,7 +29,7 @@ import pytest
 import yaml
 from scipy.spatial.transform import Rotation
 
-from diffsim_ros.cli.estimate_objects import load_inputs
+from diffsim_ros.pipelines.objects import load_inputs
 from diffsim_ros.estimation.online_objects import OnlineObjectEstimator, OnlineObjectEstimatorConfig, combine_estimates
 from diffsim_ros.io.ros_messages import pose_stamped_msg
 from diffsim_ros.io.ros_types import FLOAT64_MULTI_ARRAY, POSE_STAMPED

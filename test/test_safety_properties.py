@@ -109,7 +109,7 @@ CYCLE = st.fixed_dictionaries({
 })
 
 LAYER = st.fixed_dictionaries({
-    "output": st.sampled_from(["baxter", "effort_controller"]),
+    "output": st.sampled_from(["baxter", "ros2_control"]),
     "torque_rate_limit": st.sampled_from([50.0, 200.0, 1000.0, 1e6]),
     "limit_margin": st.sampled_from([0.05, 0.1, 0.3]),
     "limit_stiffness": st.sampled_from([0.0, 50.0, 500.0]),
@@ -337,7 +337,7 @@ def test_controller_loop_commands_are_always_safe_and_resume_after_faults(spec, 
 def test_the_checker_catches_what_it_must():
     """The invariants are not vacuous: a layer without the zone bound or the rate limit fails them."""
     assert MAX_RATE_INTERVAL == RATE_CREDIT
-    layer = make_layer({"output": "effort_controller", "torque_rate_limit": 100.0, "limit_margin": 0.1,
+    layer = make_layer({"output": "ros2_control", "torque_rate_limit": 100.0, "limit_margin": 0.1,
                         "limit_stiffness": 0.0, "limit_damping": 0.0, "hold_fraction": 0.0})
     checker = CommandChecker(layer)
     q = 0.5 * (LOWER + UPPER)

@@ -19,7 +19,7 @@ from diffsim_ros.estimation.data import Dataset, Trajectory
 from diffsim_ros.estimation.identification import identify
 from diffsim_ros.model import PointSpring, TorsionSpring
 from diffsim_ros.sim import RigidBodySimulator
-from diffsim_ros.sim.mujoco_plant import MujocoPlant, PlantTruth, SensorNoise
+from diffsim_ros.testbed.mujoco_plant import MujocoPlant, PlantTruth, SensorNoise
 from oracles import BAXTER_URDF
 from test_springs import BAND, GAS, TORSION, baxter, sprung_baxter, states
 

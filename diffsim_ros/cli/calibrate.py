@@ -23,7 +23,7 @@ from diffsim_ros.estimation.parameters import GROUPS
 from diffsim_ros.io.bags import BagError
 from diffsim_ros.io.calibration import CalibrationError, atomic_directory
 from diffsim_ros.estimation.preparation import DatasetOptions
-from diffsim_ros.io.offline import MODELS, calibrate_bag, write_outputs
+from diffsim_ros.pipelines.calibration import MODELS, calibrate_bag, write_outputs
 from diffsim_ros.model import RobotModelError, load_robot_config
 
 __all__ = ["add_parser", "calibrate_command", "parse_groups", "summary_table"]

@@ -21,13 +21,13 @@ from diffsim_ros.cli import exits
 from diffsim_ros.estimation.data import DataError
 from diffsim_ros.estimation.object_fit import FitSettings, fit_objects
 from diffsim_ros.io.bags import BagError
-from diffsim_ros.io.calibration import CalibrationError, atomic_directory, load_calibration
-from diffsim_ros.io.object_poses import object_poses_from_bag
-from diffsim_ros.io.object_report import summary_table, write_object_outputs
-from diffsim_ros.io.scene import SceneError, load_scene
+from diffsim_ros.io.calibration import CalibrationError, atomic_directory
+from diffsim_ros.io.object_report import summary_table
+from diffsim_ros.io.scene import SceneError
+from diffsim_ros.pipelines.objects import load_inputs, write_object_outputs
 from diffsim_ros.sim.contact import ContactError
 
-__all__ = ["add_parser", "estimate_objects_command", "load_inputs"]
+__all__ = ["add_parser", "estimate_objects_command"]
 
 PROG = "diffsim-ros estimate-objects"
 
@@ -48,36 +48,6 @@ def add_parser(subparsers):
                         help="residual evaluations of the joint fit")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1 avoids OpenMP stalls on busy machines)")
     parser.set_defaults(handler=estimate_objects_command)
-
-
-def load_inputs(scene_path, bag_path, calibration_path=None):
-    """Scene, world-frame observations and a data summary from the files.
-
-    Returns:
-        ``(scene, observations, data)``: ObjectScene, object -> PoseSeries in the base frame
-        (cut to the scene's window), object -> {poses, start, end}.
-
-    Raises:
-        SceneError, CalibrationError, BagError, DataError: Bad input, named.
-    """
-    scene = load_scene(scene_path)
-    camera_pose = None
-    if calibration_path is not None:
-        calibration = load_calibration(calibration_path)
-        camera_pose = calibration.camera_pose
-        if camera_pose is None:
-            raise CalibrationError(f"{calibration_path}: no camera.pose; the object poses are in the camera frame")
-    observations = object_poses_from_bag(bag_path, scene.topics, camera_pose=camera_pose)
-    start, end = scene.window
-    cut = {}
-    for name, series in observations.items():
-        keep = (series.times >= start) & (series.times <= end)
-        if keep.sum() < 3:
-            raise DataError(f"{scene.path} [window]: only {int(keep.sum())} poses of '{name}' in [{start}, {end}] s "
-                            f"(its poses span {series.times[0]:.3f}..{series.times[-1]:.3f} s)")
-        cut[name] = series.between(start, end)
-    data = {name: {"poses": len(s), "start": float(s.times[0]), "end": float(s.times[-1])} for name, s in cut.items()}
-    return scene, cut, data
 
 
 def _progress(stage):

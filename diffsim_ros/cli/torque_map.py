@@ -15,12 +15,12 @@ import torch
 
 from diffsim_ros.cli.exits import BAD_INPUT, OK
 from diffsim_ros.control.errors import ControlError
-from diffsim_ros.control.plots import plot_torque_map
-from diffsim_ros.control.simulators import SIMULATOR_KINDS, default_simulator
 from diffsim_ros.control.torque_map import TorqueMap, TorqueMapGrid, build_torque_map, validate_torque_map
 from diffsim_ros.dynamics.fast import FastDynamics
 from diffsim_ros.io.calibration import CalibrationError, apply_calibration, check_output_path, load_calibration
 from diffsim_ros.model import RobotModelError, load_robot_config
+from diffsim_ros.sim.factory import SIMULATOR_KINDS, make_simulator
+from diffsim_ros.viz.torque_map import plot_torque_map
 
 __all__ = ["add_parser", "build_command", "load_model", "show_command"]
 
@@ -108,7 +108,7 @@ def build_command(args):
         return _error(err)
     torch.set_num_threads(args.threads)
     try:
-        simulator = default_simulator(model, args.dt, substeps=args.substeps, kind=args.simulator)
+        simulator = make_simulator(model, args.dt, substeps=args.substeps, kind=args.simulator)
         tmap = build_torque_map(simulator, grid, progress=_progress)
         report = validate_torque_map(tmap, simulator, FastDynamics.from_model(model), args.validate) if args.validate else None
         tmap.save(args.out)

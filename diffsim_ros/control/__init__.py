@@ -20,9 +20,8 @@ from diffsim_ros.control.impedance import MODEL_TERMS, JointImpedanceController
 from diffsim_ros.control.loop import ControlLoop, EstimateDecision
 from diffsim_ros.control.mpc import INITIALIZATIONS, ModelPredictiveController, MPCInfo, MPCSettings
 from diffsim_ros.control.mpc_fast import FastModelPredictiveController, make_mpc
-from diffsim_ros.control.references import MinimumJerkMove, SetPoint, check_within_limits
-from diffsim_ros.control.safety import OUTPUT_TYPES, JointStateBounds, OutputType, SafetyConfig, SafetyLayer, SafetyStatus
-from diffsim_ros.control.simulators import SIMULATOR_KINDS, default_simulator, mpc_simulator
+from diffsim_ros.control.references import MinimumJerkMove, SetPoint, WaypointSequence, check_within_limits, make_reference
+from diffsim_ros.control.safety import BAXTER, OUTPUT_TYPES, ROS2_CONTROL, JointStateBounds, OutputType, SafetyConfig, SafetyLayer, SafetyStatus
 from diffsim_ros.control.torque_map import (
     TorqueMap,
     TorqueMapGrid,
@@ -34,10 +33,11 @@ from diffsim_ros.control.torque_map import (
 )
 
 __all__ = [
+    "BAXTER",
+    "ROS2_CONTROL",
     "INITIALIZATIONS",
     "MODEL_TERMS",
     "OUTPUT_TYPES",
-    "SIMULATOR_KINDS",
     "ControlError",
     "ControlLoop",
     "EstimateDecision",
@@ -50,20 +50,20 @@ __all__ = [
     "ModelPredictiveController",
     "FastModelPredictiveController",
     "make_mpc",
+    "make_reference",
     "OutputType",
     "SafetyConfig",
     "SafetyLayer",
     "SafetyStatus",
     "SetPoint",
+    "WaypointSequence",
     "TorqueMap",
     "TorqueMapError",
     "TorqueMapGrid",
     "build_torque_map",
     "check_within_limits",
-    "default_simulator",
     "holding_torques",
     "joint_inertias",
-    "mpc_simulator",
     "parameter_hash",
     "solve_one_step_torques",
     "validate_torque_map",

@@ -30,7 +30,7 @@ Output types (issue 6, section 2-3):
   i.e. do not publish; the robot keeps the last command for at most ``robot_timeout`` =
   0.2 s and then falls back to position mode, so a later command ramps in again. The
   robot needs commands at >= 100 Hz: a longer gap between cycles is flagged ``late``.
-- ``"effort_controller"`` (ros2_control ``JointGroupEffortController``): the controller keeps
+- ``"ros2_control"`` (a ros2_control ``JointGroupEffortController``): the controller keeps
   applying its last command forever, so "stop" publishes a command every cycle that ramps
   from the last one to the configured hold command (default zeros) at the torque-rate limit
   and then stays there (bounded by the joint-limit zone of the last valid state).
@@ -50,7 +50,8 @@ from diffsim_ros.control.vectors import per_joint, to_numpy
 from diffsim_ros._compiled import njit
 
 __all__ = [
-    "MAX_RATE_INTERVAL", "OUTPUT_TYPES", "JointStateBounds", "OutputType", "SafetyConfig", "SafetyLayer", "SafetyStatus",
+    "BAXTER", "MAX_RATE_INTERVAL", "OUTPUT_TYPES", "ROS2_CONTROL", "JointStateBounds", "OutputType", "SafetyConfig",
+    "SafetyLayer", "SafetyStatus",
 ]
 
 
@@ -59,7 +60,7 @@ class OutputType:
     """What the hardware behind an output does when commands stop.
 
     Attributes:
-        name: ``"baxter"`` or ``"effort_controller"``.
+        name: ``"baxter"`` or ``"ros2_control"``.
         publish_on_stop: Publish the hold command when stopped (else publish nothing).
         robot_timeout: Gap [s] after which the hardware leaves torque mode (None: never).
         min_rate: Command rate [Hz] the hardware needs (None: no requirement).
@@ -71,9 +72,13 @@ class OutputType:
     min_rate: float | None
 
 
+# The output names users write (``output:`` in the node parameters and launch files); the
+# recordings' command type (io/recording.py) uses the same two.
+BAXTER = "baxter"
+ROS2_CONTROL = "ros2_control"
 OUTPUT_TYPES = {
-    "baxter": OutputType("baxter", publish_on_stop=False, robot_timeout=0.2, min_rate=100.0),
-    "effort_controller": OutputType("effort_controller", publish_on_stop=True, robot_timeout=None, min_rate=None),
+    BAXTER: OutputType(BAXTER, publish_on_stop=False, robot_timeout=0.2, min_rate=100.0),
+    ROS2_CONTROL: OutputType(ROS2_CONTROL, publish_on_stop=True, robot_timeout=None, min_rate=None),
 }
 
 MAX_RATE_INTERVAL = 0.1

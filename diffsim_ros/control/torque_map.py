@@ -56,10 +56,10 @@ from diffsim_ros import dynamics as dyn
 from diffsim_ros.control.errors import TorqueMapError
 from diffsim_ros.control.gravity import holding_torques
 from diffsim_ros.control.jacobians import rowwise_jacobian
-from diffsim_ros.control.simulators import default_simulator
 from diffsim_ros.control.vectors import to_numpy
 from diffsim_ros.outputs import atomic_file
-from diffsim_ros.sim.scenarios import random_poses
+from diffsim_ros.sim.factory import make_simulator
+from diffsim_ros.model.poses import random_poses
 
 from diffsim_ros._compiled import njit
 
@@ -642,7 +642,7 @@ def rebuild_torque_map(tmap, model, progress=None):
     """
     tmap.check_model(model)
     kind, substeps = simulator_settings(tmap.simulator)
-    return build_torque_map(default_simulator(model, tmap.grid.dt, substeps=substeps, kind=kind), tmap.grid, progress)
+    return build_torque_map(make_simulator(model, tmap.grid.dt, substeps=substeps, kind=kind), tmap.grid, progress)
 
 
 def _rebuild_in_child(payload, niceness):

@@ -1,4 +1,7 @@
-"""Outputs of object estimation: ``objects.yaml``, ``summary.txt`` and ``trajectories.png``.
+"""Object estimation results as files: the ``objects.yaml`` document and the ``summary.txt`` table.
+
+:func:`diffsim_ros.pipelines.objects.write_object_outputs` writes them with the figure
+(:func:`diffsim_ros.viz.objects.trajectory_figure`).
 
 ``objects.yaml``::
 
@@ -14,21 +17,12 @@
     events: [{pair: [box, target], time: 0.2, last_apart: 0.167}]
     stages: [{name: ..., parameters: [...], seconds: 3.1, ...}]
     data: {box: {poses: 25, start: 0.0, end: 0.8}, ...}
-
-Everything is written into a temporary sibling directory renamed into place at the end
-(:class:`~diffsim_ros.io.calibration.atomic_directory`): a reader never sees half a result.
 """
 
 import math
 
-import numpy as np
-import torch
-import yaml
 
-from diffsim_ros.dynamics.spatial import quat_conjugate, quat_log, quat_multiply
-from diffsim_ros.io.calibration import atomic_directory
-
-__all__ = ["estimates_document", "summary_table", "trajectory_figure", "write_object_outputs"]
+__all__ = ["estimates_document", "summary_table"]
 
 
 def _float(value):
@@ -87,56 +81,3 @@ def summary_table(fit, scene):
               f"camera noise from the data: {fit.noise.position * 1e3:.2f} mm, {math.degrees(fit.noise.orientation):.3f} deg; "
               f"fit rms / noise: {ratios}; residual drift: {', '.join(f'{k} {max(r.values()):.2f}x' for k, r in fit.drift.items())}"]
     return "\n".join(lines)
-
-
-def _angle_error(observed, fitted):
-    rotation = quat_log(quat_multiply(quat_conjugate(torch.as_tensor(observed.orientation)), torch.as_tensor(fitted.orientation)))
-    return np.degrees(np.linalg.norm(rotation.numpy(), axis=1))
-
-
-def trajectory_figure(path, fit, observations, title="object estimation"):
-    """Observed (dots) and fitted (lines) positions per object, and the orientation error."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = list(fit.fitted)
-    fig, axes = plt.subplots(len(names), 2, figsize=(12, 3.6 * len(names)), squeeze=False)
-    for row, name in zip(axes, names):
-        obs, fitted = observations[name], fit.fitted[name]
-        for axis, color in zip(range(3), ("tab:red", "tab:green", "tab:blue")):
-            row[0].plot(obs.times, obs.position[:, axis], ".", color=color, ms=4, label=f"observed {'xyz'[axis]}")
-            row[0].plot(fitted.times, fitted.position[:, axis], "-", color=color, lw=1, label=f"fitted {'xyz'[axis]}")
-        for event in fit.events:
-            if name in event.pair:
-                row[0].axvline(event.time, color="k", lw=0.5, ls="--")
-        row[0].set_ylabel(f"{name} position [m]")
-        row[0].legend(fontsize=6, ncol=2)
-        error = np.linalg.norm(fitted.position - obs.position, axis=1) * 1e3
-        row[1].plot(obs.times, error, ".-", label="position error [mm]")
-        row[1].plot(obs.times, _angle_error(obs, fitted), ".-", label="orientation error [deg]")
-        row[1].axhline(fit.noise.position * 1e3 * math.sqrt(3), color="tab:blue", lw=0.5, ls=":", label="noise (rms of 3 axes) [mm]")
-        row[1].set_ylabel(f"{name} fit error")
-        row[1].legend(fontsize=6)
-    for ax in axes[-1]:
-        ax.set_xlabel("time [s]")
-    fig.suptitle(f"{title}: {fit.status}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
-
-
-def write_object_outputs(out_dir, fit, scene, observations, data, force=False):
-    """Write ``objects.yaml``, ``summary.txt`` and ``trajectories.png`` into ``out_dir`` atomically.
-
-    Returns:
-        Dict kind -> path.
-    """
-    with atomic_directory(out_dir, force=force) as tmp:
-        (tmp / "objects.yaml").write_text(yaml.safe_dump(estimates_document(fit, scene, data), sort_keys=False))
-        (tmp / "summary.txt").write_text(summary_table(fit, scene) + "\n")
-        trajectory_figure(tmp / "trajectories.png", fit, observations, title=f"object estimation ({scene.path})")
-    return {kind: out_dir / name for kind, name in
-            (("estimates", "objects.yaml"), ("summary", "summary.txt"), ("plot", "trajectories.png"))}

@@ -8,6 +8,7 @@ from diffsim_ros.model.inertia import (
     pseudo_inertia,
 )
 from diffsim_ros.model.plausibility import DEFAULT_BOUNDS, PlausibilityBounds, plausibility_violations
+from diffsim_ros.model.poses import random_poses
 from diffsim_ros.model.robot_model import PRISMATIC, REVOLUTE, Frame, RobotModel, RobotParams
 from diffsim_ros.model.springs import JointSpring, LeverSpring, PointSpring, TorsionSpring
 
@@ -30,4 +31,5 @@ __all__ = [
     "load_robot_config",
     "log_cholesky_from_inertial",
     "pseudo_inertia",
+    "random_poses",
 ]

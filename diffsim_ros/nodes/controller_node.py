@@ -58,13 +58,13 @@ from diffsim_ros.control import (
     check_within_limits,
 )
 from diffsim_ros.control.mpc_fast import make_mpc
-from diffsim_ros.control.simulators import mpc_simulator
+from diffsim_ros.control.references import make_reference
 from diffsim_ros.control.torque_map import rebuild_torque_map_in_process
 from diffsim_ros.io.ros_messages import MessageConversionError, NS_PER_S, joint_state_msg
 from diffsim_ros.io.ros_types import FLOAT64_MULTI_ARRAY, JOINT_STATE
 from diffsim_ros.nodes.messages import estimates_from_msg
 from diffsim_ros.nodes.outputs import BAXTER, CommandOutput, safety_output
-from diffsim_ros.nodes.references import make_reference, waypoint_array
+from diffsim_ros.nodes.references import waypoint_array
 from diffsim_ros.nodes.robot import DEFAULT_ROBOT_CONFIG, check_realtime_priority, load_robot, realtime_priority_param, \
     realtime_scheduling, robot_topic, set_threads
 from diffsim_ros.resources import resolve_resource
@@ -75,6 +75,7 @@ from diffsim_ros.runtime.heap import GcPauses
 from diffsim_ros.runtime.inputs import FRESH, STALE, joint_state_input
 from diffsim_ros.runtime.params import ParameterError, config_values, group, per_joint_value, updated_config
 from diffsim_ros.runtime.rclpy_backend import exit_process, run_node
+from diffsim_ros.sim.factory import make_simulator
 
 __all__ = ["MODES", "TRIGGERS", "TUNABLE", "ControllerNode", "ControllerNodeConfig", "main"]
 
@@ -226,7 +227,7 @@ class ControllerNode:
             return JointImpedanceController(model, per_joint_value(cfg.stiffness), per_joint_value(cfg.damping),
                                             self.reference, cfg.model_term, cfg.model_scale, tmap)
         # the compiled Riccati solver, predicting with the rigid step (shipped default) or the compiled PBD step
-        return make_mpc(mpc_simulator(model, cfg.mpc_dt, cfg.mpc_simulator), self.reference, cfg.mpc)
+        return make_mpc(make_simulator(model, cfg.mpc_dt, cfg.mpc_simulator, substeps=1), self.reference, cfg.mpc)
 
     @staticmethod
     def _safety_config(cfg):

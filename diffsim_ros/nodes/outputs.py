@@ -11,6 +11,7 @@
 
 import numpy as np
 
+from diffsim_ros.control.safety import BAXTER, OUTPUT_TYPES, ROS2_CONTROL
 from diffsim_ros.io.ros_messages import (
     JointMappingError,
     MessageConversionError,
@@ -33,9 +34,7 @@ __all__ = [
     "safety_output",
 ]
 
-BAXTER = "baxter"
-ROS2_CONTROL = "ros2_control"
-OUTPUTS = (BAXTER, ROS2_CONTROL)
+OUTPUTS = tuple(OUTPUT_TYPES)  # (BAXTER, ROS2_CONTROL)
 _SIDES = ("left", "right")
 
 
@@ -81,10 +80,14 @@ def controller_joint_order(model_joints, controller_joints):
 
 
 def safety_output(output):
-    """The SafetyLayer output type of a node output ("baxter" or "effort_controller")."""
+    """``output`` checked: a node output is also its SafetyLayer output type ("baxter" or "ros2_control").
+
+    Raises:
+        ParameterError: Another output.
+    """
     if output not in OUTPUTS:
         raise ParameterError(f"output must be one of {OUTPUTS}, got {output!r}")
-    return "baxter" if output == BAXTER else "effort_controller"
+    return output
 
 
 class CommandOutput:

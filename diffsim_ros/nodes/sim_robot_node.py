@@ -3,7 +3,7 @@
 Stands in for a real arm: publishes joint states (model joints plus extra joints, in sorted
 name order like Baxter's ``/robot/joint_states``) and noisy camera poses of the tracked link,
 and applies incoming torque commands through an emulation of the real command interface
-(:mod:`diffsim_ros.sim.hardware`): Baxter ``JointCommand`` in TORQUE_MODE with the robot's
+(:mod:`diffsim_ros.testbed.hardware`): Baxter ``JointCommand`` in TORQUE_MODE with the robot's
 own gravity compensation and its fall-back to position mode when commands stop, or a
 ros2_control ``JointGroupEffortController`` that drops commands of the wrong length.
 
@@ -40,14 +40,14 @@ from diffsim_ros.io.ros_messages import (
     seconds_to_ns,
 )
 from diffsim_ros.io.ros_types import CLOCK, EMPTY, FLOAT64_MULTI_ARRAY, JOINT_COMMAND, JOINT_STATE, POSE_STAMPED
-from diffsim_ros.sim.hardware import BaxterLimbEmulator, EffortControllerEmulator
+from diffsim_ros.testbed.hardware import BaxterLimbEmulator, EffortControllerEmulator
 from diffsim_ros.nodes.outputs import BAXTER, OUTPUTS, baxter_topics, controller_joint_order, effort_controller_topic
 from diffsim_ros.nodes.robot import DEFAULT_ROBOT_CONFIG, check_realtime_priority, load_robot, realtime_priority_param, \
     realtime_scheduling, robot_topic, set_threads
 from diffsim_ros.runtime import CLOCK_QOS, COMMAND_QOS, SENSOR_QOS, declare_config, param
 from diffsim_ros.runtime.params import ParameterError
 from diffsim_ros.runtime.rclpy_backend import exit_process, run_node
-from diffsim_ros.sim.mujoco_plant import MujocoPlant, PlantTruth, SensorNoise, random_camera_pose
+from diffsim_ros.testbed.mujoco_plant import MujocoPlant, PlantTruth, SensorNoise, random_camera_pose
 
 __all__ = ["SimRobotConfig", "SimRobotNode", "main", "plant_truth"]
 

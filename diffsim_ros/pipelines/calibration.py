@@ -11,11 +11,11 @@ import numpy as np
 
 from diffsim_ros.estimation.data import Dataset
 from diffsim_ros.estimation.identification import IdentificationSettings, camera_initial_guess, identify
+from diffsim_ros.estimation.preparation import DatasetOptions, prepare_dataset
 from diffsim_ros.io.bags import read_robot_bag
 from diffsim_ros.io.calibration import Calibration, atomic_directory, write_calibration
-from diffsim_ros.estimation.preparation import DatasetOptions, prepare_dataset
-from diffsim_ros.io.report import calibration_report
 from diffsim_ros.io.urdf_export import export_calibrated_urdf
+from diffsim_ros.viz.calibration import calibration_report
 
 __all__ = ["MODELS", "CalibrationRun", "default_groups", "calibrate_dataset", "calibrate_bag", "write_outputs"]
 

@@ -21,7 +21,7 @@ damped for the nominal joint inertia at the held pose.
 import numpy as np
 
 from diffsim_ros.dynamics.fast import FastDynamics
-from diffsim_ros.sim.scenarios import hold_gains
+from diffsim_ros.testbed.scenarios import hold_gains
 
 __all__ = ["BaxterLimbEmulator", "EffortControllerEmulator", "PositionHold", "POSITION", "TORQUE"]
 

@@ -1,4 +1,9 @@
-"""Calibration report figure (``report.png``): residuals before/after, convergence, data fit."""
+"""Calibration report figure (``report.png``): residuals before/after, convergence, data fit.
+
+The residual bars and the convergence are what identification returned. The static-effort and
+camera panels still evaluate the nominal and calibrated models on the data themselves (the
+result keeps per-block RMS, not per-sample predictions; issue 18 leaves that for the identify
+split)."""
 
 import numpy as np
 import torch

@@ -1,4 +1,4 @@
-"""Figures of the control layer (PNG, matplotlib's Agg backend)."""
+"""Torque-map figure (PNG, matplotlib's Agg backend): heat maps per joint."""
 
 from pathlib import Path
 

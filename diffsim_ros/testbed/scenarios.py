@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from diffsim_ros.control.references import quintic_profile
 from diffsim_ros.dynamics.fast import FastDynamics
 
-__all__ = ["Recording", "RecordingScenario", "TorqueTrajectory", "hold_gains", "quintic_profile", "random_poses", "nearest_neighbour_order", "record", "torque_trajectory"]
+__all__ = ["Recording", "RecordingScenario", "TorqueTrajectory", "hold_gains", "nearest_neighbour_order", "record", "torque_trajectory"]
 
 
 @dataclass
@@ -78,15 +79,6 @@ class RecordingScenario:
     stiffness_floor: float = 30.0
     damping_floor: float = 1.0
     seed: int = 0
-
-
-def random_poses(model, count, rng, margin=0.25):
-    """``count`` joint configurations uniformly inside the limits shrunk by ``margin`` [rad]."""
-    lower = model.lower.detach().cpu().numpy()
-    upper = model.upper.detach().cpu().numpy()
-    lower = np.where(np.isfinite(lower), lower + margin, -np.pi)
-    upper = np.where(np.isfinite(upper), upper - margin, np.pi)
-    return rng.uniform(lower, upper, size=(count, len(lower)))
 
 
 class _Recorder:
@@ -164,15 +156,6 @@ def _pd_gains(nominal_model, target, scenario):
     return hold_gains(nominal_model, target, scenario.bandwidth, scenario.stiffness_floor, scenario.damping_floor)
 
 
-def quintic_profile(x, duration):
-    """Position, velocity and acceleration factors of a rest-to-rest quintic at phase x."""
-    x = min(max(x, 0.0), 1.0)
-    pos = x**3 * (10.0 - 15.0 * x + 6.0 * x * x)
-    vel = 30.0 * x * x * (1.0 - x) ** 2 / duration
-    acc = 60.0 * x * (1.0 - x) * (1.0 - 2.0 * x) / duration**2
-    return pos, vel, acc
-
-
 def nearest_neighbour_order(poses):
     """Greedy ordering that keeps consecutive poses close (shorter, gentler transitions)."""
     remaining = list(range(1, len(poses)))
@@ -194,7 +177,7 @@ def record(plant, nominal_model, scenario):
     the nominal inverse dynamics of the reference as feed-forward.
 
     Args:
-        plant: :class:`~diffsim_ros.sim.mujoco_plant.MujocoPlant`.
+        plant: :class:`~diffsim_ros.testbed.mujoco_plant.MujocoPlant`.
         nominal_model: The model the lab believes in (drives the feed-forward).
         scenario: :class:`RecordingScenario`.
 
