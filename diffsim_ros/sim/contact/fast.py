@@ -154,16 +154,16 @@ def _add_diagonal(a, value):
 
 
 @njit(cache=True)
-def _scaled_gram(a, scale, divide, b):
-    """``a diag(scale)⁻¹ bᵀ`` if divide else ``a diag(scale) bᵀ``, (3, 3); a, b (3, 3), scale (3,)."""
-    out = np.empty((3, 3))
+def _scaled_grams(a, scale, b, inverse, direct):
+    """``a diag(scale)⁻¹ bᵀ`` into inverse and ``a diag(scale) bᵀ`` into direct, (3, 3) each;
+    a, b (3, 3), scale (3,)."""
     for r in range(3):
         for c in range(3):
-            acc = 0.0
+            acc_inverse, acc_direct = 0.0, 0.0
             for i in range(3):
-                acc += (a[r, i] / scale[i] if divide else a[r, i] * scale[i]) * b[c, i]
-            out[r, c] = acc
-    return out
+                acc_inverse += (a[r, i] / scale[i]) * b[c, i]
+                acc_direct += (a[r, i] * scale[i]) * b[c, i]
+            inverse[r, c], direct[r, c] = acc_inverse, acc_direct
 
 
 @njit(cache=True)
@@ -609,8 +609,7 @@ def _inertias(rot, principal):
     count = rot.shape[0]
     inv, inertia = np.empty((count, 3, 3)), np.empty((count, 3, 3))
     for j in range(count):
-        inv[j] = _scaled_gram(rot[j], principal[j], True, rot[j])
-        inertia[j] = _scaled_gram(rot[j], principal[j], False, rot[j])
+        _scaled_grams(rot[j], principal[j], rot[j], inv[j], inertia[j])
     return inv, inertia
 
 
@@ -773,8 +772,8 @@ def _rotation_tangents(d, quat, unit, rot, principal):
         if d >= 3 * count:
             _, d_unit = _normalize(quat[j], dquat[j])
             _rotation_tangent_into(unit[j], d_unit, d_rot[j])
-            sym_inv = _scaled_gram(d_rot[j], principal[j], True, rot[j])
-            sym = _scaled_gram(d_rot[j], principal[j], False, rot[j])
+            sym_inv, sym = np.empty((3, 3)), np.empty((3, 3))
+            _scaled_grams(d_rot[j], principal[j], rot[j], sym_inv, sym)
             for r in range(3):
                 for c in range(3):
                     d_inv[j, r, c] = sym_inv[r, c] + sym_inv[c, r]
@@ -857,7 +856,7 @@ def _velocity_inputs(ang, mass, inv, inertia, h):
     for j in range(count):
         momentum = _mv(inertia[j], ang[j])
         for c in range(3):
-            e[:] = 0.0
+            e[0] = e[1] = e[2] = 0.0
             e[c] = 1.0
             out[6 * j + c, 3 * j + c] = 1.0
             first, second = _cross(e, momentum), _cross(ang[j], _mv(inertia[j], e))
@@ -880,7 +879,7 @@ def _orientation_rows(quat, v_next, dv, h, count, j):
     rotation, _ = _quat_exp(rv, e3)
     d_exp = np.zeros((4, 3))
     for c in range(3):
-        e3[:] = 0.0
+        e3[0] = e3[1] = e3[2] = 0.0
         e3[c] = h
         _, d_col = _quat_exp(rv, e3)
         for r in range(4):
@@ -889,7 +888,7 @@ def _orientation_rows(quat, v_next, dv, h, count, j):
     norm = math.sqrt(_dot(product, product))
     right, left = np.zeros((4, 4)), np.zeros((4, 4))  # a * q = right @ a, rotation * b = left @ b
     for c in range(4):
-        e4[:] = 0.0
+        e4[0] = e4[1] = e4[2] = e4[3] = 0.0
         e4[c] = 1.0
         by_right, by_left = _quat_multiply(e4, quat[j]), _quat_multiply(rotation, e4)
         for r in range(4):
