@@ -26,7 +26,8 @@ Usage::
     state = fast.step_state(state, warm=fast.modes)  # WorldState in, WorldState out
     nxt, d_state, d_wrench, d_params = fast.jacobians(position, orientation, linear, angular, wrench)
 
-Cold compilation (``cache=True``: once per installation) takes about a minute and a half of CPU.
+Cold compilation (``cache=True``: once per installation) takes about half a minute of CPU (step
+~20 s, Jacobians ~12 s more): the kernels are scalar loops, no numpy array expressions.
 """
 
 import math
@@ -61,11 +62,18 @@ _SMALL_ANGLE_SQUARED = 1e-8  # as diffsim_ros.dynamics.spatial.quat_exp
 
 
 # ---------------------------------------------------------------- small kernels
+# Explicit loops over small fixed sizes throughout: each numpy array expression in a kernel costs
+# about 0.3 s of cold compilation (CI compiles from a fresh clone), a scalar loop about 0.01 s.
 
 
 @njit(cache=True)
 def _cross(a, b):
-    return np.array([a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]])
+    """a × b for a, b (3,), (3,)."""
+    out = np.empty(3)
+    out[0] = a[1] * b[2] - a[2] * b[1]
+    out[1] = a[2] * b[0] - a[0] * b[2]
+    out[2] = a[0] * b[1] - a[1] * b[0]
+    return out
 
 
 @njit(cache=True)
@@ -88,6 +96,15 @@ def _mv(a, v):
 
 
 @njit(cache=True)
+def _affine(a, v, c):
+    """a (n, m) @ v (m,) + c (n,)."""
+    out = _mv(a, v)
+    for i in range(out.shape[0]):
+        out[i] += c[i]
+    return out
+
+
+@njit(cache=True)
 def _mm(a, b):
     """a (n, c) @ b (c, p)."""
     out = np.zeros((a.shape[0], b.shape[1]))
@@ -101,31 +118,90 @@ def _mm(a, b):
 
 
 @njit(cache=True)
-def _rotation(q):
-    """Rotation matrix of a unit quaternion (w, x, y, z), (3, 3)."""
-    w, x, y, z = q[0], q[1], q[2], q[3]
-    return np.array([[1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
-                     [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
-                     [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)]])
+def _max_abs(v):
+    """max |v| of a 1-D array (NaN if any is NaN, 0 if empty)."""
+    out = 0.0
+    for i in range(v.shape[0]):
+        value = abs(v[i])
+        if value > out or value != value:
+            out = value
+            if value != value:
+                break
+    return out
 
 
 @njit(cache=True)
-def _rotation_tangent(q, dq):
-    """Derivative of :func:`_rotation` along ``dq``, (3, 3)."""
+def _finite(v):
+    """Every entry of the 1-D array v is finite."""
+    for i in range(v.shape[0]):
+        if not math.isfinite(v[i]):
+            return False
+    return True
+
+
+@njit(cache=True)
+def _trace(a):
+    """Sum of the diagonal of a (n, n)."""
+    out = 0.0
+    for i in range(a.shape[0]):
+        out += a[i, i]
+    return out
+
+
+@njit(cache=True)
+def _add_diagonal(a, value):
+    """a += value · I in place, a (n, n)."""
+    for i in range(a.shape[0]):
+        a[i, i] += value
+
+
+@njit(cache=True)
+def _scaled_grams(a, scale, b, inverse, direct):
+    """``a diag(scale)⁻¹ bᵀ`` into inverse and ``a diag(scale) bᵀ`` into direct, (3, 3) each;
+    a, b (3, 3), scale (3,)."""
+    for r in range(3):
+        for c in range(3):
+            acc_inverse, acc_direct = 0.0, 0.0
+            for i in range(3):
+                acc_inverse += (a[r, i] / scale[i]) * b[c, i]
+                acc_direct += (a[r, i] * scale[i]) * b[c, i]
+            inverse[r, c], direct[r, c] = acc_inverse, acc_direct
+
+
+@njit(cache=True)
+def _rotation_into(q, out):
+    """Rotation matrix of a unit quaternion q (4,) (w, x, y, z) into out (3, 3)."""
+    w, x, y, z = q[0], q[1], q[2], q[3]
+    out[0, 0], out[0, 1], out[0, 2] = 1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)
+    out[1, 0], out[1, 1], out[1, 2] = 2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)
+    out[2, 0], out[2, 1], out[2, 2] = 2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)
+
+
+@njit(cache=True)
+def _rotation_tangent_into(q, dq, out):
+    """Derivative of :func:`_rotation_into` at q (4,) along dq (4,) into out (3, 3)."""
     w, x, y, z = q[0], q[1], q[2], q[3]
     dw, dx, dy, dz = dq[0], dq[1], dq[2], dq[3]
-    return 2.0 * np.array([
-        [-2 * (y * dy + z * dz), x * dy + dx * y - w * dz - dw * z, x * dz + dx * z + w * dy + dw * y],
-        [x * dy + dx * y + w * dz + dw * z, -2 * (x * dx + z * dz), y * dz + dy * z - w * dx - dw * x],
-        [x * dz + dx * z - w * dy - dw * y, y * dz + dy * z + w * dx + dw * x, -2 * (x * dx + y * dy)]])
+    out[0, 0] = 2.0 * (-2 * (y * dy + z * dz))
+    out[0, 1] = 2.0 * (x * dy + dx * y - w * dz - dw * z)
+    out[0, 2] = 2.0 * (x * dz + dx * z + w * dy + dw * y)
+    out[1, 0] = 2.0 * (x * dy + dx * y + w * dz + dw * z)
+    out[1, 1] = 2.0 * (-2 * (x * dx + z * dz))
+    out[1, 2] = 2.0 * (y * dz + dy * z - w * dx - dw * x)
+    out[2, 0] = 2.0 * (x * dz + dx * z - w * dy - dw * y)
+    out[2, 1] = 2.0 * (y * dz + dy * z + w * dx + dw * x)
+    out[2, 2] = 2.0 * (-2 * (x * dx + y * dy))
 
 
 @njit(cache=True)
 def _quat_multiply(a, b):
-    return np.array([a[0] * b[0] - a[1] * b[1] - a[2] * b[2] - a[3] * b[3],
-                     a[0] * b[1] + a[1] * b[0] + a[2] * b[3] - a[3] * b[2],
-                     a[0] * b[2] - a[1] * b[3] + a[2] * b[0] + a[3] * b[1],
-                     a[0] * b[3] + a[1] * b[2] - a[2] * b[1] + a[3] * b[0]])
+    """Hamilton product a * b of quaternions (4,) (w, x, y, z)."""
+    out = np.empty(4)
+    out[0] = a[0] * b[0] - a[1] * b[1] - a[2] * b[2] - a[3] * b[3]
+    out[1] = a[0] * b[1] + a[1] * b[0] + a[2] * b[3] - a[3] * b[2]
+    out[2] = a[0] * b[2] - a[1] * b[3] + a[2] * b[0] + a[3] * b[1]
+    out[3] = a[0] * b[3] + a[1] * b[2] - a[2] * b[1] + a[3] * b[0]
+    return out
 
 
 @njit(cache=True)
@@ -142,29 +218,46 @@ def _quat_exp(rv, drv):
         c, s = math.cos(0.5 * a), math.sin(0.5 * a) / a
         dc = -0.5 * math.sin(0.5 * a) * da
         ds = (0.5 * math.cos(0.5 * a) * a - math.sin(0.5 * a)) / (a * a) * da
-    q = np.array([c, s * rv[0], s * rv[1], s * rv[2]])
-    dq = np.array([dc, ds * rv[0] + s * drv[0], ds * rv[1] + s * drv[1], ds * rv[2] + s * drv[2]])
+    q, dq = np.empty(4), np.empty(4)
+    q[0], dq[0] = c, dc
+    for i in range(3):
+        q[i + 1] = s * rv[i]
+        dq[i + 1] = ds * rv[i] + s * drv[i]
     return q, dq
 
 
 @njit(cache=True)
 def _normalize(q, dq):
-    """``q / |q|`` and its derivative along ``dq``."""
+    """``q / |q|`` and its derivative along ``dq``; q, dq (n,)."""
     norm = math.sqrt(_dot(q, q))
-    unit = q / norm
-    return unit, (dq - unit * _dot(unit, dq)) / norm
+    unit, d_unit = np.empty(q.shape[0]), np.empty(q.shape[0])
+    for i in range(q.shape[0]):
+        unit[i] = q[i] / norm
+    along = _dot(unit, dq)
+    for i in range(q.shape[0]):
+        d_unit[i] = (dq[i] - unit[i] * along) / norm
+    return unit, d_unit
 
 
 @njit(cache=True)
 def _solve(a, b):
-    """``a⁻¹ b`` for a square ``a`` (n, n) and ``b`` (n,) or (n, c); (ok, solution)."""
+    """``a⁻¹ b`` for a square ``a`` (n, n) and ``b`` (n, c); (ok, solution (n, c))."""
     lu = a.copy()
     pivots = np.zeros(a.shape[0], dtype=np.int64)
-    rhs = b.copy().reshape(a.shape[0], -1)
+    rhs = b.copy()
     if not lu_factor(lu, pivots):
         return False, rhs
     lu_solve_columns(lu, pivots, rhs)
     return True, rhs
+
+
+@njit(cache=True)
+def _column(v):
+    """v (n,) as a column (n, 1)."""
+    out = np.empty((v.shape[0], 1))
+    for i in range(v.shape[0]):
+        out[i, 0] = v[i]
+    return out
 
 
 # ---------------------------------------------------------------- the cone problem (mode-wise Newton)
@@ -173,9 +266,13 @@ def _solve(a, b):
 @njit(cache=True)
 def _tolerances(a, b, x, rel):
     """``(tol_w, tol_x)`` of :func:`~diffsim_ros.sim.contact.linsolve.contact_tolerances`."""
-    diag = max(np.max(np.diag(a)), _TINY)
-    velocity = max(np.max(np.abs(b)), np.max(np.abs(_mv(a, x))))
-    impulse = max(np.max(np.abs(x)), velocity / diag)
+    diag = -np.inf
+    for i in range(a.shape[0]):
+        if a[i, i] > diag or a[i, i] != a[i, i]:
+            diag = a[i, i]
+    diag = max(diag, _TINY)
+    velocity = max(_max_abs(b), _max_abs(_mv(a, x)))
+    impulse = max(_max_abs(x), velocity / diag)
     return rel * max(velocity, _TINY), rel * max(impulse, _TINY)
 
 
@@ -198,7 +295,7 @@ def _residual(a, b, mu, modes, z):
     k = mu.shape[0]
     m = 3 * k
     x = z[:m]
-    w = _mv(a, x) + b
+    w = _affine(a, x, b)
     f = np.empty(m + k)
     for j in range(m):
         i = j // 3
@@ -223,7 +320,8 @@ def _kkt(a, mu, modes, z):
     for j in range(m):
         i = j // 3
         if _velocity_row(modes, mu, j):
-            out[j, :m] = a[j]
+            for c in range(m):
+                out[j, c] = a[j, c]
             if _sliding(modes, mu, i) and j % 3 != 0:
                 out[j, j] += 2.0 * z[m + i]
                 out[j, m + i] = 2.0 * z[j]
@@ -241,28 +339,32 @@ def _kkt(a, mu, modes, z):
 
 @njit(cache=True)
 def _newton(a, b, mu, modes, z):
-    """cone._newton for one problem: damped Newton with backtracking on |F|²; returns z."""
-    noise = (16.0 * _EPS * (np.max(np.abs(b)) + 1e-3 * _TINY)) ** 2 * z.shape[0]
+    """cone._newton for one problem: damped Newton with backtracking on |F|²; returns z (4K,)."""
+    n = z.shape[0]
+    noise = (16.0 * _EPS * (_max_abs(b) + 1e-3 * _TINY)) ** 2 * n
     f = _residual(a, b, mu, modes, z)
     for _ in range(NEWTON_ITERATIONS):
-        ok, step = _solve(_kkt(a, mu, modes, z), f)
+        ok, step = _solve(_kkt(a, mu, modes, z), _column(f))
         if not ok:
             return z
-        step = -step[:, 0]
         norm0 = _dot(f, f)
         alpha = 1.0
         for _ in range(LINE_SEARCH_STEPS):
-            trial = z + alpha * step
+            trial = np.empty(n)
+            for i in range(n):
+                trial[i] = z[i] + alpha * -step[i, 0]
             f_trial = _residual(a, b, mu, modes, trial)
             worse = _dot(f_trial, f_trial) > max(norm0 * (1.0 - 1e-4 * alpha), noise)
             if not worse:
                 break
             alpha *= 0.5
-        if worse or not (np.all(np.isfinite(f_trial)) and np.all(np.isfinite(trial))):
+        if worse or not (_finite(f_trial) and _finite(trial)):
             return z
-        moved = np.max(np.abs(trial - z))
+        moved = 0.0
+        for i in range(n):
+            moved = max(moved, abs(trial[i] - z[i]))
         z, f = trial, f_trial
-        if _dot(f, f) <= noise or moved <= NEWTON_STEP_TOL * max(np.max(np.abs(z)), _TINY):
+        if _dot(f, f) <= noise or moved <= NEWTON_STEP_TOL * max(_max_abs(z), _TINY):
             break
     return z
 
@@ -272,10 +374,10 @@ def _check(a, b, mu, modes, z):
     """cone._check: the KKT conditions of every mode hold at z."""
     k = mu.shape[0]
     m = 3 * k
-    x, nu = z[:m], z[m:]
-    if not (np.all(np.isfinite(x)) and np.all(np.isfinite(nu))):
+    if not _finite(z):
         return False
-    w = _mv(a, x) + b
+    x = z[:m]
+    w = _affine(a, x, b)
     tol_w, tol_x = _tolerances(a, b, x, math.sqrt(_EPS))
     f = _residual(a, b, mu, modes, z)
     for j in range(m):
@@ -302,8 +404,8 @@ def _check(a, b, mu, modes, z):
 def _slip_directions(a, b, x):
     """cone._slip_directions: unit tangential velocity, else minus the friction direction, (K, 2)."""
     k = b.shape[0] // 3
-    w = _mv(a, x) + b
-    tol = math.sqrt(_EPS) * (np.max(np.abs(b)) + _TINY)
+    w = _affine(a, x, b)
+    tol = math.sqrt(_EPS) * (_max_abs(b) + _TINY)
     out = np.zeros((k, 2))
     for i in range(k):
         norm_w = math.hypot(w[3 * i + 1], w[3 * i + 2])
@@ -317,7 +419,7 @@ def _slip_directions(a, b, x):
 
 @njit(cache=True)
 def _guess(a, b, mu, modes, directions):
-    """cone._fixed_direction_guess: sliding friction fixed at ``-mu x_n d``, a linear solve; z."""
+    """cone._fixed_direction_guess: sliding friction fixed at ``-mu x_n d``, a linear solve; z (4K,)."""
     k = mu.shape[0]
     m = 3 * k
     e = np.zeros((m, m))
@@ -330,12 +432,20 @@ def _guess(a, b, mu, modes, directions):
             e[j, j] = 1.0
         if tangent_sliding:
             e[j, 3 * i] += -mu[i] * directions[i, j % 3 - 1]
-    g = _mm(a, e) * np.outer(mask, mask) + np.diag(1.0 - mask)
-    ok, y = _solve(g, -(b * mask))
-    x = _mv(e, y[:, 0]) if ok else np.zeros(m)
+    g = _mm(a, e)  # rows and columns of fixed impulses replaced by the identity
+    rhs = np.empty((m, 1))
+    for r in range(m):
+        for c in range(m):
+            g[r, c] = g[r, c] * (mask[r] * mask[c]) + (1.0 - mask[r] if r == c else 0.0)
+        rhs[r, 0] = -(b[r] * mask[r])
+    ok, y = _solve(g, rhs)
     z = np.zeros(m + k)
-    z[:m] = x
-    w = _mv(a, x) + b
+    if ok:
+        for r in range(m):
+            for c in range(m):
+                z[r] += e[r, c] * y[c, 0]
+    x = z[:m]
+    w = _affine(a, x, b)
     for i in range(k):
         if _sliding(modes, mu, i):
             z[m + i] = math.hypot(w[3 * i + 1], w[3 * i + 2]) / (2.0 * max(math.hypot(x[3 * i + 1], x[3 * i + 2]), _TINY))
@@ -361,7 +471,7 @@ def _repair(a, b, mu, modes, z):
     k = mu.shape[0]
     m = 3 * k
     x = z[:m]
-    w = _mv(a, x) + b
+    w = _affine(a, x, b)
     tol_w, tol_x = _tolerances(a, b, x, math.sqrt(_EPS))
     new = modes.copy()
     for i in range(k):
@@ -414,7 +524,7 @@ def solve_cone_compiled(a, b, mu, warm_modes):
         for i in range(k):
             if modes[i] != SEPARATED and z[3 * i] <= tol_x:
                 modes[i] = SEPARATED
-                z[3 * i : 3 * i + 3] = 0.0
+                z[3 * i] = z[3 * i + 1] = z[3 * i + 2] = 0.0
                 z[3 * k + i] = 0.0
     return z, modes, ok, False
 
@@ -434,33 +544,44 @@ def _detect(pos, quat, lin, ang, slots, slot_obj, options, obj_radius):
     rot = np.empty((count, 3, 3))
     speed = 0.0
     for j in range(count):
-        unit[j] = quat[j] / math.sqrt(_dot(quat[j], quat[j]))
-        rot[j] = _rotation(unit[j])
+        norm = math.sqrt(_dot(quat[j], quat[j]))
+        for c in range(4):
+            unit[j, c] = quat[j, c] / norm
+        _rotation_into(unit[j], rot[j])
         speed = max(speed, math.sqrt(_dot(lin[j], lin[j])) + math.sqrt(_dot(ang[j], ang[j])) * obj_radius[j])
     dt = options[0]
-    speed += dt * math.sqrt(_dot(options[4:7], options[4:7]))
+    gravity = options[4] * options[4] + options[5] * options[5] + options[6] * options[6]
+    speed += dt * math.sqrt(gravity)
     margin = options[1] + 2.0 * dt * speed
     s_count = slots.shape[0]
     gap, point, active = np.empty(s_count), np.empty((s_count, 3)), np.zeros(s_count, dtype=np.bool_)
     for s in range(s_count):
         j = slot_obj[s]
-        p = _mv(rot[j], slots[s, 0:3]) + pos[j]
-        normal = slots[s, 4:7]
-        gap[s] = _dot(p - slots[s, 7:10], normal) - slots[s, 3]
-        point[s] = p - normal * (slots[s, 3] + 0.5 * gap[s])
+        p = _mv(rot[j], slots[s, 0:3])
+        distance = 0.0
+        for c in range(3):
+            p[c] += pos[j, c]
+            distance += (p[c] - slots[s, 7 + c]) * slots[s, 4 + c]
+        gap[s] = distance - slots[s, 3]
+        for c in range(3):
+            point[s, c] = p[c] - slots[s, 4 + c] * (slots[s, 3] + 0.5 * gap[s])
         active[s] = gap[s] < margin
     return unit, rot, gap, point, active
 
 
 @njit(cache=True)
-def _frame(normal):
-    """Contact frame rows (n, t1, t2) of frames.contact_frames, (3, 3)."""
-    anchor = np.array([0.0, 1.0, 0.0]) if abs(normal[0]) > 0.9 else np.array([1.0, 0.0, 0.0])
+def _frame_into(slots, s, out):
+    """Contact frame rows (n, t1, t2) of frames.contact_frames for slot s's plane normal, into out (3, 3)."""
+    normal = slots[s, 4:7]
+    anchor = np.zeros(3)
+    anchor[1 if abs(normal[0]) > 0.9 else 0] = 1.0
     t2 = _cross(normal, anchor)
-    t2 = t2 / math.sqrt(_dot(t2, t2))
-    out = np.empty((3, 3))
-    out[0], out[1], out[2] = normal, _cross(t2, normal), t2
-    return out
+    norm = math.sqrt(_dot(t2, t2))
+    for c in range(3):
+        t2[c] /= norm
+    t1 = _cross(t2, normal)
+    for c in range(3):
+        out[0, c], out[1, c], out[2, c] = normal[c], t1[c], t2[c]
 
 
 @njit(cache=True)
@@ -469,14 +590,18 @@ def _contact_jacobian(keep, slot_obj, slots, point, pos, count):
     k = keep.shape[0]
     jac = np.zeros((3 * k, 6 * count))
     frames = np.empty((k, 3, 3))
+    lever = np.empty(3)
     for a in range(k):
         s = keep[a]
         j = slot_obj[s]
-        frames[a] = _frame(slots[s, 4:7])
-        lever = point[s] - pos[j]
+        _frame_into(slots, s, frames[a])
+        for c in range(3):
+            lever[c] = point[s, c] - pos[j, c]
         for r in range(3):
-            jac[3 * a + r, 6 * j : 6 * j + 3] = frames[a, r]
-            jac[3 * a + r, 6 * j + 3 : 6 * j + 6] = _cross(lever, frames[a, r])
+            moment = _cross(lever, frames[a, r])
+            for c in range(3):
+                jac[3 * a + r, 6 * j + c] = frames[a, r, c]
+                jac[3 * a + r, 6 * j + 3 + c] = moment[c]
     return jac, frames
 
 
@@ -486,30 +611,40 @@ def _inertias(rot, principal):
     count = rot.shape[0]
     inv, inertia = np.empty((count, 3, 3)), np.empty((count, 3, 3))
     for j in range(count):
-        inv[j] = _mm(rot[j] / principal[j], rot[j].T)
-        inertia[j] = _mm(rot[j] * principal[j], rot[j].T)
+        _scaled_grams(rot[j], principal[j], rot[j], inv[j], inertia[j])
     return inv, inertia
 
 
 @njit(cache=True)
-def _inverse_mass_apply(mass, inv, mat):
-    """M⁻¹ mat for mat (6J, c): linear rows / m, angular rows by the world inverse inertia."""
-    out = np.empty_like(mat)
+def _inverse_mass_jt(mass, inv, jac):
+    """M⁻¹ jacᵀ (6J, c) for jac (c, 6J): linear rows / m, angular rows by the world inverse inertia."""
+    out = np.empty((jac.shape[1], jac.shape[0]))
     for j in range(mass.shape[0]):
-        out[6 * j : 6 * j + 3] = mat[6 * j : 6 * j + 3] / mass[j]
-        out[6 * j + 3 : 6 * j + 6] = _mm(inv[j], mat[6 * j + 3 : 6 * j + 6])
+        for col in range(jac.shape[0]):
+            for r in range(3):
+                out[6 * j + r, col] = jac[col, 6 * j + r] / mass[j]
+                acc = 0.0
+                for i in range(3):
+                    acc += inv[j, r, i] * jac[col, 6 * j + 3 + i]
+                out[6 * j + 3 + r, col] = acc
     return out
 
 
 @njit(cache=True)
 def _free_velocity(lin, ang, wrench, mass, inv, inertia, options):
-    """Velocities without contact (6J,): gravity, applied wrench, gyroscopic torque."""
+    """Velocities without contact (6J,) [m/s, rad/s]: gravity, applied wrench, gyroscopic torque."""
     count = mass.shape[0]
     h = options[0]
     out = np.empty(6 * count)
+    torque = np.empty(3)
     for j in range(count):
-        out[6 * j : 6 * j + 3] = lin[j] + h * (options[4:7] + wrench[j, :3] / mass[j])
-        out[6 * j + 3 : 6 * j + 6] = ang[j] + h * _mv(inv[j], wrench[j, 3:] - _cross(ang[j], _mv(inertia[j], ang[j])))
+        gyro = _cross(ang[j], _mv(inertia[j], ang[j]))
+        for c in range(3):
+            out[6 * j + c] = lin[j, c] + h * (options[4 + c] + wrench[j, c] / mass[j])
+            torque[c] = wrench[j, 3 + c] - gyro[c]
+        accel = _mv(inv[j], torque)
+        for c in range(3):
+            out[6 * j + 3 + c] = ang[j, c] + h * accel[c]
     return out
 
 
@@ -538,14 +673,39 @@ def _bias(jac, v_free, v_now, gap_k, e_k, options):
 def _integrate(pos, quat, v_next, h):
     """Positions + h v, orientations exp(h w) * quat renormalized; (J, 3), (J, 4), (J, 3), (J, 3)."""
     count = pos.shape[0]
-    zero = np.zeros(3)
-    p, q = np.empty((count, 3)), np.empty((count, 4))
+    zero3, zero4, rv = np.zeros(3), np.zeros(4), np.empty(3)
+    p, q, lin, ang = np.empty((count, 3)), np.empty((count, 4)), np.empty((count, 3)), np.empty((count, 3))
     for j in range(count):
-        p[j] = pos[j] + h * v_next[6 * j : 6 * j + 3]
-        rotation, _ = _quat_exp(h * v_next[6 * j + 3 : 6 * j + 6], zero)
-        q[j], _ = _normalize(_quat_multiply(rotation, quat[j]), np.zeros(4))
-    v = v_next.reshape(count, 6)
-    return p, q, v[:, :3].copy(), v[:, 3:].copy()
+        for c in range(3):
+            p[j, c] = pos[j, c] + h * v_next[6 * j + c]
+            rv[c] = h * v_next[6 * j + 3 + c]
+            lin[j, c], ang[j, c] = v_next[6 * j + c], v_next[6 * j + 3 + c]
+        rotation, _ = _quat_exp(rv, zero3)
+        unit, _ = _normalize(_quat_multiply(rotation, quat[j]), zero4)
+        for c in range(4):
+            q[j, c] = unit[c]
+    return p, q, lin, ang
+
+
+@njit(cache=True)
+def _active(active):
+    """Indices (k,) int64 of the True entries of active (S,)."""
+    keep = np.empty(active.shape[0], dtype=np.int64)
+    k = 0
+    for s in range(active.shape[0]):
+        if active[s]:
+            keep[k] = s
+            k += 1
+    return keep[:k].copy()
+
+
+@njit(cache=True)
+def _take(values, keep):
+    """values[keep] for float values (S,) and indices keep (k,)."""
+    out = np.empty(keep.shape[0])
+    for i in range(keep.shape[0]):
+        out[i] = values[keep[i]]
+    return out
 
 
 @njit(cache=True)
@@ -554,27 +714,34 @@ def _forward(pos, quat, lin, ang, wrench, mass, principal, slots, slot_obj, slot
     """One step and what its Jacobians need (see :meth:`FastContactStep.step` for the state)."""
     count = pos.shape[0]
     unit, rot, gap, point, active = _detect(pos, quat, lin, ang, slots, slot_obj, options, obj_radius)
-    keep = np.nonzero(active)[0]
+    keep = _active(active)
     k = keep.shape[0]
     jac, frames = _contact_jacobian(keep, slot_obj, slots, point, pos, count)
     inv, inertia = _inertias(rot, principal)
-    minv_jt = _inverse_mass_apply(mass, inv, jac.T)
+    minv_jt = _inverse_mass_jt(mass, inv, jac)
     v_free = _free_velocity(lin, ang, wrench, mass, inv, inertia, options)
-    v_now = np.concatenate((lin, ang), axis=1).reshape(-1)
-    b, bouncing = _bias(jac, v_free, v_now, gap[keep], slot_e[keep], options)
+    v_now = np.empty(6 * count)
+    for j in range(count):
+        for c in range(3):
+            v_now[6 * j + c], v_now[6 * j + 3 + c] = lin[j, c], ang[j, c]
+    b, bouncing = _bias(jac, v_free, v_now, _take(gap, keep), _take(slot_e, keep), options)
     a = _mm(jac, minv_jt)
     if k > 0:
-        a += REGULARIZATION * max(np.trace(a) / (3 * k), _TINY) * np.eye(3 * k)
-    mu = slot_mu[keep]
-    warm_k = warm[keep] if warm.shape[0] == slot_obj.shape[0] else np.zeros(0, dtype=np.int8)
-    z, modes, converged, warm_hit = solve_cone_compiled(a, b, mu, warm_k) if k > 0 else (
-        np.zeros(0), np.zeros(0, dtype=np.int8), True, False)
-    v_next = v_free + _mv(minv_jt, z[: 3 * k])
+        _add_diagonal(a, REGULARIZATION * max(_trace(a) / (3 * k), _TINY))
+    mu = _take(slot_mu, keep)
+    warm_k = np.zeros(k if warm.shape[0] == slot_obj.shape[0] else 0, dtype=np.int8)
+    for i in range(warm_k.shape[0]):
+        warm_k[i] = warm[keep[i]]
+    z, modes, converged, warm_hit = np.zeros(0), np.zeros(0, dtype=np.int8), True, False
+    if k > 0:
+        z, modes, converged, warm_hit = solve_cone_compiled(a, b, mu, warm_k)
+    v_next = _affine(minv_jt, z[: 3 * k], v_free)
     status = OK if converged else NOT_CONVERGED
-    if np.any(bouncing):
-        status = BOUNCE_CORRECTION
     slot_modes = np.zeros(slot_obj.shape[0], dtype=np.int8)
-    slot_modes[keep] = modes
+    for i in range(k):
+        slot_modes[keep[i]] = modes[i]
+        if bouncing[i]:
+            status = BOUNCE_CORRECTION
     state = _integrate(pos, quat, v_next, options[0])
     return state, status, slot_modes, warm_hit, (unit, rot, gap, keep, jac, frames, inv, inertia, minv_jt,
                                                   v_free, a, b, mu, z, modes, bouncing, v_next)
@@ -593,11 +760,10 @@ def step_kernel(pos, quat, lin, ang, wrench, mass, principal, slots, slot_obj, s
 
 
 @njit(cache=True)
-def _geometric_tangent(d, quat, ang, wrench, mass, principal, slots, slot_obj, slot_e, options, work):
-    """Along input column ``d`` < 7J (a position or quaternion component): the derivatives of the
-    Delassus matrix (3k, 3k), bias (3k,), ``M⁻¹Jᵀ x`` (6J,) and free velocity (6J,)."""
-    unit, rot, gap, keep, jac, frames, inv, inertia, minv_jt, v_free, a, b, mu, z, modes, bouncing, v_next = work
-    count, k, h = rot.shape[0], keep.shape[0], options[0]
+def _rotation_tangents(d, quat, unit, rot, principal):
+    """Along input column ``d`` < 7J (a position or quaternion component): d position (J, 3) and
+    d rotation, d world inverse inertia, d world inertia (J, 3, 3) each."""
+    count = rot.shape[0]
     dpos, dquat = np.zeros((count, 3)), np.zeros((count, 4))
     if d < 3 * count:
         dpos[d // 3, d % 3] = 1.0
@@ -607,33 +773,74 @@ def _geometric_tangent(d, quat, ang, wrench, mass, principal, slots, slot_obj, s
     for j in range(count):
         if d >= 3 * count:
             _, d_unit = _normalize(quat[j], dquat[j])
-            d_rot[j] = _rotation_tangent(unit[j], d_unit)
-            sym = _mm(d_rot[j] / principal[j], rot[j].T)
-            d_inv[j] = sym + sym.T
-            sym = _mm(d_rot[j] * principal[j], rot[j].T)
-            d_inertia[j] = sym + sym.T
-    d_jac, d_gap = np.zeros_like(jac), np.zeros(k)
+            _rotation_tangent_into(unit[j], d_unit, d_rot[j])
+            sym_inv, sym = np.empty((3, 3)), np.empty((3, 3))
+            _scaled_grams(d_rot[j], principal[j], rot[j], sym_inv, sym)
+            for r in range(3):
+                for c in range(3):
+                    d_inv[j, r, c] = sym_inv[r, c] + sym_inv[c, r]
+                    d_inertia[j, r, c] = sym[r, c] + sym[c, r]
+    return dpos, d_rot, d_inv, d_inertia
+
+
+@njit(cache=True)
+def _jacobian_tangent(dpos, d_rot, keep, slots, slot_obj, frames, count):
+    """d contact Jacobian (3k, 6J) and d gap [m] (k,) from d position (J, 3) and d rotation (J, 3, 3)."""
+    k = keep.shape[0]
+    d_jac, d_gap, d_lever = np.zeros((3 * k, 6 * count)), np.zeros(k), np.empty(3)
     for i in range(k):
         s = keep[i]
         j = slot_obj[s]
-        normal = slots[s, 4:7]
-        dp = _mv(d_rot[j], slots[s, 0:3]) + dpos[j]
-        d_gap[i] = _dot(dp, normal)
-        d_lever = dp - 0.5 * normal * d_gap[i] - dpos[j]
+        dp = _mv(d_rot[j], slots[s, 0:3])
+        for c in range(3):
+            dp[c] += dpos[j, c]
+        d_gap[i] = _dot(dp, slots[s, 4:7])
+        for c in range(3):
+            d_lever[c] = dp[c] - 0.5 * slots[s, 4 + c] * d_gap[i] - dpos[j, c]
         for r in range(3):
-            d_jac[3 * i + r, 6 * j + 3 : 6 * j + 6] = _cross(d_lever, frames[i, r])
-    d_minv_jt = _inverse_mass_apply(mass, inv, d_jac.T)
-    d_v_free = np.zeros(6 * count)
+            moment = _cross(d_lever, frames[i, r])
+            for c in range(3):
+                d_jac[3 * i + r, 6 * j + 3 + c] = moment[c]
+    return d_jac, d_gap
+
+
+@njit(cache=True)
+def _geometric_tangent(d, quat, ang, wrench, mass, principal, slots, slot_obj, slot_e, options, work):
+    """Along input column ``d`` < 7J (a position or quaternion component): the derivatives of the
+    Delassus matrix (3k, 3k), bias (3k,), ``M⁻¹Jᵀ x`` (6J,) and free velocity (6J,)."""
+    unit, rot, gap, keep, jac, frames, inv, inertia, minv_jt, v_free, a, b, mu, z, modes, bouncing, v_next = work
+    count, k, h = rot.shape[0], keep.shape[0], options[0]
+    dpos, d_rot, d_inv, d_inertia = _rotation_tangents(d, quat, unit, rot, principal)
+    d_jac, d_gap = _jacobian_tangent(dpos, d_rot, keep, slots, slot_obj, frames, count)
+    d_minv_jt = _inverse_mass_jt(mass, inv, d_jac)
+    d_v_free, torque = np.zeros(6 * count), np.empty(3)
     for j in range(count):
-        d_minv_jt[6 * j + 3 : 6 * j + 6] += _mm(d_inv[j], jac[:, 6 * j + 3 : 6 * j + 6].T)
-        torque = wrench[j, 3:] - _cross(ang[j], _mv(inertia[j], ang[j]))
-        d_torque = -_cross(ang[j], _mv(d_inertia[j], ang[j]))
-        d_v_free[6 * j + 3 : 6 * j + 6] = h * (_mv(d_inv[j], torque) + _mv(inv[j], d_torque))
-    d_a = _mm(d_jac, minv_jt) + _mm(jac, d_minv_jt)
+        for r in range(3):  # + d_inv Jᵀ on the angular rows
+            for col in range(3 * k):
+                acc = 0.0
+                for i in range(3):
+                    acc += d_inv[j, r, i] * jac[col, 6 * j + 3 + i]
+                d_minv_jt[6 * j + 3 + r, col] += acc
+        gyro = _cross(ang[j], _mv(inertia[j], ang[j]))
+        for c in range(3):
+            torque[c] = wrench[j, 3 + c] - gyro[c]
+        d_torque = _cross(ang[j], _mv(d_inertia[j], ang[j]))
+        for c in range(3):
+            d_torque[c] = -d_torque[c]
+        first, second = _mv(d_inv[j], torque), _mv(inv[j], d_torque)
+        for c in range(3):
+            d_v_free[6 * j + 3 + c] = h * (first[c] + second[c])
+    d_a, d_a2 = _mm(d_jac, minv_jt), _mm(jac, d_minv_jt)
+    for r in range(3 * k):
+        for c in range(3 * k):
+            d_a[r, c] += d_a2[r, c]
     if k > 0:
-        d_a += REGULARIZATION * np.trace(d_a) / (3 * k) * np.eye(3 * k)
-    d_b = _mv(jac, d_v_free) + _mv(d_jac, v_free)
+        _add_diagonal(d_a, REGULARIZATION * _trace(d_a) / (3 * k))
+    d_b = _mv(jac, d_v_free)
+    d_b2 = _mv(d_jac, v_free)
     for i in range(k):
+        for c in range(3):
+            d_b[3 * i + c] += d_b2[3 * i + c]
         if bouncing[i]:
             d_b[3 * i] *= 1.0 + slot_e[keep[i]]  # b_n = (1 + e) approach
         else:
@@ -647,40 +854,58 @@ def _velocity_inputs(ang, mass, inv, inertia, h):
     geometry alone, so they enter the step through the free velocity only."""
     count = mass.shape[0]
     out = np.zeros((6 * count, 12 * count))
+    e, gyro = np.zeros(3), np.empty(3)
     for j in range(count):
         momentum = _mv(inertia[j], ang[j])
         for c in range(3):
-            e = np.zeros(3)
+            e[0] = e[1] = e[2] = 0.0
             e[c] = 1.0
             out[6 * j + c, 3 * j + c] = 1.0
-            gyro = _cross(e, momentum) + _cross(ang[j], _mv(inertia[j], e))
-            out[6 * j + 3 : 6 * j + 6, 3 * count + 3 * j + c] = e - h * _mv(inv[j], gyro)
+            first, second = _cross(e, momentum), _cross(ang[j], _mv(inertia[j], e))
+            for r in range(3):
+                gyro[r] = first[r] + second[r]
+            turn = _mv(inv[j], gyro)
+            for r in range(3):
+                out[6 * j + 3 + r, 3 * count + 3 * j + c] = e[r] - h * turn[r]
+                out[6 * j + 3 + r, 6 * count + 6 * j + 3 + c] = h * inv[j, r, c]
             out[6 * j + c, 6 * count + 6 * j + c] = h / mass[j]
-            out[6 * j + 3 : 6 * j + 6, 6 * count + 6 * j + 3 + c] = h * inv[j][:, c]
     return out
 
 
 @njit(cache=True)
-def _orientation_rows(quat, w_next, dv, h, count, j):
-    """d next orientation of object j (4, 19J) from the velocity derivatives ``dv`` (6J, 19J)."""
-    rotation, _ = _quat_exp(h * w_next, np.zeros(3))
+def _orientation_rows(quat, v_next, dv, h, count, j):
+    """d next orientation of object j (4, 22J) from the velocity derivatives ``dv`` (6J, 22J)."""
+    rv, e3, e4 = np.empty(3), np.zeros(3), np.zeros(4)
+    for c in range(3):
+        rv[c] = h * v_next[6 * j + 3 + c]
+    rotation, _ = _quat_exp(rv, e3)
     d_exp = np.zeros((4, 3))
     for c in range(3):
-        e = np.zeros(3)
-        e[c] = h
-        _, d_exp[:, c] = _quat_exp(h * w_next, e)
+        e3[0] = e3[1] = e3[2] = 0.0
+        e3[c] = h
+        _, d_col = _quat_exp(rv, e3)
+        for r in range(4):
+            d_exp[r, c] = d_col[r]
     product = _quat_multiply(rotation, quat[j])
     norm = math.sqrt(_dot(product, product))
-    unit = product / norm
     right, left = np.zeros((4, 4)), np.zeros((4, 4))  # a * q = right @ a, rotation * b = left @ b
     for c in range(4):
-        e = np.zeros(4)
-        e[c] = 1.0
-        right[:, c] = _quat_multiply(e, quat[j])
-        left[:, c] = _quat_multiply(rotation, e)
+        e4[0] = e4[1] = e4[2] = e4[3] = 0.0
+        e4[c] = 1.0
+        by_right, by_left = _quat_multiply(e4, quat[j]), _quat_multiply(rotation, e4)
+        for r in range(4):
+            right[r, c], left[r, c] = by_right[r], by_left[r]
     d_product = _mm(_mm(right, d_exp), dv[6 * j + 3 : 6 * j + 6])
-    d_product[:, 3 * count + 4 * j : 3 * count + 4 * j + 4] += left
-    return _mm(np.eye(4) - np.outer(unit, unit), d_product) / norm
+    project = np.empty((4, 4))  # I - unit unitᵀ: the tangent of the normalization
+    for r in range(4):
+        for c in range(4):
+            d_product[r, 3 * count + 4 * j + c] += left[r, c]
+            project[r, c] = (1.0 if r == c else 0.0) - (product[r] / norm) * (product[c] / norm)
+    out = _mm(project, d_product)
+    for r in range(4):
+        for c in range(out.shape[1]):
+            out[r, c] /= norm
+    return out
 
 
 @njit(cache=True)
@@ -699,24 +924,51 @@ def _parameter_inputs(work, wrench, mass, slot_e, slot_dmu, slot_de, h):
     rhs, dv = np.zeros((m + k, 3 * count)), np.zeros((6 * count, 3 * count))
     approach = _mv(jac, v_free)
     for j in range(count):
-        d_minv_jt = np.zeros_like(minv_jt)
-        d_minv_jt[6 * j : 6 * j + 6] = -minv_jt[6 * j : 6 * j + 6] / mass[j]
+        d_minv_jt = np.zeros((6 * count, m))
+        for r in range(6 * j, 6 * j + 6):
+            for col in range(m):
+                d_minv_jt[r, col] = -minv_jt[r, col] / mass[j]
         d_v_free = np.zeros(6 * count)
-        d_v_free[6 * j : 6 * j + 3] = -h * wrench[j, :3] / mass[j] ** 2
-        d_v_free[6 * j + 3 : 6 * j + 6] = -h / mass[j] * _mv(inv[j], wrench[j, 3:])
+        turn = _mv(inv[j], wrench[j, 3:])
+        for c in range(3):
+            d_v_free[6 * j + c] = -h * wrench[j, c] / mass[j] ** 2
+            d_v_free[6 * j + 3 + c] = -h / mass[j] * turn[c]
         d_a = _mm(jac, d_minv_jt)
         d_b = _mv(jac, d_v_free)
         if k > 0:
-            d_a += REGULARIZATION * np.trace(d_a) / m * np.eye(m)
+            _add_diagonal(d_a, REGULARIZATION * _trace(d_a) / m)
         for i in range(k):
             if bouncing[i]:
                 d_b[3 * i] *= 1.0 + slot_e[keep[i]]  # b_n = (1 + e) approach
                 rhs[3 * i, 3 * j + 2] = -approach[3 * i] * slot_de[keep[i], j]
             if _sliding(modes, mu, i):
                 rhs[m + i, 3 * j + 1] = mu[i] * x[3 * i] ** 2 * slot_dmu[keep[i], j]
-        rhs[:m, 3 * j] = -(_mv(d_a, x) + d_b)
-        dv[:, 3 * j] = d_v_free + _mv(d_minv_jt, x)
+        d_ax = _affine(d_a, x, d_b)
+        for r in range(m):
+            rhs[r, 3 * j] = -d_ax[r]
+        d_v = _affine(d_minv_jt, x, d_v_free)
+        for r in range(6 * count):
+            dv[r, 3 * j] = d_v[r]
     return rhs, dv
+
+
+@njit(cache=True)
+def _state_rows(quat, v_next, dv, h, count):
+    """d next state (13J, 22J) from the velocity derivatives ``dv`` (6J, 22J), impulse change included."""
+    dims = dv.shape[1]
+    out = np.zeros((13 * count, dims))
+    for j in range(count):
+        for c in range(3):
+            out[3 * j + c, 3 * j + c] = 1.0
+            for col in range(dims):
+                out[3 * j + c, col] += h * dv[6 * j + c, col]
+                out[7 * count + 3 * j + c, col] = dv[6 * j + c, col]
+                out[10 * count + 3 * j + c, col] = dv[6 * j + 3 + c, col]
+        rows = _orientation_rows(quat, v_next, dv, h, count, j)
+        for r in range(4):
+            for col in range(dims):
+                out[3 * count + 4 * j + r, col] = rows[r, col]
+    return out
 
 
 @njit(cache=True)
@@ -732,36 +984,43 @@ def jacobian_kernel(pos, quat, lin, ang, wrench, mass, principal, slots, slot_ob
                                                          slot_mu, slot_e, obj_radius, options, warm)
     unit, rot, gap, keep, jac, frames, inv, inertia, minv_jt, v_free, a, b, mu, z, modes, bouncing, v_next = work
     count, k, h = pos.shape[0], keep.shape[0], options[0]
-    m, dims, geo = 3 * k, 22 * count, 7 * count
+    m, dims, geo, par = 3 * k, 22 * count, 7 * count, 19 * count
     x = z[:m]
     rhs = np.zeros((m + k, dims))
     dv = np.zeros((6 * count, dims))  # d v_next, without the impulse change
     for d in range(geo):
         d_a, d_b, d_minv_x, d_v_free = _geometric_tangent(d, quat, ang, wrench, mass, principal, slots, slot_obj,
                                                           slot_e, options, work)
-        rhs[:m, d] = -(_mv(d_a, x) + d_b)
-        dv[:, d] = d_v_free + d_minv_x
+        d_ax = _affine(d_a, x, d_b)
+        for r in range(m):
+            rhs[r, d] = -d_ax[r]
+        for r in range(6 * count):
+            dv[r, d] = d_v_free[r] + d_minv_x[r]
     inputs = _velocity_inputs(ang, mass, inv, inertia, h)
-    dv[:, geo : 19 * count] = inputs
-    rhs[:m, geo : 19 * count] = -_mm(jac, inputs)
-    rhs[:, 19 * count :], dv[:, 19 * count :] = _parameter_inputs(work, wrench, mass, slot_e, slot_dmu, slot_de, h)
-    for j in range(m):
-        if not _velocity_row(modes, mu, j):
-            rhs[j] = 0.0
+    j_inputs = _mm(jac, inputs)
+    p_rhs, p_dv = _parameter_inputs(work, wrench, mass, slot_e, slot_dmu, slot_de, h)
+    for c in range(par - geo):
+        for r in range(6 * count):
+            dv[r, geo + c] = inputs[r, c]
+        for r in range(m):
+            rhs[r, geo + c] = -j_inputs[r, c]
+    for c in range(dims - par):
+        for r in range(6 * count):
+            dv[r, par + c] = p_dv[r, c]
+        for r in range(m + k):
+            rhs[r, par + c] = p_rhs[r, c]
+    for r in range(m):
+        if not _velocity_row(modes, mu, r):
+            for c in range(dims):
+                rhs[r, c] = 0.0
     if k > 0:
         ok, dz = _solve(_kkt(a, mu, modes, z), rhs)
         status = status if ok else NOT_CONVERGED
-        dv += _mm(minv_jt, dz[:m])
-    out = np.zeros((13 * count, dims))
-    for j in range(count):
-        for c in range(3):
-            out[3 * j + c, 3 * j + c] = 1.0
-        out[3 * j : 3 * j + 3] += h * dv[6 * j : 6 * j + 3]
-        out[3 * count + 4 * j : 3 * count + 4 * j + 4] = _orientation_rows(quat, v_next[6 * j + 3 : 6 * j + 6], dv, h,
-                                                                           count, j)
-        out[7 * count + 3 * j : 7 * count + 3 * j + 3] = dv[6 * j : 6 * j + 3]
-        out[10 * count + 3 * j : 10 * count + 3 * j + 3] = dv[6 * j + 3 : 6 * j + 6]
-    return state, status, slot_modes, warm_hit, out
+        dv_impulse = _mm(minv_jt, dz[:m])
+        for r in range(6 * count):
+            for c in range(dims):
+                dv[r, c] += dv_impulse[r, c]
+    return state, status, slot_modes, warm_hit, _state_rows(quat, v_next, dv, h, count)
 
 
 # ---------------------------------------------------------------- Python side
