@@ -141,11 +141,11 @@ def test_collision_fit_is_never_ok_outside_the_targets(worst_start_collision):
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "issue 19 accuracy target not met on the new scenes (measured 2026-11-24 with poses compared at second order, a change "
-    "since reverted: it moved the older cube collision test's friction to -3.4 %): from the "
-    "worst start scene 1 ends at mass +3.2 %, mu +1.8 %, restitution +0.023, scene 0 at -2.9 % / +5.8 % / -0.000, scene 2 "
-    "at -4.5 % / -3.6 % / +0.001, all poor_fit: the 10 ms cone step decays the target's spin faster than MuJoCo (and our "
-    "2 ms step), target yaw residuals 4-6.5x the noise. See benchmarks/RESULTS.md, contact-objects"))
+    "issue 19 accuracy target not met on the new scenes (measured 2026-11-25 after the bounce-correction fix that made the "
+    "10 ms target spin track MuJoCo's): from the worst start, without restarts, scene 1 ends at mass +23 %, mu +14 %, "
+    "restitution -0.030, poor_fit (target orientation 4.6x the noise, drift 10.5). The remaining model error is the "
+    "10 ms step's: the truth replayed at 10 ms ends the target 8.1 mm / 3.5 deg off (2 ms: 3.0 mm / 0.5 deg), about half "
+    "of it the semi-implicit lag a h t / 2. See benchmarks/RESULTS.md, contact-objects"))
 def test_collision_from_the_worst_initial_guess_meets_the_targets(worst_start_collision):
     fit, truth = worst_start_collision
     assert fit.status == "ok", fit.message
