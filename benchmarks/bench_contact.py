@@ -563,6 +563,51 @@ def _collisions(count, grid, before, workdir, before_scenes=None):
     return rows, tally
 
 
+REPLAY_STEPS = (0.002, 0.005, 0.01)  # [s]
+SPIN_TIMES = (0.03, 0.10, 0.16)  # [s] after the hit
+
+
+def _replay(count, workdir):
+    """The MuJoCo truth replayed through our world (true parameters, MuJoCo's state at the push)
+    at each of REPLAY_STEPS: the target's spin after the hit, the largest position error of
+    each box and the target's orientation error at the end. Isolates the model's error from
+    the fit's."""
+    from dataclasses import replace
+
+    import contact_scenes as cs
+    from scipy.spatial.transform import Rotation
+
+    rows = []
+    for index in range(count):
+        scene = cs.random_collision(index)
+        sim = cs.simulate(scene)
+        truth = cs.truth_values(scene, sim)
+        parsed, _, _ = _scene_inputs(scene, sim, index, workdir / f"replay{index}")
+        hit, names = sim["restitution"]["time"], [box.name for box in scene.boxes]
+        after = np.searchsorted(sim["times"], hit + np.array(SPIN_TIMES))
+        rows.append([f"{index}", "MuJoCo 0.1 ms", " / ".join(f"{sim['target']['velocity'][i, 5]:.2f}" for i in after), "-", "-"])
+        for dt in REPLAY_STEPS:
+            world = replace(parsed.world(truth), dt=dt)  # objects only: no robot step to match
+            fields = {"position": "position", "orientation": "quaternion"}
+            state = world.initial_state(**{k: np.array([sim[n][v][0] for n in names]) for k, v in fields.items()},
+                                        linear_velocity=np.array([sim[n]["velocity"][0, :3] for n in names]),
+                                        angular_velocity=np.array([sim[n]["velocity"][0, 3:] for n in names]))
+            steps = int(round(sim["times"][-1] / dt))
+            with torch.no_grad():
+                states, _ = world.rollout(state, steps, check_start=False)
+            times = dt * np.arange(1, steps + 1)
+            near = np.clip(np.searchsorted(sim["times"], times - 1e-9), 0, sim["times"].size - 1)
+            spin = [float(states.angular_velocity[np.argmin(abs(times - hit - t)), 1, 2]) for t in SPIN_TIMES]
+            error = [1e3 * float(np.linalg.norm(states.position[:, j].numpy() - sim[n]["position"][near], axis=-1).max())
+                     for j, n in enumerate(names)]
+            end = Rotation.from_quat(states.orientation[-1, 1].numpy()[[1, 2, 3, 0]])
+            yaw = math.degrees((end * Rotation.from_quat(sim["target"]["quaternion"][near[-1]][[1, 2, 3, 0]]).inv()).magnitude())
+            rows.append([f"{index}", f"ours {1e3 * dt:g} ms", " / ".join(f"{w:.2f}" for w in spin), f"{error[0]:.1f}, {error[1]:.1f} mm",
+                         f"{yaw:.1f} deg"])
+            print(rows[-1], flush=True)
+    return rows
+
+
 def _failure_paths(workdir):
     """A deliberately wrong known value and a wrong camera calibration must not pass."""
     import contact_scenes as cs
@@ -619,6 +664,7 @@ def objects(args=None):
         slide_time = time.perf_counter() - start
         collision_rows, tally = _collisions(collisions, grid, before, workdir, before_scenes)
         failure_rows = _failure_paths(workdir)
+        replay_rows = _replay(getattr(args, "replay", collisions), workdir)
     lines = [
         _header("Object estimation from a bag on independent MuJoCo scenes (issue 19)", "python -m benchmarks.bench_contact --parts objects"),
         "Scenes of `test/contact_scenes.py` (written for issue 19, sharing nothing with the older generator): rectangular boxes "
@@ -657,6 +703,9 @@ def objects(args=None):
         lines.append(f"- **Failure rate before: {tally['before'][0]}/{tally['before'][1]} "
                      f"({100 * tally['before'][0] / max(tally['before'][1], 1):.0f} %).**")
     lines += ["", "### Failure paths (must not report ok)\n", markdown_table(["case", "status", "message", "time"], failure_rows)]
+    lines += ["", "### Model error: the MuJoCo truth replayed through our world (true parameters, from the push)\n",
+              markdown_table(["scene", "model", f"target spin {' / '.join(f'{t:g}' for t in SPIN_TIMES)} s after the hit [rad/s]",
+                              "largest position error (box, target)", "target orientation error at the end"], replay_rows)]
     return "\n".join(lines)
 
 
@@ -671,6 +720,7 @@ def main(argv=None):
     parser.add_argument("--collisions", type=int, default=3, help="objects: collision scenes")
     parser.add_argument("--grid", choices=("full", "corners", "extremes"), default="full", help="objects: initial-guess grid")
     parser.add_argument("--no-before", action="store_true", help="objects: skip the hand-staged baseline")
+    parser.add_argument("--replay", type=int, default=3, help="objects: collision scenes replayed at several model steps")
     parser.add_argument("--before-scenes", type=int, default=None, help="objects: run the baseline on the first N collision scenes only")
     args = parser.parse_args(argv if argv is not None else sys.argv[1:])
     torch.set_num_threads(1)  # shared, oversubscribed cores; small tensors
