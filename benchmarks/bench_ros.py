@@ -214,8 +214,9 @@ def baxter_run(seconds, log_dir, baxter):
         resources = monitor.stop()
         received = probe.messages(topic)[start:]
         soak = soak_figures(probe, monitor, t0, seconds)
-        states = np.asarray([t for t, _ in probe.messages("/robot/joint_states")])
-        stamps = np.asarray([m.header.stamp.sec + 1e-9 * m.header.stamp.nanosec for _, m in probe.messages("/robot/joint_states")])
+        state_messages = list(probe.messages("/robot/joint_states"))  # one snapshot: messages keep arriving
+        states = np.asarray([t for t, _ in state_messages])
+        stamps = np.asarray([m.header.stamp.sec + 1e-9 * m.header.stamp.nanosec for _, m in state_messages])
         stale_warnings = processes["controller_node"].output().count("joint states stale")
         control = [{kv.key: kv.value for kv in st.values} for _, msg in probe.messages("/diagnostics")
                    for st in msg.status if st.name == "controller: control"]
