@@ -25,6 +25,8 @@ are an upper bound of what an idle one gives. Writes the ``ros`` section of RESU
 """
 
 import argparse
+import contextlib
+import gc
 import os
 import sys
 import tempfile
@@ -35,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.common import machine_line, markdown_table, percentile, write_section
+from diffsim_ros.runtime.heap import GcPauses
 from diffsim_ros.runtime.scheduling import leave_realtime, use_realtime_priority
 
 _TEST = Path(__file__).resolve().parents[1] / "test"
@@ -57,7 +60,11 @@ WAYPOINTS = [0.0, -0.55, 0.0, 1.3, 0.0, 0.8, 0.0, 0.3, -0.3, -0.2, 1.0, 0.3, 1.0
 
 
 class ResourceMonitor:
-    """CPU share and peak resident memory of processes, sampled every second on a thread."""
+    """CPU share and peak resident memory of processes, sampled every second on a thread.
+
+    The thread runs at the probe's scheduling: a normal-priority thread holding the GIL while
+    the machine's other work preempts it would stall the real-time probe (priority inversion).
+    """
 
     def __init__(self, processes):
         import psutil
@@ -69,6 +76,7 @@ class ResourceMonitor:
         self.start, self._running = time.monotonic(), True
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
+        _probe_realtime()  # the new thread too (threads start at normal priority: SCHED_RESET_ON_FORK)
 
     @staticmethod
     def _cpu(process):
@@ -117,6 +125,28 @@ def _probe_realtime():
     return f"normal ({why_not})" if why_not else f"SCHED_FIFO {PROBE_PRIORITY}"
 
 
+@contextlib.contextmanager
+def _probe_heap():
+    """No garbage collection in the probe's process while it records.
+
+    The probe keeps every message it receives: over a 600 s run, millions of objects. Full
+    collections over them took 0.2-0.6 s (measured with ``gc.callbacks``), during which the probe
+    took nothing from DDS and its sensor-QoS queues (depth 5) overflowed: joint-state gaps of up to
+    a second that were the probe's own, not the nodes'. Memory is ample for a run. Yields the
+    :class:`GcPauses` of the window (no collection is expected).
+    """
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    pauses = GcPauses()
+    try:
+        yield pauses
+    finally:
+        gc.enable()
+        gc.unfreeze()
+        pauses.close()
+
+
 def latency_run(seconds, log_dir):
     """Event-driven controller fed 500 Hz joint states by the probe; returns the figures."""
     from diagnostic_msgs.msg import DiagnosticArray
@@ -140,15 +170,16 @@ def latency_run(seconds, log_dir):
         sent, period = [], 1.0 / STATE_RATE
         start = len(probe.messages("/effort_controller/commands"))
         monitor = ResourceMonitor({"controller_node": controller.process})
-        deadline, next_due, seq = time.monotonic() + seconds, time.monotonic(), 0
-        first_sent = time.monotonic()
-        while time.monotonic() < deadline:
-            publisher.publish(_state_msg(JointState, seq))
-            sent.append(time.monotonic())
-            seq += 1
-            next_due += period
-            time.sleep(max(0.0, next_due - time.monotonic()))
-        time.sleep(1.5)  # the last commands and one more diagnostics message
+        with _probe_heap() as probe_gc:
+            deadline, next_due, seq = time.monotonic() + seconds, time.monotonic(), 0
+            first_sent = time.monotonic()
+            while time.monotonic() < deadline:
+                publisher.publish(_state_msg(JointState, seq))
+                sent.append(time.monotonic())
+                seq += 1
+                next_due += period
+                time.sleep(max(0.0, next_due - time.monotonic()))
+            time.sleep(1.5)  # the last commands and one more diagnostics message
         resources = monitor.stop()
         # Commands of the states sent (the timer's hold commands after the stream ends excluded).
         commands = [t for t, _ in probe.messages("/effort_controller/commands")[start:]
@@ -175,6 +206,7 @@ def latency_run(seconds, log_dir):
         "end_to_end_ms": (percentile(latency, 50), percentile(latency, 99), float(np.max(latency))),
         "receipt_ms": tuple(float(values.get(f"receipt->publish {k} [ms]", "nan")) for k in ("p50", "p99", "max")),
         "resources": resources, "probe_scheduling": probe_scheduling, "scheduling": values.get("scheduling", "?"),
+        "probe_collections": probe_gc.collections,
     }
 
 
@@ -210,7 +242,8 @@ def baxter_run(seconds, log_dir, baxter):
         start = len(probe.messages(topic))
         monitor = ResourceMonitor({name: p.process for name, p in processes.items()})
         t0 = time.monotonic()
-        time.sleep(seconds)
+        with _probe_heap() as probe_gc:
+            time.sleep(seconds)
         resources = monitor.stop()
         received = probe.messages(topic)[start:]
         soak = soak_figures(probe, monitor, t0, seconds)
@@ -218,8 +251,9 @@ def baxter_run(seconds, log_dir, baxter):
         states = np.asarray([t for t, _ in state_messages])
         stamps = np.asarray([m.header.stamp.sec + 1e-9 * m.header.stamp.nanosec for _, m in state_messages])
         stale_warnings = processes["controller_node"].output().count("joint states stale")
-        control = [{kv.key: kv.value for kv in st.values} for _, msg in probe.messages("/diagnostics")
-                   for st in msg.status if st.name == "controller: control"]
+        control, hardware = ([{kv.key: kv.value for kv in st.values} for _, msg in probe.messages("/diagnostics")
+                              for st in msg.status if st.name == name] for name in ("controller: control",
+                                                                                   "sim_robot: hardware"))
     finally:
         leave_realtime(all_threads=True)
         probe.close()
@@ -244,8 +278,8 @@ def baxter_run(seconds, log_dir, baxter):
             "own_gaps_over_50ms": len(own), "max_own_gap_ms": max(own, default=0.0),
             "state_gaps_over_timeout": int(np.sum(state_gaps_ms > STATE_TIMEOUT * 1e3)),
             "max_state_gap_ms": float(state_gaps_ms.max()), "stale_warnings": stale_warnings,
-            # sim_robot stamps each state when it publishes: a gap here is the sim not publishing,
-            # a gap only in arrival times is delivery (DDS, the probe).
+            # sim_robot stamps each state when it publishes: stamps missing at the probe were not
+            # published or not delivered to it (the sim's own diagnostics tell which).
             "max_stamp_gap_ms": float(np.diff(np.sort(stamps[states >= times[0]])).max() * 1e3),
             "stamp_gaps_over_timeout": int(np.sum(np.diff(np.sort(stamps[states >= times[0]])) > STATE_TIMEOUT)),
             "controller_largest_gap_ms": float(control[-1]["largest command gap [ms]"]),
@@ -253,6 +287,13 @@ def baxter_run(seconds, log_dir, baxter):
             "controller_gc_pause_ms": float(control[-1]["largest GC pause [ms]"]),
             "controller_full_gcs": int(control[-1]["full GC collections"]),
             "controller_scheduling": control[-1]["scheduling"], "probe_scheduling": probe_scheduling,
+            "probe_collections": probe_gc.collections,
+            # Measured in sim_robot where it publishes (the whole run): its own silences.
+            "sim_largest_gap_ms": float(hardware[-1]["largest joint state gap [ms]"]),
+            "sim_gaps_over_50ms": int(hardware[-1]["joint state gaps > 50 ms"]),
+            "sim_gc_pause_ms": float(hardware[-1]["largest GC pause [ms]"]),
+            "sim_real_time_factor": min(float(h["real-time factor"]) for h in hardware[1:]),
+            "sim_scheduling": hardware[-1]["scheduling"],
             "gap_p99_ms": percentile(gaps, 99), "modes": sorted(modes), "resources": resources, "soak": soak}
 
 
@@ -319,7 +360,7 @@ def report(latency, baxter, load_before, load_after, duration):
         "",
         markdown_table(["measure", "p50", "p99", "max", "target", ""], rows),
         "",
-        f"Controller at {latency['scheduling']}, probe at {latency['probe_scheduling']}. "
+        f"Controller at {latency['scheduling']}, probe at {latency['probe_scheduling']} (no garbage collection while recording: {latency['probe_collections']} collections). "
         f"{latency['sent']} states sent, {latency['accepted']} accepted by the controller, {latency['commands']} "
         f"commands received; commands matched to states {'by order (nothing dropped)' if latency['matched_by_order'] else 'to the newest state before them (some dropped)'}.",
         "",
@@ -338,17 +379,20 @@ def report(latency, baxter, load_before, load_after, duration):
         f"In the controller (wall-clock gaps between consecutive commands, the whole run including start-up): "
         f"largest {baxter['controller_largest_gap_ms']:.1f} ms, {baxter['controller_gaps_over_50ms']} gaps > 50 ms; "
         f"scheduling {baxter['controller_scheduling']}; longest garbage collection {baxter['controller_gc_pause_ms']:.1f} ms "
-        f"({baxter['controller_full_gcs']} full collections, start-up heap frozen); the probe ran at "
-        f"{baxter['probe_scheduling']}. "
-        f"Joint states from sim_robot (100 Hz) seen by the probe: {baxter['state_gaps_over_timeout']} gaps longer "
-        f"than `safety.state_timeout` (50 ms), the longest {baxter['max_state_gap_ms']:.0f} ms (the longest gap "
-        f"between their header stamps, i.e. in publishing: {baxter['max_stamp_gap_ms']:.0f} ms, "
-        f"{baxter['stamp_gaps_over_timeout']} over 50 ms); the controller "
-        f"logged stale joint states {baxter['stale_warnings']} times. Command gaps > 50 ms while joint states kept "
-        f"arriving (the controller's own): {baxter['own_gaps_over_50ms']}"
-        + (f", the longest {baxter['max_own_gap_ms']:.0f} ms" if baxter["own_gaps_over_50ms"] else "")
-        + ". Gaps seen at the probe but not in the controller are the probe (or its process) not being "
-        "scheduled: on a loaded machine it misses both topics at once.",
+        f"({baxter['controller_full_gcs']} full collections, start-up heap frozen); the controller logged stale joint "
+        f"states {baxter['stale_warnings']} times. Command gaps > 50 ms while joint states kept arriving at the probe "
+        f"(the controller's own): {baxter['own_gaps_over_50ms']}"
+        + (f", the longest {baxter['max_own_gap_ms']:.0f} ms" if baxter["own_gaps_over_50ms"] else "") + ".",
+        "",
+        f"Joint states (100 Hz), measured in sim_robot where it publishes (its `/diagnostics`, the whole run): "
+        f"largest gap {baxter['sim_largest_gap_ms']:.1f} ms, {baxter['sim_gaps_over_50ms']} gaps > 50 ms; "
+        f"lowest real-time factor of the physics over a second {baxter['sim_real_time_factor']:.3f}; longest garbage "
+        f"collection {baxter['sim_gc_pause_ms']:.1f} ms; scheduling {baxter['sim_scheduling']}. At the probe "
+        f"({baxter['probe_scheduling']}, no garbage collection while recording: {baxter['probe_collections']} "
+        f"collections): {baxter['state_gaps_over_timeout']} arrival gaps longer than `safety.state_timeout` (50 ms), "
+        f"the longest {baxter['max_state_gap_ms']:.0f} ms; missing stamps: {baxter['stamp_gaps_over_timeout']} "
+        f"stamp gaps over 50 ms, the longest {baxter['max_stamp_gap_ms']:.0f} ms. A gap at the probe that sim_robot did "
+        "not have is delivery or the probe.",
         "",
         "### CPU (share of one core) and peak memory per node",
         "",

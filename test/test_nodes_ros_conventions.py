@@ -18,7 +18,7 @@ from diffsim_ros.nodes.estimator_node import EstimatorNode, EstimatorNodeConfig
 from diffsim_ros.nodes.messages import estimates_msg
 from diffsim_ros.nodes.sim_robot_node import SimRobotNode
 from diffsim_ros.runtime import COMMAND_QOS, LATCHED_QOS, SENSOR_QOS
-from diffsim_ros.runtime.diagnostics import DIAGNOSTIC_ARRAY, ERROR, OK
+from diffsim_ros.runtime.diagnostics import DIAGNOSTIC_ARRAY, ERROR, OK, WARN
 from diffsim_ros.runtime.embedded import EmbeddedRuntime
 from diffsim_ros.runtime.params import ParameterError, parameter_specs
 from oracles import REPO
@@ -128,6 +128,27 @@ def test_controller_diagnostics_report_input_and_control():
     runtime.spin_for(1.2)
     last = {s.name: s for s in diagnostics.messages[-1][1].status}
     assert last["controller: /robot/joint_states"].level == ERROR
+    runtime.shutdown()
+
+
+def test_sim_robot_diagnostics_measure_its_joint_state_publishing():
+    runtime, sim, controller, _ = controller_graph()
+    diagnostics = Recorder(runtime, DIAGNOSTIC_ARRAY, "/diagnostics", 10)
+    runtime.spin_for(2.5)
+    hardware = [s for _, msg in diagnostics.messages for s in msg.status if s.name == "sim_robot: hardware"]
+    values = {kv.key: kv.value for kv in hardware[-1].values}
+    assert hardware[-1].level == OK and hardware[-1].message == "running"
+    assert int(values["joint states published"]) >= 195 and float(values["largest joint state gap [ms]"]) < 10.5
+    assert values["joint state gaps > 50 ms"] == "0" and abs(float(values["real-time factor"]) - 1.0) < 0.01
+    # The sim stops publishing for 0.2 s: measured at the source and reported.
+    sim.joint_state_timer.cancel()
+    runtime.spin_for(0.2)
+    sim.handle.create_timer(0.01, sim._publish_joint_state)
+    runtime.spin_for(1.2)
+    last = [s for _, msg in diagnostics.messages for s in msg.status if s.name == "sim_robot: hardware"][-1]
+    values = {kv.key: kv.value for kv in last.values}
+    assert last.level == WARN and last.message == "joint states paused"
+    assert values["joint state gaps > 50 ms"] == "1" and 200.0 <= float(values["largest joint state gap [ms]"]) < 215.0
     runtime.shutdown()
 
 

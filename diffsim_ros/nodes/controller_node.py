@@ -69,7 +69,7 @@ from diffsim_ros.nodes.robot import DEFAULT_ROBOT_CONFIG, check_realtime_priorit
     realtime_scheduling, robot_topic, set_threads
 from diffsim_ros.resources import resolve_resource
 from diffsim_ros.runtime import LATCHED_QOS, SENSOR_QOS, declare_config, param
-from diffsim_ros.runtime.diagnostics import DIAGNOSTIC_ARRAY, ERROR, OK, WARN, InputRates, diagnostic_array_msg, \
+from diffsim_ros.runtime.diagnostics import DIAGNOSTIC_ARRAY, ERROR, OK, WARN, Gaps, InputRates, diagnostic_array_msg, \
     input_status, node_label, status
 from diffsim_ros.runtime.heap import GcPauses
 from diffsim_ros.runtime.inputs import FRESH, STALE, joint_state_input
@@ -192,8 +192,7 @@ class ControllerNode:
         self._map_rebuild, self.map_rebuilds = None, 0  # None, "running" or "again"
         self.latencies = deque(maxlen=_LATENCY_WINDOW)
         # Wall-clock gaps between consecutive commands (a deliberate stop restarts the count).
-        self.command_gaps = {"largest [ms]": 0.0, "over 50 ms": 0}
-        self._last_publish = None
+        self.command_gaps = Gaps(limit_ms=50.0)  # Baxter drops out of torque mode after a silence
         self.gc_pauses = GcPauses()  # what the garbage collector still costs the loop (runtime/heap.py)
         self.scheduling = realtime_scheduling(handle, cfg.realtime_priority)
         self._previous = None  # (stamp [s], q, clock epoch) for velocities when the state has none
@@ -386,12 +385,10 @@ class ControllerNode:
 
     def _count_gap(self, commanding):
         """Track the wall-clock gaps between consecutive torque commands (diagnostics)."""
-        now = time.monotonic()
-        if commanding and self._last_publish is not None:
-            gap = (now - self._last_publish) * 1e3
-            self.command_gaps["largest [ms]"] = max(self.command_gaps["largest [ms]"], gap)
-            self.command_gaps["over 50 ms"] += gap > 50.0
-        self._last_publish = now if commanding else None
+        if commanding:
+            self.command_gaps.tick()
+        else:
+            self.command_gaps.pause()
 
     def _publish_reference(self, now_ns, t):
         q_d, qd_d, _ = self.reference(t)
@@ -445,8 +442,7 @@ class ControllerNode:
         values = {"lifecycle": state, "mode": cfg.mode, "output": self.output.topic, "trigger": cfg.control_trigger,
                   "commands published": self.output.published, "safety": reason,
                   "safety faults": last.faults if last else 0, "model updates": self.model_updates,
-                  "largest command gap [ms]": f"{self.command_gaps['largest [ms]']:.1f}",
-                  "command gaps > 50 ms": self.command_gaps["over 50 ms"],
+                  **self.command_gaps.values("command"),
                   "largest GC pause [ms]": f"{self.gc_pauses.largest_ms:.1f}",
                   "full GC collections": self.gc_pauses.full_collections,
                   "GC frozen objects": gc.get_freeze_count(), "scheduling": self.scheduling}

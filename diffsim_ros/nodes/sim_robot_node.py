@@ -17,12 +17,16 @@ Topics (names from the robot config unless overridden):
   COMMAND_QOS) and ``/robot/limb/<side>/suppress_gravity_compensation`` (std_msgs/msg/Empty);
 * ros2_control: subscribes ``/<controller_name>/commands`` (std_msgs/msg/Float64MultiArray,
   COMMAND_QOS), ``controller_joints`` in order;
+* publishes ``/diagnostics`` (diagnostic_msgs/msg/DiagnosticArray) every second: joint states
+  published and the longest silence between them (measured here, at the source), the physics
+  real-time factor, rejected commands, garbage-collector pauses and the scheduling;
 * with ``publish_clock``: publishes ``/clock`` (rosgraph_msgs/msg/Clock, CLOCK_QOS) after every
   physics update. Simulation time then advances by the simulated step (it falls behind the
   wall clock when the machine cannot keep up, as a simulator's clock should), stamps and the
   command interface use it, and the other nodes follow it with ``use_sim_time: true``.
 """
 
+import gc
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,11 +49,16 @@ from diffsim_ros.nodes.outputs import BAXTER, OUTPUTS, baxter_topics, controller
 from diffsim_ros.nodes.robot import DEFAULT_ROBOT_CONFIG, check_realtime_priority, load_robot, realtime_priority_param, \
     realtime_scheduling, robot_topic, set_threads
 from diffsim_ros.runtime import CLOCK_QOS, COMMAND_QOS, SENSOR_QOS, declare_config, param
+from diffsim_ros.runtime.diagnostics import DIAGNOSTIC_ARRAY, OK, WARN, Gaps, diagnostic_array_msg, node_label, status
+from diffsim_ros.runtime.heap import GcPauses
 from diffsim_ros.runtime.params import ParameterError
 from diffsim_ros.runtime.rclpy_backend import exit_process, run_node
 from diffsim_ros.testbed.mujoco_plant import MujocoPlant, PlantTruth, SensorNoise, random_camera_pose
 
 __all__ = ["SimRobotConfig", "SimRobotNode", "main", "plant_truth"]
+
+_DIAGNOSTICS_PERIOD = 1.0  # [s]
+_STATE_GAP_LIMIT_MS = 50.0  # a controller's state_timeout is of this order (Baxter configs: 50 ms)
 
 
 @dataclass(frozen=True)
@@ -165,8 +174,15 @@ class SimRobotNode:
         self._setup_commands(cfg, model, start)
         joint_topic = robot_topic(self.robot.config, "joint_states", cfg.joint_states_topic) or "/joint_states"
         self.joint_states = handle.create_publisher(JOINT_STATE, joint_topic, SENSOR_QOS)
+        self.state_gaps = Gaps(_STATE_GAP_LIMIT_MS)
+        self.gc_pauses = GcPauses()
+        handle.add_on_shutdown(self.gc_pauses.close)
+        self.physics_updates = 0
+        self._real_time = None  # (node time [s], physics updates) at the previous diagnostics
+        self.diagnostics = handle.create_publisher(DIAGNOSTIC_ARRAY, "/diagnostics", 10)
+        handle.create_timer(_DIAGNOSTICS_PERIOD, self._publish_diagnostics)
         handle.create_timer(self._substeps * cfg.timestep, self._step)
-        handle.create_timer(1.0 / cfg.joint_state_rate_hz, self._publish_joint_state)
+        self.joint_state_timer = handle.create_timer(1.0 / cfg.joint_state_rate_hz, self._publish_joint_state)
         if camera:
             camera_topic = robot_topic(self.robot.config, "camera_pose", cfg.camera_topic) or "/camera/pose"
             self.camera = handle.create_publisher(POSE_STAMPED, camera_topic, SENSOR_QOS)
@@ -243,6 +259,7 @@ class SimRobotNode:
     def _step(self):
         q, qd = self.plant.true_state()
         self.plant.step(self.hardware.torques(self.now(), q, qd), steps=self._substeps)
+        self.physics_updates += 1
         if self.clock is not None:
             self._sim_ns += self._step_ns
             self.clock.publish(clock_msg(self.handle.messages, self._sim_ns))
@@ -269,6 +286,33 @@ class SimRobotNode:
     def _publish_joint_state(self):
         values = [np.concatenate([v, self._extra])[self._order] for v in self.plant.read_joint_state()]
         self.joint_states.publish(joint_state_msg(self.handle.messages, self.now_ns(), self._published_names, *values))
+        self.state_gaps.tick(self.handle.now_ns() / NS_PER_S)  # node time: the wall clock on a real graph
+
+    def _publish_diagnostics(self):
+        now_ns = self.handle.now_ns()
+        self.diagnostics.publish(diagnostic_array_msg(self.handle.messages, now_ns, [self._hardware_status()]))
+
+    def _real_time_factor(self):
+        """Simulated seconds per second of node time (the wall clock on a real graph) since the previous call."""
+        now, previous = self.handle.now_ns() / NS_PER_S, self._real_time
+        self._real_time = (now, self.physics_updates)
+        if previous is None or now <= previous[0]:
+            return float("nan")
+        return (self.physics_updates - previous[1]) * self._step_ns / NS_PER_S / (now - previous[0])
+
+    def _hardware_status(self):
+        factor = self._real_time_factor()
+        behind = factor < 0.95  # the hardware it stands in for never falls behind
+        level = WARN if behind or self.state_gaps.over_limit else OK
+        message = ("falling behind real time" if behind else
+                   "joint states paused" if self.state_gaps.over_limit else "running")
+        values = {"joint states published": self.state_gaps.events, **self.state_gaps.values("joint state"),
+                  "physics updates": self.physics_updates, "real-time factor": f"{factor:.3f}",
+                  "rejected commands": self.rejected_commands,
+                  "largest GC pause [ms]": f"{self.gc_pauses.largest_ms:.1f}",
+                  "full GC collections": self.gc_pauses.full_collections,
+                  "GC frozen objects": gc.get_freeze_count(), "scheduling": self.scheduling}
+        return status(level, f"{node_label(self.handle)}: hardware", message, values)
 
     def _publish_camera(self):
         position, quaternion = self.plant.read_camera_pose(self.tracked_frame)

@@ -8,12 +8,13 @@ WARN while waiting for the first sample, ERROR when stale). Node-specific status
 mode and safety, estimator health) are built by the nodes with :func:`status`.
 """
 
+import time
 from dataclasses import dataclass, field
 
 from diffsim_ros.io.ros_messages import NS_PER_S, header_fields
 from diffsim_ros.runtime.inputs import FRESH, STALE
 
-__all__ = ["DIAGNOSTIC_ARRAY", "ERROR", "InputRates", "OK", "STALE_LEVEL", "Status", "WARN",
+__all__ = ["DIAGNOSTIC_ARRAY", "ERROR", "Gaps", "InputRates", "OK", "STALE_LEVEL", "Status", "WARN",
            "diagnostic_array_msg", "input_status", "node_label", "status"]
 
 DIAGNOSTIC_ARRAY = "diagnostic_msgs/msg/DiagnosticArray"
@@ -40,6 +41,46 @@ def node_label(handle):
 def status(level, name, message, values=None, hardware_id=""):
     """A :class:`Status` (values are shown as strings)."""
     return Status(int(level), str(name), str(message), dict(values or {}), str(hardware_id))
+
+
+class Gaps:
+    """Wall-clock gaps between successive events of a periodic output (monotonic clock).
+
+    What a downstream watchdog sees: a publisher's longest silence, measured where it publishes,
+    so that a gap at a receiver can be told apart from one at the source.
+
+    Args:
+        limit_ms: Gaps longer than this are counted [ms].
+
+    Attributes:
+        events: Events so far.
+        largest_ms: Longest gap so far [ms].
+        over_limit: Number of gaps longer than ``limit_ms``.
+    """
+
+    def __init__(self, limit_ms=50.0):
+        self.limit_ms = float(limit_ms)
+        self.events, self.largest_ms, self.over_limit = 0, 0.0, 0
+        self._last = None
+
+    def tick(self, now=None):
+        """One event at ``now`` [s, monotonic] (default: now)."""
+        now = time.monotonic() if now is None else now
+        self.events += 1
+        if self._last is not None:
+            gap = (now - self._last) * 1e3
+            self.largest_ms = max(self.largest_ms, gap)
+            self.over_limit += gap > self.limit_ms
+        self._last = now
+
+    def pause(self):
+        """The output stops on purpose: the time until the next event is no gap."""
+        self._last = None
+
+    def values(self, what):
+        """Diagnostic key-values ``largest <what> gap [ms]`` and ``<what> gaps > <limit> ms``."""
+        return {f"largest {what} gap [ms]": f"{self.largest_ms:.1f}",
+                f"{what} gaps > {self.limit_ms:g} ms": self.over_limit}
 
 
 class InputRates:
