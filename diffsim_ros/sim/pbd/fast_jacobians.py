@@ -13,8 +13,9 @@ set decision reads real parts only, and the non-polynomial functions are complex
 f'(x)``, exact to ``O(y^2)`` like the complex step itself (``_atan2``, ``_rodrigues``, ``_tanh``).
 
 The kernel runs once per input direction, ``3 n`` runs for
-``A = d(q+, qd+)/d(q, qd)`` (2n, 2n) and ``B = d(q+, qd+)/d tau`` (2n, n); a complex run
-costs about 1.3 plain runs. The tests hold both to the torch PBD step's
+``A = d(q+, qd+)/d(q, qd)`` (2n, 2n) and ``B = d(q+, qd+)/d tau`` (2n, n), ``n`` for ``B``
+alone (an MPC's first step, whose start state is given); a complex run costs about 1.5
+plain runs. The tests hold both to the torch PBD step's
 autograd Jacobians and to central finite differences (test/test_pbd_fast_jacobians.py).
 """
 
@@ -72,7 +73,7 @@ def step_jacobians_into(fk, phys, springs, settings, q, qd, tau, with_state, q_n
         q_next[i], qd_next[i] = zq_out[i].real, zqd_out[i].real
 
 
-def pbd_step_jacobians(pbd, q, qd, tau, dt, settings):
+def pbd_step_jacobians(pbd, q, qd, tau, dt, settings, with_state=True):
     """One step of a :class:`~diffsim_ros.sim.pbd.fast.FastPBD` snapshot and its exact Jacobians.
 
     Args:
@@ -80,6 +81,7 @@ def pbd_step_jacobians(pbd, q, qd, tau, dt, settings):
         q, qd, tau: Joint positions [rad], velocities [rad/s] and torques [N·m], each (n,).
         dt: Control period [s].
         settings: SolverSettings (substeps, iterations, compliance, limits; direct solver).
+        with_state: False: only ``B`` (n kernel runs instead of 3n), ``A`` is None.
 
     Returns:
         ``(q_next, qd_next, A, B)``: the state after the step, each (n,); ``A`` (2n, 2n) =
@@ -91,5 +93,5 @@ def pbd_step_jacobians(pbd, q, qd, tau, dt, settings):
         raise ValueError(f"expected q, qd, tau of shape ({n},), got {q.shape}, {qd.shape}, {tau.shape}")
     options = kernel_options(dt, settings)
     q_next, qd_next, a, b = np.empty(n), np.empty(n), np.empty((2 * n, 2 * n)), np.empty((2 * n, n))
-    step_jacobians_into(pbd.fk, pbd.phys, pbd.springs, options, q, qd, tau, True, q_next, qd_next, a, b)
-    return q_next, qd_next, a, b
+    step_jacobians_into(pbd.fk, pbd.phys, pbd.springs, options, q, qd, tau, bool(with_state), q_next, qd_next, a, b)
+    return q_next, qd_next, (a if with_state else None), b
