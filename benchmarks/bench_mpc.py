@@ -15,15 +15,17 @@ The "through PBD" row runs the same compiled solver predicting with the compiled
 same model (1 substep, 2 projection iterations) and its exact Jacobians on every iteration
 (complex step through the compiled kernel), closing the loop on that PBD step.
 
-Run: ``.venv/bin/python -m benchmarks.bench_mpc`` (Crocoddyl: ``pip install -e '.[bench]'``).
+Run: ``.venv/bin/python -m benchmarks.bench_mpc`` (Crocoddyl: ``pip install -e '.[bench]'``);
+``--only-pbd`` re-measures the through-PBD row and its note alone, in place.
 """
 
+import argparse
 import os
 import time
 
 import numpy as np
 
-from benchmarks.common import machine_line, markdown_table, median, write_section
+from benchmarks.common import RESULTS, machine_line, markdown_table, median, write_section
 from diffsim_ros.control import MinimumJerkMove, MPCSettings, ModelPredictiveController
 from diffsim_ros.control.mpc_fast import FastModelPredictiveController, make_mpc
 from diffsim_ros.sim import make_simulator
@@ -38,6 +40,7 @@ CALLS = 200  # closed-loop calls per solver and horizon
 TORCH_CALLS = 40  # the torch reference is slow
 PBD_CALLS = 60
 PROFILE_REPEATS = 100
+PBD_ROW = "diffsim_ros through PBD: compiled Riccati solver, exact step Jacobians (complex step)"
 HORIZONS = (3, 10, 30)
 PLANT_SUBSTEPS = 10
 Q0 = np.array([0.0, -0.3, 0.0, 0.8, 0.0, 0.6, 0.0])
@@ -157,20 +160,58 @@ class CrocoddylMPC:
 
 def pbd_profile(mpc, per_call, mean_iterations):
     """Where a PBD MPC call's time goes: the step with its exact Jacobians, timed alone [text]."""
-    q, qd, settings, n = Q0 + 0.1, np.full(7, 0.2), mpc.simulator.settings, 7
+    q, qd, settings, n, horizon = Q0 + 0.1, np.full(7, 0.2), mpc.simulator.settings, 7, mpc.settings.horizon
     tau = mpc.fast.gravity_torques(q)
-    times = []
-    for _ in range(PROFILE_REPEATS):
-        begin = time.perf_counter()
-        pbd_step_jacobians(mpc.pbd, q, qd, tau, DT, settings)
-        times.append(time.perf_counter() - begin)
-    evaluations, jac = mean_iterations * mpc.settings.horizon, median(times)
-    return (f"Through PBD, where the time goes: one PBD step with its exact Jacobians takes {jac * 1e3:.3f} ms "
+    full, torque_only = [], []
+    for _ in range(PROFILE_REPEATS):  # interleaved: load from other jobs affects both alike
+        for with_state, times in ((True, full), (False, torque_only)):
+            begin = time.perf_counter()
+            pbd_step_jacobians(mpc.pbd, q, qd, tau, DT, settings, with_state=with_state)
+            times.append(time.perf_counter() - begin)
+    jac, jac_b = median(full), median(torque_only)
+    linearization = jac_b + (horizon - 1) * jac  # the first step's A is not needed (its start state is given)
+    return (f"Through PBD, where the time goes: one PBD step with its exact Jacobians A and B takes {jac * 1e3:.3f} ms "
             f"(Python call included), i.e. {jac / (3 * n) * 1e6:.1f} µs per complex-step run of the compiled step "
-            f"({3 * n} runs, one per input direction); the calls made {mean_iterations:.2f} Gauss-Newton iterations "
-            f"on average, each linearizing all {mpc.settings.horizon} steps: {evaluations:.1f} step Jacobians, about "
-            f"{evaluations * jac * 1e3:.2f} ms against {per_call * 1e3:.2f} ms per call (timed apart, under the same "
-            "load); the Riccati solve and the rest are the rigid shipped row's share (the solver is the same).")
+            f"({3 * n} runs, one per input direction); with B alone ({n} runs) {jac_b * 1e3:.3f} ms. A linearization of "
+            f"the {horizon} steps needs B alone at the first step (its start state is given), {linearization * 1e3:.2f} ms "
+            f"instead of {horizon * jac * 1e3:.2f} ms with A everywhere (ratio {horizon * jac / linearization:.2f}, same "
+            f"run). The calls made {mean_iterations:.2f} Gauss-Newton iterations on average, each linearizing all "
+            f"{horizon} steps: about {mean_iterations * linearization * 1e3:.2f} ms of step Jacobians against "
+            f"{per_call * 1e3:.2f} ms per call (timed apart, under the same load); the Riccati solve and the rest "
+            "are the rigid shipped row's share (the solver is the same).")
+
+
+def through_pbd(config_model, reference, shipped):
+    """The through-PBD row (closed loop on the PBD step) and its where-the-time-goes note."""
+    pbd_mpc = make_mpc(make_simulator(config_model, DT, "pbd", substeps=1), reference, shipped)
+    iterations = []
+
+    def pbd_call(t, q, qd):
+        tau = pbd_mpc.compute(t, q, qd)
+        iterations.append(pbd_mpc.last.iterations)
+        return tau
+
+    ((times, worst),) = closed_loop([pbd_call], [PBDPlant(pbd_mpc)], reference, PBD_CALLS)
+    row = [f"{PBD_ROW}, shipped settings", shipped.horizon, _rate(median(times)),
+           f"{worst * 1e3:.3f} (plant: the same PBD model, {PBD_CALLS} calls)"]
+    return row, pbd_profile(pbd_mpc, median(times), float(np.mean(iterations)))
+
+
+def only_pbd(load):
+    """Re-measure the through-PBD row and its note alone, in place in the written section."""
+    config_model = load_robot_config(BAXTER_LEFT).build_model()
+    row, note = through_pbd(config_model, MinimumJerkMove(Q0, Q0 + MOVE, 0.0, MOVE_SECONDS), MPCSettings())
+    row[-1] += f"; re-measured alone (--only-pbd), load average {load:.2f}"
+    begin, end = "<!-- BEGIN mpc -->", "<!-- END mpc -->"
+    text = RESULTS.read_text()
+    if begin not in text or end not in text:
+        raise SystemExit("no mpc section in RESULTS.md yet: run the whole benchmark first")
+    lines = text.split(begin, 1)[1].split(end, 1)[0].strip().splitlines()
+    lines = [markdown_table(["solver", "H", "median time per call (rate)", "worst tracking error [mrad]"], [row]).splitlines()[-1]
+             if line.startswith(f"| {PBD_ROW}") else note if line.startswith("Through PBD, where the time goes") else line
+             for line in lines]
+    write_section("mpc", "\n".join(lines))
+    print(row, note, sep="\n")
 
 
 def _rate(seconds):
@@ -178,8 +219,14 @@ def _rate(seconds):
 
 
 def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only-pbd", action="store_true", help="re-measure the through-PBD row and its note alone")
+    args = parser.parse_args()
     start = time.perf_counter()
     load = os.getloadavg()[0]  # other jobs on the machine make every figure noisy
+    if args.only_pbd:
+        only_pbd(load)
+        return
     config_model = load_robot_config(BAXTER_LEFT).build_model()
     nominal = config_model.with_springs(()).with_parameters(
         {f"{j}.{key}": 0.0 for j in config_model.joint_names for key in ("damping", "friction")}
@@ -220,18 +267,9 @@ def main():
     ((times, worst),) = closed_loop([mpc.compute], [FastRigidStep(config_model, DT, PLANT_SUBSTEPS, parameters=())], reference, CALLS)
     rows.append([f"diffsim_ros compiled, shipped settings ({shipped.max_iterations} iterations, springs, damping, friction, smoothness)",
                  shipped.horizon, _rate(median(times)), f"{worst * 1e3:.3f} (plant: the same model, 10 substeps)"])
-    pbd_mpc = make_mpc(make_simulator(config_model, DT, "pbd", substeps=1), reference, shipped)
-    iterations = []
-
-    def pbd_call(t, q, qd):
-        tau = pbd_mpc.compute(t, q, qd)
-        iterations.append(pbd_mpc.last.iterations)
-        return tau
-
-    ((times, worst),) = closed_loop([pbd_call], [PBDPlant(pbd_mpc)], reference, PBD_CALLS)
-    rows.append(["diffsim_ros through PBD: compiled Riccati solver, exact step Jacobians (complex step), shipped settings",
-                 shipped.horizon, _rate(median(times)), f"{worst * 1e3:.3f} (plant: the same PBD model, {PBD_CALLS} calls)"])
-    notes.append(pbd_profile(pbd_mpc, median(times), float(np.mean(iterations))))
+    row, note = through_pbd(config_model, reference, shipped)
+    rows.append(row)
+    notes.append(note)
     torch_mpc = ModelPredictiveController(predictor, reference, MPCSettings(horizon=3, **COMPARISON))
     ((times, worst),) = closed_loop([torch_mpc.compute], [PinocchioPlant(oracle)], reference, TORCH_CALLS)
     rows.append(["diffsim_ros torch reference, 1 iteration", 3, _rate(median(times)), f"{worst * 1e3:.3f} ({TORCH_CALLS} calls)"])

@@ -85,6 +85,18 @@ def test_jacobians_match_central_differences(model):
     assert _relative(b, central[:, 2 * n :]) < FD_RTOL
 
 
+def test_torque_columns_alone_are_the_same_runs(model):
+    # the MPC's first step asks for B only (its start state is given): the very same kernel runs
+    settings = PBDSimulator(model, DT, substeps=1, iterations=2).settings
+    pbd = FastPBD.from_model(model)
+    q_next, qd_next, _, b = pbd_step_jacobians(pbd, Q, QD, TAU, DT, settings)
+    q_only, qd_only, a_only, b_only = pbd_step_jacobians(pbd, Q, QD, TAU, DT, settings, with_state=False)
+    assert a_only is None
+    np.testing.assert_array_equal(b_only, b)
+    np.testing.assert_array_equal(q_only, q_next)
+    np.testing.assert_array_equal(qd_only, qd_next)
+
+
 def test_bad_shapes_are_named(model):
     pbd = FastPBD.from_model(model)
     with pytest.raises(ValueError, match=r"expected q, qd, tau of shape \(7,\)"):

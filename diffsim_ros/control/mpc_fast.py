@@ -47,7 +47,8 @@ def _rollout(model, work, pbd, x0, u, xs, a_mats, b_mats, jacobians):
     """States ``xs`` (H + 1, 2n) from ``x0`` under ``u`` (H, n), with ``A_k``, ``B_k``; returns a status.
 
     ``pbd`` None: the rigid step of ``model``; else ``(fk, phys, springs, options)`` of a
-    compiled PBD step (always with its Jacobians, fast_jacobians.py).
+    compiled PBD step (always with its Jacobians, fast_jacobians.py; ``A_0`` is not formed:
+    zeros stand in, since it only multiplies ``dx_0 = 0``).
     """
     n = u.shape[1]
     xs[0] = x0
@@ -59,7 +60,10 @@ def _rollout(model, work, pbd, x0, u, xs, a_mats, b_mats, jacobians):
                 return _SINGULAR
         else:
             fk, phys, springs, options = pbd
-            step_jacobians_into(fk, phys, springs, options, xs[k, :n], xs[k, n:], u[k], q_out, qd_out, a_mats[k], b_mats[k])
+            # A_0 only ever multiplies dx_0 = 0 (x_0 is given): its 2n runs are skipped, zeros stand in
+            if k == 0:
+                a_mats[0, :, :] = 0.0
+            step_jacobians_into(fk, phys, springs, options, xs[k, :n], xs[k, n:], u[k], k > 0, q_out, qd_out, a_mats[k], b_mats[k])
         xs[k + 1, :n] = q_out
         xs[k + 1, n:] = qd_out
         for i in range(n):

@@ -13,8 +13,9 @@ set decision reads real parts only, and the non-polynomial functions are complex
 f'(x)``, exact to ``O(y^2)`` like the complex step itself (``_atan2``, ``_rodrigues``, ``_tanh``).
 
 The kernel runs once per input direction, ``3 n`` runs for
-``A = d(q+, qd+)/d(q, qd)`` (2n, 2n) and ``B = d(q+, qd+)/d tau`` (2n, n); a complex run
-costs about 1.3 plain runs. The tests hold both to the torch PBD step's
+``A = d(q+, qd+)/d(q, qd)`` (2n, 2n) and ``B = d(q+, qd+)/d tau`` (2n, n), ``n`` for ``B``
+alone (an MPC's first step, whose start state is given); a complex run costs about 1.5
+plain runs. The tests hold both to the torch PBD step's
 autograd Jacobians and to central finite differences (test/test_pbd_fast_jacobians.py).
 """
 
@@ -31,14 +32,28 @@ the largest derivative far from underflow gives the same Jacobian)."""
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH)
-def _directions(fk, phys, springs, settings, q, qd, tau, first, stride, q_next, qd_next, a, b):
-    """Columns ``first, first + stride, ...`` of ``[A | B]`` by the complex step (see :func:`step_jacobians_into`)."""
+def step_jacobians_into(fk, phys, springs, settings, q, qd, tau, with_state, q_next, qd_next, a, b):
+    """One PBD step and its exact Jacobians (complex step, one kernel run per input direction).
+
+    Serial: on numba's threads (2 cores shared with other jobs) it ran 9x slower, and a
+    parallel kernel called from the MPC solver cannot be cached.
+
+    Args:
+        fk, phys, springs: The arrays of a :class:`~diffsim_ros.sim.pbd.fast.FastPBD`.
+        settings: ``(dt [s], substeps, iterations, compliance, limits)``.
+        q, qd, tau: Joint positions [rad], velocities [rad/s], torques [N·m], each (n,).
+        with_state: Whether to fill ``a`` (2n runs) as well as ``b`` (n runs); without it
+            ``a`` is left untouched (an MPC's first step: its start state is fixed).
+        q_next, qd_next: (n,) receive the state after the step.
+        a: (2n, 2n) receives ``d(q+, qd+)/d(q, qd)`` (rows and columns ordered q then qd).
+        b: (2n, n) receives ``d(q+, qd+)/d tau`` [rad/(N·m), rad/(s·N·m)].
+    """
     n = q.shape[0]
     zq = np.zeros(n, np.complex128)
     w, targets = work_area(n, zq), np.empty(n, np.complex128)
     zqd, ztau, zq_out, zqd_out = np.zeros_like(zq), np.zeros_like(zq), np.zeros_like(zq), np.zeros_like(zq)
     h = COMPLEX_STEP
-    for d in range(first, 3 * n, stride):
+    for d in range(0 if with_state else 2 * n, 3 * n):
         for i in range(n):
             zq[i], zqd[i], ztau[i] = q[i], qd[i], tau[i]
         if d < n:
@@ -54,30 +69,11 @@ def _directions(fk, phys, springs, settings, q, qd, tau, first, stride, q_next, 
                 a[i, d], a[n + i, d] = zq_out[i].imag / h, zqd_out[i].imag / h
             else:
                 b[i, d - 2 * n], b[n + i, d - 2 * n] = zq_out[i].imag / h, zqd_out[i].imag / h
-    if first == 0:
-        for i in range(n):
-            q_next[i], qd_next[i] = zq_out[i].real, zqd_out[i].real
+    for i in range(n):  # every run's real parts are the step itself (to rounding)
+        q_next[i], qd_next[i] = zq_out[i].real, zqd_out[i].real
 
 
-@njit(cache=True, error_model="numpy", fastmath=FASTMATH)
-def step_jacobians_into(fk, phys, springs, settings, q, qd, tau, q_next, qd_next, a, b):
-    """One PBD step and its exact Jacobians (complex step, one kernel run per input direction).
-
-    Serial: on numba's threads (2 cores shared with other jobs) it ran 9x slower, and a
-    parallel kernel called from the MPC solver cannot be cached.
-
-    Args:
-        fk, phys, springs: The arrays of a :class:`~diffsim_ros.sim.pbd.fast.FastPBD`.
-        settings: ``(dt [s], substeps, iterations, compliance, limits)``.
-        q, qd, tau: Joint positions [rad], velocities [rad/s], torques [N·m], each (n,).
-        q_next, qd_next: (n,) receive the state after the step.
-        a: (2n, 2n) receives ``d(q+, qd+)/d(q, qd)`` (rows and columns ordered q then qd).
-        b: (2n, n) receives ``d(q+, qd+)/d tau`` [rad/(N·m), rad/(s·N·m)].
-    """
-    _directions(fk, phys, springs, settings, q, qd, tau, 0, 1, q_next, qd_next, a, b)
-
-
-def pbd_step_jacobians(pbd, q, qd, tau, dt, settings):
+def pbd_step_jacobians(pbd, q, qd, tau, dt, settings, with_state=True):
     """One step of a :class:`~diffsim_ros.sim.pbd.fast.FastPBD` snapshot and its exact Jacobians.
 
     Args:
@@ -85,6 +81,7 @@ def pbd_step_jacobians(pbd, q, qd, tau, dt, settings):
         q, qd, tau: Joint positions [rad], velocities [rad/s] and torques [N·m], each (n,).
         dt: Control period [s].
         settings: SolverSettings (substeps, iterations, compliance, limits; direct solver).
+        with_state: False: only ``B`` (n kernel runs instead of 3n), ``A`` is None.
 
     Returns:
         ``(q_next, qd_next, A, B)``: the state after the step, each (n,); ``A`` (2n, 2n) =
@@ -96,5 +93,5 @@ def pbd_step_jacobians(pbd, q, qd, tau, dt, settings):
         raise ValueError(f"expected q, qd, tau of shape ({n},), got {q.shape}, {qd.shape}, {tau.shape}")
     options = kernel_options(dt, settings)
     q_next, qd_next, a, b = np.empty(n), np.empty(n), np.empty((2 * n, 2 * n)), np.empty((2 * n, n))
-    step_jacobians_into(pbd.fk, pbd.phys, pbd.springs, options, q, qd, tau, q_next, qd_next, a, b)
-    return q_next, qd_next, a, b
+    step_jacobians_into(pbd.fk, pbd.phys, pbd.springs, options, q, qd, tau, bool(with_state), q_next, qd_next, a, b)
+    return q_next, qd_next, (a if with_state else None), b
