@@ -65,8 +65,8 @@ from diffsim_ros.io.ros_types import FLOAT64_MULTI_ARRAY, JOINT_STATE
 from diffsim_ros.nodes.messages import estimates_from_msg
 from diffsim_ros.nodes.outputs import BAXTER, CommandOutput, safety_output
 from diffsim_ros.nodes.references import waypoint_array
-from diffsim_ros.nodes.robot import DEFAULT_ROBOT_CONFIG, check_realtime_priority, load_robot, realtime_priority_param, \
-    realtime_scheduling, robot_topic, set_threads
+from diffsim_ros.nodes.robot import RobotNodeConfig, check_realtime_priority, joint_states_topic_param, load_robot, \
+    realtime_priority_param, realtime_scheduling, robot_topic, set_threads, threads_param
 from diffsim_ros.resources import resolve_resource
 from diffsim_ros.runtime import LATCHED_QOS, SENSOR_QOS, declare_config, param
 from diffsim_ros.runtime.diagnostics import DIAGNOSTIC_ARRAY, ERROR, OK, WARN, InputRates, diagnostic_array_msg, \
@@ -89,17 +89,15 @@ _GRAVITY_TERMS = ("analytic", "map", "map_servo", "gravity")
 
 
 @dataclass(frozen=True)
-class ControllerNodeConfig:
+class ControllerNodeConfig(RobotNodeConfig):
     """Parameters of controller_node (per-joint lists: one value for all joints, or one per joint)."""
 
-    robot_config: str = param(DEFAULT_ROBOT_CONFIG, "robot config YAML (path or package:// URI)")
-    calibration_file: str = param("", "calibration.yaml applied to the nominal model at start-up ('' for none)")
     mode: str = param("gravity_compensation", "gravity_compensation, impedance or mpc")
     output: str = param(BAXTER, "baxter (JointCommand) or ros2_control (Float64MultiArray)")
     side: str = param("left", "Baxter limb: /robot/limb/<side>/joint_command")
     controller_name: str = param("effort_controller", "ros2_control: commands on /<controller_name>/commands")
     controller_joints: list[str] = param([], "ros2_control: the controller's joints in its order (default: model order)")
-    joint_states_topic: str = param("", "joint state topic (default: the robot config's topics.joint_states)")
+    joint_states_topic: str = joint_states_topic_param()
     rate_hz: float = param(200.0, "command rate [Hz] (Baxter needs >= 100)")
     follow_estimates: bool = param(True, "use each model the estimator publishes")
     estimates_topic: str = param("/estimator/estimates", "estimator's parameter estimates")
@@ -127,7 +125,7 @@ class ControllerNodeConfig:
         convert={"effort_limit": per_joint_value, "torque_rate_limit": per_joint_value,
                  "hold_command": per_joint_value})
     control_trigger: str = param("timer", "when a command is computed: timer (rate_hz) or joint_state (each arrival)")
-    threads: int = param(1, "torch threads")
+    threads: int = threads_param()
     realtime_priority: int = realtime_priority_param("the command stream keeps its rate on busy cores")
 
     def validate(self):
