@@ -51,6 +51,7 @@ from diffsim_ros.control import (
     ControlLoop,
     GravityCompensation,
     JointImpedanceController,
+    JointVelocities,
     MPCSettings,
     SafetyConfig,
     SafetyLayer,
@@ -194,7 +195,7 @@ class ControllerNode:
         self._last_publish = None
         self.gc_pauses = GcPauses()  # what the garbage collector still costs the loop (runtime/heap.py)
         self.scheduling = realtime_scheduling(handle, cfg.realtime_priority)
-        self._previous = None  # (stamp [s], q, clock epoch) for velocities when the state has none
+        self._velocities = JointVelocities()  # measured, or differenced when the state has none
         self._state = None  # (q [rad], qd [rad/s]) of the newest accepted joint state
         self._epoch_ns = None  # node time of control time 0
         self._last_cycle_ns = None  # node time of the last cycle
@@ -271,7 +272,8 @@ class ControllerNode:
         sample = self.joints.update(msg, now_ns)  # logs what it drops
         if sample is None:
             return
-        self._state = (sample.positions, self._velocities(sample))
+        stamp = self.control_time(sample.stamp_ns or self.joints.watchdog.last_ns)
+        self._state = (sample.positions, self._velocities(stamp, sample.positions, sample.velocities, self.joints.epoch))
         if self.reference.target is None:
             cfg = self.config
             start = np.clip(sample.positions, self.safety.lower, self.safety.upper)  # never hold beyond a limit
@@ -340,16 +342,6 @@ class ControllerNode:
 
     def _parameter_names(self):
         return config_values(self.config).keys()
-
-    def _velocities(self, sample):
-        """Measured velocities [rad/s], or a difference of the last two samples when none are published."""
-        stamp = self.control_time(sample.stamp_ns or self.joints.watchdog.last_ns)
-        previous, self._previous = self._previous, (stamp, sample.positions, self.joints.epoch)
-        if sample.velocities is not None:
-            return sample.velocities
-        if previous is None or previous[2] != self.joints.epoch:  # never difference across a time jump
-            return np.zeros_like(sample.positions)
-        return (sample.positions - previous[1]) / (stamp - previous[0])  # stamps strictly increase
 
     # ------------------------------------------------------------------ the cycle
     def _tick(self):
