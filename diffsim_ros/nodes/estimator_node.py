@@ -54,7 +54,7 @@ from diffsim_ros.io.ros_types import EMPTY, FLOAT64_MULTI_ARRAY, JOINT_COMMAND, 
 from diffsim_ros.nodes.messages import estimates_msg
 from diffsim_ros.nodes.robot import RobotNodeConfig, default_calibration_path, joint_states_topic_param, load_robot, \
     robot_topic, set_threads, threads_param
-from diffsim_ros.nodes.services import TRIGGER, reset_response, save_response
+from diffsim_ros.nodes.services import trigger_services
 from diffsim_ros.resources import resolve_resource
 from diffsim_ros.runtime import COMMAND_QOS, LATCHED_QOS, SENSOR_QOS, declare_config, param
 from diffsim_ros.runtime.diagnostics import DIAGNOSTIC_ARRAY, OK, WARN, InputRates, diagnostic_array_msg, \
@@ -173,8 +173,10 @@ class EstimatorNode:
             self._joint_map = JointNameMap(self.robot.joint_names)
             handle.create_subscription(cfg.commanded_torques_type, command_topic, self._on_command, SENSOR_QOS)
         handle.create_subscription(EMPTY, "~/save", self._on_save, COMMAND_QOS)
-        handle.create_service(TRIGGER, "~/save_calibration", self._serve_save)
-        handle.create_service(TRIGGER, "~/reset", self._serve_reset)
+        self._serve_save = trigger_services(self, "save_calibration", "calibration",
+                                            "an estimator update is running; call again in a moment",
+                                            "estimator reset when the running update ends",
+                                            "estimator reset to the start-up model")
         self.diagnostics = handle.create_publisher(DIAGNOSTIC_ARRAY, "/diagnostics", 10)
         handle.create_timer(_DIAGNOSTICS_PERIOD, self._publish_diagnostics)
         self.estimates = handle.create_publisher(FLOAT64_MULTI_ARRAY, "~/estimates", LATCHED_QOS)
@@ -314,17 +316,11 @@ class EstimatorNode:
         return path
 
     def _on_save(self, msg):
+        """``~/save`` (std_msgs/msg/Empty): as the ``~/save_calibration`` service."""
         self._serve_save(None)
 
-    def _serve_save(self, request):
-        """``~/save_calibration`` (and ``~/save``): write the calibration file now."""
-        return save_response(self, "calibration", "an estimator update is running; call again in a moment")
-
-    def _serve_reset(self, request):
-        """``~/reset``: forget rests and estimates; start again from the start-up model."""
-        return reset_response(self, "estimator reset when the running update ends", "estimator reset to the start-up model")
-
     def _reset(self):
+        """``~/reset``: forget rests and estimates; start again from the start-up model."""
         self.estimator, self.last_update, self._reset_requested = self._new_estimator(), None, False
         if self.torque_estimator is not None:
             self.torque_estimator.set_model(self.estimator.model)
