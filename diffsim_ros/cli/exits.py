@@ -2,7 +2,7 @@
 
 import sys
 
-__all__ = ["OK", "FAILURE", "BAD_INPUT", "UNDETERMINED", "INTERRUPTED", "write_outputs"]
+__all__ = ["OK", "FAILURE", "BAD_INPUT", "UNDETERMINED", "INTERRUPTED", "write_guarded"]
 
 OK = 0
 """Done; every requested result was determined and written."""
@@ -17,7 +17,7 @@ INTERRUPTED = 130
 """Interrupted by Ctrl-C (SIGINT); nothing half-written was left behind."""
 
 
-def write_outputs(prog, out, write):
+def write_guarded(prog, out, write):
     """Run ``write()``, which writes the outputs into ``out`` atomically (all or nothing).
 
     Args:

@@ -145,7 +145,7 @@ def replay_command(args):
     for name, value in node.estimator.values.items():
         std = node.estimator.stddev.get(name)
         print(f"  {name:32s} {np.round(value, 5).tolist()} +- {np.round(std, 5).tolist()}")
-    code, _ = exits.write_outputs(PROG, args.out, lambda: _write(args.out, args.force, node, updates, info.start_ns * 1e-9))
+    code, _ = exits.write_guarded(PROG, args.out, lambda: _write(args.out, args.force, node, updates, info.start_ns * 1e-9))
     if code == exits.OK:
         print(f"wrote {args.out / 'estimates.csv'}, {args.out / 'updates.csv'} and {args.out / 'calibration.yaml'}")
     return code
