@@ -1,5 +1,8 @@
 """The package's layers: every import points down (issue 18), read from the source (AST only, no imports).
 
+Also from the source: no function (or method) of the package is longer than
+:data:`MAX_FUNCTION_LINES` lines, decorators and docstring included.
+
 Each top-level package or module of ``diffsim_ros/`` sits in one tier of :data:`LAYERS`; a
 module may import its own package and the tiers below it, never a peer of its tier nor a tier
 above. Imports inside functions count too (a lazy import is still a dependency). Besides:
@@ -36,6 +39,7 @@ LAYERS = (
 )
 MUJOCO_ONLY_IN = "testbed"
 RCLPY_NOT_BELOW = "runtime"
+MAX_FUNCTION_LINES = 80  # HELPERS.md style: small functions
 
 
 def _unit(path, root):
@@ -141,3 +145,32 @@ def test_the_checker_accepts_downward_imports(tmp_path):
     files = {"nodes/a.py": "from diffsim_ros.runtime import x\nfrom diffsim_ros.testbed.plant import P\nimport rclpy\n",
              "testbed/plant.py": "import mujoco\nfrom ..control import references\n", "model/b.py": "from . import c\n"}
     assert violations(_fake_package(tmp_path, files)) == []
+
+
+def long_functions(root, limit=MAX_FUNCTION_LINES):
+    """``path:line name (lines)`` of every function under ``root`` longer than ``limit`` lines."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                lines = node.end_lineno - first + 1
+                if lines > limit:
+                    out.append(f"{path.relative_to(root.parent)}:{node.lineno} {node.name} ({lines} lines)")
+    return out
+
+
+def test_no_function_is_longer_than_the_limit():
+    found = long_functions(REPO / PACKAGE)
+    assert not found, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(found)
+
+
+def test_the_length_check_counts_decorators_and_nested_functions(tmp_path):
+    def body(count, indent):
+        return "\n".join(f"{indent}x{i} = {i}" for i in range(count))
+
+    files = {"model/a.py": f"@staticmethod\ndef fits():\n{body(78, '    ')}\n",  # 80 lines with its decorator
+             "model/b.py": f"@staticmethod\n@staticmethod\ndef too_long():\n{body(78, '    ')}\n",  # 81
+             "model/c.py": f"class C:\n    def outer(self):\n        def inner():\n{body(80, ' ' * 12)}\n"}
+    found = long_functions(_fake_package(tmp_path, files))
+    assert sorted(line.split(" ")[1] for line in found) == ["inner", "outer", "too_long"], found

@@ -1,6 +1,8 @@
 """Exit codes of every ``diffsim-ros`` subcommand (one definition, documented in the README)."""
 
-__all__ = ["OK", "FAILURE", "BAD_INPUT", "UNDETERMINED", "INTERRUPTED"]
+import sys
+
+__all__ = ["OK", "FAILURE", "BAD_INPUT", "UNDETERMINED", "INTERRUPTED", "write_guarded"]
 
 OK = 0
 """Done; every requested result was determined and written."""
@@ -13,3 +15,25 @@ UNDETERMINED = 3
 nothing was written unless the command was asked to write partial results."""
 INTERRUPTED = 130
 """Interrupted by Ctrl-C (SIGINT); nothing half-written was left behind."""
+
+
+def write_guarded(prog, out, write):
+    """Run ``write()``, which writes the outputs into ``out`` atomically (all or nothing).
+
+    Args:
+        prog: Command name for messages (``"diffsim-ros replay"``).
+        out: The output directory (named in messages).
+        write: Callable writing the outputs; its result is returned.
+
+    Returns:
+        ``(OK, write())``, or ``(INTERRUPTED, None)`` after a Ctrl-C and ``(FAILURE, None)``
+        after an OSError, each said on stderr (nothing was written).
+    """
+    try:
+        return OK, write()
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted; nothing written", file=sys.stderr)
+        return INTERRUPTED, None
+    except OSError as err:
+        print(f"{prog}: error: cannot write {out}: {err}", file=sys.stderr)
+        return FAILURE, None

@@ -145,27 +145,24 @@ def replay_command(args):
     for name, value in node.estimator.values.items():
         std = node.estimator.stddev.get(name)
         print(f"  {name:32s} {np.round(value, 5).tolist()} +- {np.round(std, 5).tolist()}")
-    try:
-        with atomic_directory(args.out, force=args.force) as tmp:
-            with open(tmp / "estimates.csv", "w", newline="") as handle:
-                writer = csv.writer(handle)
-                writer.writerow(("t", "parameter", "value", "stddev"))
-                writer.writerows((f"{t:.3f}", n, repr(v), repr(s)) for t, n, v, s in estimate_rows(updates, info.start_ns * 1e-9))
+    code, _ = exits.write_guarded(PROG, args.out, lambda: _write(args.out, args.force, node, updates, info.start_ns * 1e-9))
+    if code == exits.OK:
+        print(f"wrote {args.out / 'estimates.csv'}, {args.out / 'updates.csv'} and {args.out / 'calibration.yaml'}")
+    return code
 
-            write_calibration(tmp / "calibration.yaml", node.calibration())
-            with open(tmp / "updates.csv", "w", newline="") as handle:
-                writer = csv.writer(handle)
-                writer.writerow(("t", "accepted", "reason", "held_back_before", "held_back_after", "cpu_seconds",
-                                 "motion_seconds", "rest_poses"))
-                t0 = info.start_ns * 1e-9
-                writer.writerows((f"{u.time - t0:.3f}", int(u.accepted), u.reason, f"{u.holdout_rms_before:.4g}",
-                                  f"{u.holdout_rms_after:.4g}", f"{u.cpu_seconds:.3f}", f"{u.motion_seconds:.1f}", u.poses)
-                                 for u in updates)
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted; nothing written", file=sys.stderr)
-        return exits.INTERRUPTED
-    except OSError as err:
-        print(f"{PROG}: error: cannot write {args.out}: {err}", file=sys.stderr)
-        return exits.FAILURE
-    print(f"wrote {args.out / 'estimates.csv'}, {args.out / 'updates.csv'} and {args.out / 'calibration.yaml'}")
-    return exits.OK
+
+def _write(out, force, node, updates, t0):
+    """estimates.csv, calibration.yaml and updates.csv into ``out`` (atomically); ``t0`` [s]: the bag's start."""
+    with atomic_directory(out, force=force) as tmp:
+        with open(tmp / "estimates.csv", "w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(("t", "parameter", "value", "stddev"))
+            writer.writerows((f"{t:.3f}", n, repr(v), repr(s)) for t, n, v, s in estimate_rows(updates, t0))
+        write_calibration(tmp / "calibration.yaml", node.calibration())
+        with open(tmp / "updates.csv", "w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(("t", "accepted", "reason", "held_back_before", "held_back_after", "cpu_seconds",
+                             "motion_seconds", "rest_poses"))
+            writer.writerows((f"{u.time - t0:.3f}", int(u.accepted), u.reason, f"{u.holdout_rms_before:.4g}",
+                              f"{u.holdout_rms_after:.4g}", f"{u.cpu_seconds:.3f}", f"{u.motion_seconds:.1f}", u.poses)
+                             for u in updates)

@@ -17,7 +17,7 @@ compensation then); ``status.reason``/``faults``/``late`` are for logging.
 from diffsim_ros.control.errors import ControlError, TorqueMapError
 from diffsim_ros.control.gravity import GravityCompensation, holding_torques
 from diffsim_ros.control.impedance import MODEL_TERMS, JointImpedanceController
-from diffsim_ros.control.loop import ControlLoop, EstimateDecision
+from diffsim_ros.control.loop import ControlLoop, EstimateDecision, JointVelocities
 from diffsim_ros.control.mpc import INITIALIZATIONS, ModelPredictiveController, MPCInfo, MPCSettings
 from diffsim_ros.control.mpc_fast import FastModelPredictiveController, make_mpc
 from diffsim_ros.control.references import MinimumJerkMove, SetPoint, WaypointSequence, check_within_limits, make_reference
@@ -44,6 +44,7 @@ __all__ = [
     "GravityCompensation",
     "JointImpedanceController",
     "JointStateBounds",
+    "JointVelocities",
     "MPCInfo",
     "MPCSettings",
     "MinimumJerkMove",

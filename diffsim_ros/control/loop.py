@@ -26,7 +26,7 @@ from diffsim_ros.dynamics.fast import FastDynamics
 from diffsim_ros.model.errors import RobotModelError
 from diffsim_ros.model.plausibility import DEFAULT_BOUNDS, describe_violations, model_violations, plausibility_violations
 
-__all__ = ["ControlLoop", "EstimateDecision", "NOT_MODEL_PARAMETERS", "ReferenceClock"]
+__all__ = ["ControlLoop", "EstimateDecision", "JointVelocities", "NOT_MODEL_PARAMETERS", "ReferenceClock"]
 
 NOT_MODEL_PARAMETERS = ("camera.pose",)
 """Estimated quantities that are not model parameters (the controller has no use for them)."""
@@ -74,6 +74,36 @@ class ReferenceClock:
                 self.jumps += 1
         self._last = t
         return self._time
+
+
+class JointVelocities:
+    """The joint velocities a control cycle uses: the measured ones, else a backward difference.
+
+    Offline data are differentiated by Savitzky-Golay filters
+    (:func:`~diffsim_ros.estimation.signals.filtered_derivatives`, centred, so non-causal); a
+    controller only has the past, and a driver that publishes no velocities gets the
+    difference of its last two position samples. Never across a clock jump: a new ``epoch``
+    (the input's count of time jumps) gives zeros until a second sample arrives.
+    """
+
+    def __init__(self):
+        self._previous = None  # (time [s], q, epoch) of the last sample
+
+    def __call__(self, t, q, qd=None, epoch=0):
+        """Velocities [rad/s], shape (n,), at sample time ``t`` [s] (strictly increasing within an epoch).
+
+        Args:
+            t: Sample time [s].
+            q: Positions [rad], shape (n,).
+            qd: Measured velocities [rad/s], shape (n,), or None when the driver publishes none.
+            epoch: Clock epoch of ``t``.
+        """
+        previous, self._previous = self._previous, (t, q, epoch)
+        if qd is not None:
+            return qd
+        if previous is None or previous[2] != epoch:
+            return np.zeros_like(q)
+        return (q - previous[1]) / (t - previous[0])
 
 
 class ControlLoop:

@@ -119,12 +119,8 @@ def _mv(m, a):
 
 @njit(cache=True)
 def _mtv(m, a):
-    """``m.T @ a`` for m (3, 3)."""
-    return (
-        m[0, 0] * a[0] + m[1, 0] * a[1] + m[2, 0] * a[2],
-        m[0, 1] * a[0] + m[1, 1] * a[1] + m[2, 1] * a[2],
-        m[0, 2] * a[0] + m[1, 2] * a[1] + m[2, 2] * a[2],
-    )
+    """``m.T @ a`` for m (3, 3) (a transposed view: no copy)."""
+    return _mv(m.T, a)
 
 
 @njit(cache=True)
@@ -138,6 +134,15 @@ def _body_wrench(m, h, inertia, w, v, al, a):
 
 
 # ---------------------------------------------------------------- RNEA values and tangents
+
+
+@njit(cache=True)
+def _parent_motion(work, p, up):
+    """``(w, v, alpha, a)`` of body ``p`` from ``work``; the fixed base (``p < 0``) has only ``a = up``."""
+    if p < 0:
+        zero = (0.0, 0.0, 0.0)
+        return zero, zero, zero, (up[0], up[1], up[2])
+    return _row(work.omega, p), _row(work.vel, p), _row(work.alpha, p), _row(work.acc, p)
 
 
 @njit(cache=True)
@@ -158,10 +163,7 @@ def rnea_values_into(fk, mass, h, inertia_o, up, q, qd, qdd, work, tau):
     zero = (0.0, 0.0, 0.0)
     for i in range(n):
         e, r, p = work.rot_local[i], _row(work.pos_local, i), parents[i]
-        if p < 0:
-            w_p, v_p, al_p, a_p = zero, zero, zero, (up[0], up[1], up[2])
-        else:
-            w_p, v_p, al_p, a_p = _row(work.omega, p), _row(work.vel, p), _row(work.alpha, p), _row(work.acc, p)
+        w_p, v_p, al_p, a_p = _parent_motion(work, p, up)
         ax = _row(axis, i)
         if is_revolute[i]:
             sa, sl, sa_dd, sl_dd = _scale(ax, qd[i]), zero, _scale(ax, qdd[i]), zero
@@ -225,10 +227,7 @@ def rnea_derivatives_into(fk, mass, h, inertia_o, up, qd, work, dtau_dq, dtau_dq
     df[:, :, :] = 0.0
     for i in range(n):
         e, r, p = work.rot_local[i], _row(work.pos_local, i), parents[i]
-        if p < 0:
-            w_p, v_p, al_p, a_p = zero, zero, zero, (up[0], up[1], up[2])
-        else:
-            w_p, v_p, al_p, a_p = _row(work.omega, p), _row(work.vel, p), _row(work.alpha, p), _row(work.acc, p)
+        w_p, v_p, al_p, a_p = _parent_motion(work, p, up)
         ax, rev = _row(axis, i), is_revolute[i]
         w, v = _row(work.omega, i), _row(work.vel, i)
         sa = _scale(ax, qd[i]) if rev else zero

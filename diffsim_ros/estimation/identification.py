@@ -155,6 +155,12 @@ class IdentificationResult:
         message: Optimizer message.
         noise: Residual block -> estimated noise std per column (physical units).
         blocks: Names of the residual blocks used.
+        errors_before: Residual block -> per-entry errors in physical units (model minus data
+            in the block's own terms), shape (rows, columns), at the optimizer's start (the
+            nominal values, clipped into the bounds; a zero payload starts at
+            ``PAYLOAD_START_MASS``), as ``metrics_before``; entries the block leaves out are 0.
+            What reports draw (they do not evaluate models again).
+        errors_after: The same at the estimate.
     """
 
     model: object
@@ -170,6 +176,8 @@ class IdentificationResult:
     message: str = ""
     noise: dict = field(default_factory=dict)
     blocks: tuple = ()
+    errors_before: dict = field(default_factory=dict)
+    errors_after: dict = field(default_factory=dict)
 
 
 def camera_initial_guess(model, observations):
@@ -419,13 +427,23 @@ def _reweight(problem, residual):
     return changed
 
 
-def _per_block_metrics(blocks, residual):
-    out, start = {}, 0
+def _per_block(blocks, residual):
+    """``(block, its slice of the stacked residual)`` for every block."""
+    start = 0
     for block in blocks:
         size = block.scale.numel()
-        out[block.name] = block.per_joint_rms(residual[start : start + size]).cpu().numpy()
+        yield block, residual[start : start + size]
         start += size
-    return out
+
+
+def _per_block_metrics(blocks, residual):
+    return {block.name: block.per_joint_rms(part).cpu().numpy() for block, part in _per_block(blocks, residual)}
+
+
+def _per_block_errors(blocks, residual):
+    """Block name -> physical errors (rows, columns): the normalized residual times its noise."""
+    return {block.name: (part.reshape(-1, block.columns) * block.scale.reshape(-1, block.columns)).detach().cpu().numpy()
+            for block, part in _per_block(blocks, residual)}
 
 
 def _physical(problem, x, cov, names):
@@ -564,7 +582,7 @@ def identify(model, dataset, groups, *, settings=None, simulator=None, camera_gu
     if not problem.free.any():
         raise UndeterminedError(f"none of the parameters of groups {list(groups)} is identifiable from these data "
                         "(too few or too similar poses, or no excitation)")
-    metrics_before = _per_block_metrics(blocks, r0)
+    before = (_per_block_metrics(blocks, r0), _per_block_errors(blocks, r0))
     history = []
     solution = _solve(problem, problem.x0[torch.as_tensor(problem.free)], settings, history, progress)
     if settings.reweight and _reweight(problem, problem.free_residual(solution.z).detach()):
@@ -583,8 +601,7 @@ def identify(model, dataset, groups, *, settings=None, simulator=None, camera_gu
         solution = _solve(problem, problem.x0[torch.as_tensor(problem.free)], settings, history, progress)
         values, stddev, again, _ = _determine(problem, solution, settings)
         rejected = {**again, **rejected}
-    return _result(model, problem, solution, values, stddev, {**unidentifiable, **rejected}, metrics_before,
-                   history, singular)
+    return _result(model, problem, solution, values, stddev, {**unidentifiable, **rejected}, before, history, singular)
 
 
 def prediction_errors(candidates, dataset, groups, *, settings=None, simulator=None):
@@ -623,8 +640,11 @@ def prediction_errors(candidates, dataset, groups, *, settings=None, simulator=N
     return scores
 
 
-def _result(nominal, problem, solution, values, stddev, unidentifiable, metrics_before, history, singular):
-    """The calibrated model holds the determined values only; the rest stay nominal."""
+def _result(nominal, problem, solution, values, stddev, unidentifiable, before, history, singular):
+    """The calibrated model holds the determined values only; the rest stay nominal.
+
+    ``before``: ``(metrics, errors)`` per block at the nominal values.
+    """
     determined = {k: v for k, v in values.items() if k not in unidentifiable}
     like = nominal.params.mass
     camera = determined.pop("camera.pose", None)
@@ -642,7 +662,7 @@ def _result(nominal, problem, solution, values, stddev, unidentifiable, metrics_
         values=determined,
         stddev={k: stddev[k] for k in determined},
         unidentifiable=unidentifiable,
-        metrics_before=metrics_before,
+        metrics_before=before[0],
         metrics_after=_per_block_metrics(problem.blocks, residual),
         history=history,
         singular_values=singular,
@@ -650,4 +670,6 @@ def _result(nominal, problem, solution, values, stddev, unidentifiable, metrics_
         message=solution.message,
         noise=noise,
         blocks=tuple(b.name for b in problem.blocks),
+        errors_before=before[1],
+        errors_after=_per_block_errors(problem.blocks, residual),
     )

@@ -51,6 +51,7 @@ from diffsim_ros.control import (
     ControlLoop,
     GravityCompensation,
     JointImpedanceController,
+    JointVelocities,
     MPCSettings,
     SafetyConfig,
     SafetyLayer,
@@ -65,8 +66,8 @@ from diffsim_ros.io.ros_types import FLOAT64_MULTI_ARRAY, JOINT_STATE
 from diffsim_ros.nodes.messages import estimates_from_msg
 from diffsim_ros.nodes.outputs import BAXTER, CommandOutput, safety_output
 from diffsim_ros.nodes.references import waypoint_array
-from diffsim_ros.nodes.robot import DEFAULT_ROBOT_CONFIG, check_realtime_priority, load_robot, realtime_priority_param, \
-    realtime_scheduling, robot_topic, set_threads
+from diffsim_ros.nodes.robot import RobotNodeConfig, check_realtime_priority, joint_states_topic_param, load_robot, \
+    realtime_priority_param, realtime_scheduling, robot_topic, set_threads, threads_param
 from diffsim_ros.resources import resolve_resource
 from diffsim_ros.runtime import LATCHED_QOS, SENSOR_QOS, declare_config, param
 from diffsim_ros.runtime.diagnostics import DIAGNOSTIC_ARRAY, ERROR, OK, WARN, Gaps, InputRates, diagnostic_array_msg, \
@@ -89,17 +90,15 @@ _GRAVITY_TERMS = ("analytic", "map", "map_servo", "gravity")
 
 
 @dataclass(frozen=True)
-class ControllerNodeConfig:
+class ControllerNodeConfig(RobotNodeConfig):
     """Parameters of controller_node (per-joint lists: one value for all joints, or one per joint)."""
 
-    robot_config: str = param(DEFAULT_ROBOT_CONFIG, "robot config YAML (path or package:// URI)")
-    calibration_file: str = param("", "calibration.yaml applied to the nominal model at start-up ('' for none)")
     mode: str = param("gravity_compensation", "gravity_compensation, impedance or mpc")
     output: str = param(BAXTER, "baxter (JointCommand) or ros2_control (Float64MultiArray)")
     side: str = param("left", "Baxter limb: /robot/limb/<side>/joint_command")
     controller_name: str = param("effort_controller", "ros2_control: commands on /<controller_name>/commands")
     controller_joints: list[str] = param([], "ros2_control: the controller's joints in its order (default: model order)")
-    joint_states_topic: str = param("", "joint state topic (default: the robot config's topics.joint_states)")
+    joint_states_topic: str = joint_states_topic_param()
     rate_hz: float = param(200.0, "command rate [Hz] (Baxter needs >= 100)")
     follow_estimates: bool = param(True, "use each model the estimator publishes")
     estimates_topic: str = param("/estimator/estimates", "estimator's parameter estimates")
@@ -127,7 +126,7 @@ class ControllerNodeConfig:
         convert={"effort_limit": per_joint_value, "torque_rate_limit": per_joint_value,
                  "hold_command": per_joint_value})
     control_trigger: str = param("timer", "when a command is computed: timer (rate_hz) or joint_state (each arrival)")
-    threads: int = param(1, "torch threads")
+    threads: int = threads_param()
     realtime_priority: int = realtime_priority_param("the command stream keeps its rate on busy cores")
 
     def validate(self):
@@ -195,7 +194,7 @@ class ControllerNode:
         self.command_gaps = Gaps(limit_ms=50.0)  # Baxter drops out of torque mode after a silence
         self.gc_pauses = GcPauses()  # what the garbage collector still costs the loop (runtime/heap.py)
         self.scheduling = realtime_scheduling(handle, cfg.realtime_priority)
-        self._previous = None  # (stamp [s], q, clock epoch) for velocities when the state has none
+        self._velocities = JointVelocities()  # measured, or differenced when the state has none
         self._state = None  # (q [rad], qd [rad/s]) of the newest accepted joint state
         self._epoch_ns = None  # node time of control time 0
         self._last_cycle_ns = None  # node time of the last cycle
@@ -272,7 +271,8 @@ class ControllerNode:
         sample = self.joints.update(msg, now_ns)  # logs what it drops
         if sample is None:
             return
-        self._state = (sample.positions, self._velocities(sample))
+        stamp = self.control_time(sample.stamp_ns or self.joints.watchdog.last_ns)
+        self._state = (sample.positions, self._velocities(stamp, sample.positions, sample.velocities, self.joints.epoch))
         if self.reference.target is None:
             cfg = self.config
             start = np.clip(sample.positions, self.safety.lower, self.safety.upper)  # never hold beyond a limit
@@ -341,16 +341,6 @@ class ControllerNode:
 
     def _parameter_names(self):
         return config_values(self.config).keys()
-
-    def _velocities(self, sample):
-        """Measured velocities [rad/s], or a difference of the last two samples when none are published."""
-        stamp = self.control_time(sample.stamp_ns or self.joints.watchdog.last_ns)
-        previous, self._previous = self._previous, (stamp, sample.positions, self.joints.epoch)
-        if sample.velocities is not None:
-            return sample.velocities
-        if previous is None or previous[2] != self.joints.epoch:  # never difference across a time jump
-            return np.zeros_like(sample.positions)
-        return (sample.positions - previous[1]) / (stamp - previous[0])  # stamps strictly increase
 
     # ------------------------------------------------------------------ the cycle
     def _tick(self):

@@ -52,8 +52,9 @@ from diffsim_ros.io.ros_messages import NS_PER_S, JointNameMap, MessageConversio
     joint_command_to_array, joint_state_msg
 from diffsim_ros.io.ros_types import EMPTY, FLOAT64_MULTI_ARRAY, JOINT_COMMAND, JOINT_STATE, POSE_STAMPED
 from diffsim_ros.nodes.messages import estimates_msg
-from diffsim_ros.nodes.robot import DEFAULT_ROBOT_CONFIG, default_calibration_path, load_robot, robot_topic, set_threads
-from diffsim_ros.nodes.services import TRIGGER, reset_response, save_response
+from diffsim_ros.nodes.robot import RobotNodeConfig, default_calibration_path, joint_states_topic_param, load_robot, \
+    robot_topic, set_threads, threads_param
+from diffsim_ros.nodes.services import trigger_services
 from diffsim_ros.resources import resolve_resource
 from diffsim_ros.runtime import COMMAND_QOS, LATCHED_QOS, SENSOR_QOS, declare_config, param
 from diffsim_ros.runtime.diagnostics import DIAGNOSTIC_ARRAY, OK, WARN, InputRates, diagnostic_array_msg, \
@@ -70,15 +71,13 @@ _TORQUE_ESTIMATES = ("simulator", "inverse_dynamics", "off")
 
 
 @dataclass(frozen=True)
-class EstimatorNodeConfig:
+class EstimatorNodeConfig(RobotNodeConfig):
     """Parameters of estimator_node (tuning: see OnlineEstimatorConfig)."""
 
-    robot_config: str = param(DEFAULT_ROBOT_CONFIG, "robot config YAML (path or package:// URI)")
-    calibration_file: str = param("", "calibration.yaml to start from ('' for the nominal model)")
     calibration_output: str = param("", "where to save the calibration ('' for $ROS_HOME/diffsim_ros/<robot>_calibration.yaml)")
     save_on_shutdown: bool = param(True, "save the calibration when the node shuts down")
     camera_frame: str = param("", "tracked link of the camera poses (default: the robot config's camera.tracked_frame)")
-    joint_states_topic: str = param("", "joint state topic (default: the robot config's topics.joint_states)")
+    joint_states_topic: str = joint_states_topic_param()
     camera_topic: str = param("", "camera pose topic (default: the robot config's topics.camera_pose)")
     commanded_torques_topic: str = param("", "commanded torque topic whose torques explain the motion "
                                              "('': none, the measured efforts do)")
@@ -95,7 +94,7 @@ class EstimatorNodeConfig:
     bound_names: list[str] = param([], "parameters with plausibility bounds", name="bounds.names")
     bound_lower: list[float] = param([], "lower bounds, one per bounds.names", name="bounds.lower")
     bound_upper: list[float] = param([], "upper bounds, one per bounds.names", name="bounds.upper")
-    threads: int = param(1, "torch threads")
+    threads: int = threads_param()
     update_niceness: int = param(10, "CPU niceness of the background updates (0-19), so that control and "
                                      "drivers on the same cores keep their rate")
 
@@ -174,8 +173,10 @@ class EstimatorNode:
             self._joint_map = JointNameMap(self.robot.joint_names)
             handle.create_subscription(cfg.commanded_torques_type, command_topic, self._on_command, SENSOR_QOS)
         handle.create_subscription(EMPTY, "~/save", self._on_save, COMMAND_QOS)
-        handle.create_service(TRIGGER, "~/save_calibration", self._serve_save)
-        handle.create_service(TRIGGER, "~/reset", self._serve_reset)
+        self._serve_save = trigger_services(self, "save_calibration", "calibration",
+                                            "an estimator update is running; call again in a moment",
+                                            "estimator reset when the running update ends",
+                                            "estimator reset to the start-up model")
         self.diagnostics = handle.create_publisher(DIAGNOSTIC_ARRAY, "/diagnostics", 10)
         handle.create_timer(_DIAGNOSTICS_PERIOD, self._publish_diagnostics)
         self.estimates = handle.create_publisher(FLOAT64_MULTI_ARRAY, "~/estimates", LATCHED_QOS)
@@ -315,17 +316,11 @@ class EstimatorNode:
         return path
 
     def _on_save(self, msg):
+        """``~/save`` (std_msgs/msg/Empty): as the ``~/save_calibration`` service."""
         self._serve_save(None)
 
-    def _serve_save(self, request):
-        """``~/save_calibration`` (and ``~/save``): write the calibration file now."""
-        return save_response(self, "calibration", "an estimator update is running; call again in a moment")
-
-    def _serve_reset(self, request):
-        """``~/reset``: forget rests and estimates; start again from the start-up model."""
-        return reset_response(self, "estimator reset when the running update ends", "estimator reset to the start-up model")
-
     def _reset(self):
+        """``~/reset``: forget rests and estimates; start again from the start-up model."""
         self.estimator, self.last_update, self._reset_requested = self._new_estimator(), None, False
         if self.torque_estimator is not None:
             self.torque_estimator.set_model(self.estimator.model)

@@ -45,7 +45,7 @@ from diffsim_ros.io.ros_types import FLOAT64_MULTI_ARRAY, POSE_STAMPED
 from diffsim_ros.io.scene import load_scene
 from diffsim_ros.nodes.messages import estimates_msg
 from diffsim_ros.nodes.robot import set_threads
-from diffsim_ros.nodes.services import TRIGGER, reset_response, save_response
+from diffsim_ros.nodes.services import trigger_services
 from diffsim_ros.outputs import atomic_file
 from diffsim_ros.resources import resolve_resource
 from diffsim_ros.runtime import LATCHED_QOS, SENSOR_QOS, declare_config, param
@@ -133,8 +133,8 @@ class ObjectEstimatorNode:
             self.inputs[name] = InputMonitor(self._converter(topic), timeout_s=cfg.input_timeout, what=topic, logger=logger)
             self._rates[name] = InputRates()
             handle.create_subscription(POSE_STAMPED, topic, lambda msg, name=name: self._on_pose(name, msg), SENSOR_QOS)
-        handle.create_service(TRIGGER, "~/save_objects", self._serve_save)
-        handle.create_service(TRIGGER, "~/reset", self._serve_reset)
+        trigger_services(self, "save_objects", "objects.yaml", "a fit is running; call again in a moment",
+                         "estimator reset when the running fit ends", "object estimator reset")
         self.diagnostics = handle.create_publisher(DIAGNOSTIC_ARRAY, "/diagnostics", 10)
         handle.create_timer(_DIAGNOSTICS_PERIOD, self._publish_diagnostics)
         self.estimates = handle.create_publisher(FLOAT64_MULTI_ARRAY, "~/estimates", LATCHED_QOS)
@@ -255,15 +255,8 @@ class ObjectEstimatorNode:
         self.handle.get_logger().info(f"object estimates saved to {path}")
         return path
 
-    def _serve_save(self, request):
-        """``~/save_objects``: write objects.yaml now."""
-        return save_response(self, "objects.yaml", "a fit is running; call again in a moment")
-
-    def _serve_reset(self, request):
-        """``~/reset``: forget poses and estimates."""
-        return reset_response(self, "estimator reset when the running fit ends", "object estimator reset")
-
     def _reset(self):
+        """``~/reset``: forget poses and estimates."""
         self.estimator, self.last_outcome, self._reset_requested = self._new_estimator(), None, False
         self.time_origin_ns = None
         self.handle.get_logger().info("object estimator reset: poses and estimates forgotten")

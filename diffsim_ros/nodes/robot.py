@@ -16,10 +16,19 @@ from diffsim_ros.model import load_robot_config
 from diffsim_ros.resources import resolve_resource
 from diffsim_ros.runtime.params import param
 
-__all__ = ["LoadedRobot", "check_realtime_priority", "default_calibration_path", "load_robot",
-           "realtime_priority_param", "realtime_scheduling", "robot_topic", "set_threads"]
+__all__ = ["LoadedRobot", "RobotNodeConfig", "check_realtime_priority", "default_calibration_path",
+           "joint_states_topic_param", "load_robot", "realtime_priority_param", "realtime_scheduling", "robot_topic",
+           "set_threads", "threads_param"]
 
 DEFAULT_ROBOT_CONFIG = "package://diffsim_ros/config/baxter_left.yaml"
+
+
+@dataclass(frozen=True)
+class RobotNodeConfig:
+    """The parameters :func:`load_robot` reads; robot nodes' configs derive from it (these come first)."""
+
+    robot_config: str = param(DEFAULT_ROBOT_CONFIG, "robot config YAML (path or package:// URI)")
+    calibration_file: str = param("", "calibration.yaml applied to the nominal model at start-up ('' for none)")
 
 
 @dataclass(frozen=True)
@@ -42,6 +51,16 @@ class LoadedRobot:
     def joint_names(self):
         """Model joint names, shape (n,)."""
         return tuple(self.nominal.joint_names)
+
+
+def joint_states_topic_param():
+    """The ``joint_states_topic`` parameter of a node config (:func:`robot_topic` override)."""
+    return param("", "joint state topic (default: the robot config's topics.joint_states)")
+
+
+def threads_param():
+    """The ``threads`` parameter of a node config (what :func:`set_threads` takes)."""
+    return param(1, "torch threads")
 
 
 def set_threads(threads):

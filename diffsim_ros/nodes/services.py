@@ -1,6 +1,6 @@
 """std_srvs/srv/Trigger responses shared by the estimator nodes (save now, reset)."""
 
-__all__ = ["TRIGGER", "reset_response", "save_response"]
+__all__ = ["TRIGGER", "reset_response", "save_response", "trigger_services"]
 
 TRIGGER = "std_srvs/srv/Trigger"
 
@@ -33,3 +33,23 @@ def reset_response(node, busy_message, done_message):
         return {"success": True, "message": busy_message}
     node._reset()
     return {"success": True, "message": done_message}
+
+
+def trigger_services(node, save_service, what, save_busy, reset_busy, reset_done):
+    """Create ``~/<save_service>`` and ``~/reset`` (std_srvs/srv/Trigger) on ``node.handle``.
+
+    Args:
+        node: As :func:`save_response` and :func:`reset_response` (also ``_reset()``).
+        save_service: Name of the save service (e.g. "save_calibration").
+        what, save_busy: :func:`save_response`'s ``what`` and ``busy_message``.
+        reset_busy, reset_done: :func:`reset_response`'s messages.
+
+    Returns:
+        The save handler, ``handler(request) -> response`` (for other ways to ask for a save).
+    """
+    def save(request):
+        return save_response(node, what, save_busy)
+
+    node.handle.create_service(TRIGGER, f"~/{save_service}", save)
+    node.handle.create_service(TRIGGER, "~/reset", lambda request: reset_response(node, reset_busy, reset_done))
+    return save

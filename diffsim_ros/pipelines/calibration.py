@@ -141,10 +141,8 @@ def write_outputs(run, out_dir, source_urdf, force=False):
     with atomic_directory(out_dir, force=force) as tmp:
         write_calibration(tmp / "calibration.yaml", run.calibration)
         export_calibrated_urdf(run.model, run.nominal, source_urdf, tmp / f"{name}_calibrated.urdf")
-        calibration_report(
-            tmp / "report.png", [r for _, r in run.stages], [n for n, _ in run.stages], run.dataset,
-            run.nominal, run.model, run.camera_guess, run.camera_pose, title=f"diffsim_ros calibration of {name}",
-        )
+        calibration_report(tmp / "report.png", [r for _, r in run.stages], [n for n, _ in run.stages], run.dataset,
+                           run.nominal.joint_names, title=f"diffsim_ros calibration of {name}")
     return {
         "calibration": out_dir / "calibration.yaml",
         "urdf": out_dir / f"{name}_calibrated.urdf",

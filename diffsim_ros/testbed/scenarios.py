@@ -81,7 +81,7 @@ class RecordingScenario:
     seed: int = 0
 
 
-class _Recorder:
+class _SensorSampler:
     """Samples the plant's sensors at their rates while the controller runs."""
 
     def __init__(self, plant, scenario):
@@ -186,7 +186,7 @@ def record(plant, nominal_model, scenario):
     """
     nominal = FastDynamics.from_model(nominal_model)
     dt = plant.mj_model.opt.timestep
-    recorder = _Recorder(plant, scenario)
+    sampler = _SensorSampler(plant, scenario)
     holds = []
     poses = np.asarray(scenario.poses, dtype=float)
     plant.reset(poses[0])
@@ -204,17 +204,17 @@ def record(plant, nominal_model, scenario):
             q, qd = plant.true_state()
             feedforward = nominal.rnea(ref, ref_vel, ref_acc) - nominal.spring_torques(ref)
             command = kp * (ref - q) + kd * (ref_vel - qd) + feedforward
-            recorder.sample(command)
+            sampler.sample(command)
             plant.step(command)
         holds.append((hold_start, plant.time))
         previous = target
     if scenario.excitation > 0:
         kp, kd = _pd_gains(nominal_model, poses[-1], scenario)
-        _excite(plant, nominal, scenario, poses[-1], kp, kd, recorder)
-    return recorder.recording(holds)
+        _excite(plant, nominal, scenario, poses[-1], kp, kd, sampler)
+    return sampler.recording(holds)
 
 
-def _excite(plant, nominal, scenario, center, kp, kd, recorder):
+def _excite(plant, nominal, scenario, center, kp, kd, sampler):
     """Sum-of-sines torques around a soft PD hold: rich, bounded joint motion."""
     rng = np.random.default_rng(scenario.seed)
     n = len(center)
@@ -228,7 +228,7 @@ def _excite(plant, nominal, scenario, center, kp, kd, recorder):
         t = plant.time - start
         wave = amplitude * np.sin(2 * np.pi * freqs * t + phases).sum(0) / 3.0
         command = 0.3 * kp * (center - q) - 0.3 * kd * qd + nominal.gravity_torques(q) - nominal.spring_torques(q) + wave
-        recorder.sample(command)
+        sampler.sample(command)
         plant.step(command)
 
 

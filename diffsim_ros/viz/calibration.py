@@ -1,16 +1,16 @@
 """Calibration report figure (``report.png``): residuals before/after, convergence, data fit.
 
-The residual bars and the convergence are what identification returned. The static-effort and
-camera panels still evaluate the nominal and calibrated models on the data themselves (the
-result keeps per-block RMS, not per-sample predictions; issue 18 leaves that for the identify
-split)."""
+Every panel draws what identification returned (:class:`~diffsim_ros.estimation.identification.IdentificationResult`:
+per-block RMS, cost history, per-entry errors at the optimizer's start — the nominal values —
+and at the estimate); no model is evaluated here again.
+"""
 
 import numpy as np
-import torch
-
-from diffsim_ros.estimation.residuals import CameraResidual, StaticTorqueResidual
 
 __all__ = ["calibration_report"]
+
+STATIC_BLOCKS = ("static torques", "static torques (simulator)")  # rigid-body or through the simulator
+CAMERA_BLOCK = "camera"
 
 
 def _bars(ax, results, joint_names):
@@ -44,36 +44,29 @@ def _convergence(ax, results, names):
     ax.legend(fontsize=7)
 
 
-def _static_fit(ax, dataset, nominal, calibrated):
-    if dataset.static is None:
+def _static_fit(ax, before, after, dataset):
+    block = next((name for name in STATIC_BLOCKS if name in before), None)
+    if block is None or dataset.static is None:
         ax.text(0.5, 0.5, "no static poses", ha="center", transform=ax.transAxes)
         return
-    block = StaticTorqueResidual(dataset.static, nominal)
     measured = dataset.static.effort.reshape(-1)
-    with torch.no_grad():
-        before = block.predict(nominal).cpu().numpy().reshape(-1)
-        after = block.predict(calibrated).cpu().numpy().reshape(-1)
-    lim = [measured.min() - 1, measured.max() + 1]
-    ax.plot(lim, lim, "k-", lw=0.5)
-    ax.scatter(measured, before, s=6, alpha=0.4, label=f"nominal (RMS {np.sqrt(np.mean((before - measured) ** 2)):.3f} N·m)")
-    ax.scatter(measured, after, s=6, label=f"calibrated (RMS {np.sqrt(np.mean((after - measured) ** 2)):.3f} N·m)")
+    ax.axhline(0.0, color="k", lw=0.5)
+    for label, errors, style in (("start", before, {"alpha": 0.4}), ("calibrated", after, {})):
+        error = errors[block].reshape(-1)
+        ax.scatter(measured, error, s=6, label=f"{label} (RMS {np.sqrt(np.mean(error ** 2)):.3f} N·m)", **style)
     ax.set_xlabel("measured effort at rest [N·m]")
-    ax.set_ylabel("model holding torque [N·m]")
+    ax.set_ylabel(f"{block} error [N·m]")
     ax.set_title("Static efforts")
     ax.legend(fontsize=7)
 
 
-def _camera_fit(ax, dataset, nominal, calibrated, guess, camera_pose):
-    if dataset.camera is None or camera_pose is None:
+def _camera_fit(ax, before, after):
+    if CAMERA_BLOCK not in before:
         ax.text(0.5, 0.5, "camera not calibrated", ha="center", transform=ax.transAxes)
         return
-    block = CameraResidual(dataset.camera, nominal)
-    with torch.no_grad():
-        errors = {}
-        for label, model, pose in (("initial guess", nominal, guess), ("calibrated", calibrated, camera_pose)):
-            pose_t = torch.as_tensor(pose, dtype=model.dtype, device=model.device)
-            _, position = block.predict(model, pose_t)
-            errors[label] = 1e3 * np.linalg.norm(position.cpu().numpy() - dataset.camera.position, axis=1)
+    # columns: position error [m] (3), rotation error [rad] (3)
+    errors = {label: 1e3 * np.linalg.norm(e[CAMERA_BLOCK][:, :3], axis=1)
+              for label, e in (("initial guess", before), ("calibrated", after))}
     bins = np.linspace(0, max(e.max() for e in errors.values()), 40)
     for label, err in errors.items():
         ax.hist(err, bins=bins, alpha=0.6, label=f"{label} (median {np.median(err):.2f} mm)")
@@ -82,19 +75,17 @@ def _camera_fit(ax, dataset, nominal, calibrated, guess, camera_pose):
     ax.legend(fontsize=7)
 
 
-def calibration_report(path, results, stage_names, dataset, nominal, calibrated, camera_guess=None, camera_pose=None, title=None):
+def calibration_report(path, results, stage_names, dataset, joint_names, title):
     """Write the report figure.
 
     Args:
         path: PNG file.
-        results: IdentificationResults of the stages.
+        results: IdentificationResults of the stages (errors before: the first stage's, after:
+            the last stage's).
         stage_names: Their labels.
-        dataset: The Dataset used.
-        nominal: Nominal model.
-        calibrated: Calibrated model.
-        camera_guess: Initial camera pose (4, 4) or None.
-        camera_pose: Calibrated camera pose (4, 4) or None.
-        title: Figure title (default: the robot name).
+        dataset: The Dataset used (the measured efforts of the static panel).
+        joint_names: Model joint names (bar labels).
+        title: Figure title.
     """
     import matplotlib
 
@@ -102,11 +93,12 @@ def calibration_report(path, results, stage_names, dataset, nominal, calibrated,
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, 2, figsize=(12, 9))
-    _bars(axes[0, 0], results, list(nominal.joint_names))
+    before, after = results[0].errors_before, results[-1].errors_after
+    _bars(axes[0, 0], results, list(joint_names))
     _convergence(axes[0, 1], results, stage_names)
-    _static_fit(axes[1, 0], dataset, nominal, calibrated)
-    _camera_fit(axes[1, 1], dataset, nominal, calibrated, camera_guess, camera_pose)
-    fig.suptitle(title or f"diffsim_ros calibration of {nominal.name}")
+    _static_fit(axes[1, 0], before, after, dataset)
+    _camera_fit(axes[1, 1], before, after)
+    fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

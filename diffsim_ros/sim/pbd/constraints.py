@@ -214,17 +214,8 @@ def joint_blocks(system, frames0, rot0, inv_inertia_w, damping, compliance, h, l
     slide0 = None
     if not joints.all_revolute:
         slide0 = (frames0.axis_p * frames0.anchor_error()).sum(-1)
-    return JointBlocks(
-        child=child,
-        parent=parent,
-        free=free,
-        row_scale=row_scale,
-        row_compliance=row_compliance,
-        offset=offset,
-        alpha=float(compliance) / (h * h),
-        rot0=rot0,
-        slide0=slide0,
-    )
+    # the local names are JointBlocks' fields, in order
+    return JointBlocks(child, parent, free, row_scale, row_compliance, offset, float(compliance) / (h * h), rot0, slide0)
 
 
 def orientations(rot0, phi):

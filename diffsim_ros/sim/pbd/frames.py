@@ -81,21 +81,10 @@ class JointFrames:
     vec_c: torch.Tensor
     """Child ``[lever to the joint origin, axis, reference]`` in the world, (..., n, 3, 3)."""
 
-    @property
-    def lever_p(self):
-        return self.vec_p[..., 0]
-
-    @property
-    def lever_c(self):
-        return self.vec_c[..., 0]
-
-    @property
-    def axis_p(self):
-        return self.vec_p[..., 1]
-
-    @property
-    def axis_c(self):
-        return self.vec_c[..., 1]
+    lever_p = property(lambda self: self.vec_p[..., 0], doc="Parent lever to the joint anchor [m], (..., n, 3).")
+    lever_c = property(lambda self: self.vec_c[..., 0], doc="Child lever to the joint origin [m], (..., n, 3).")
+    axis_p = property(lambda self: self.vec_p[..., 1], doc="Joint axis on the parent, world (..., n, 3).")
+    axis_c = property(lambda self: self.vec_c[..., 1], doc="Joint axis on the child, world (..., n, 3).")
 
     def anchor_error(self):
         """Child anchor minus parent anchor [m], (..., n, 3)."""

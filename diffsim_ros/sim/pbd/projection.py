@@ -223,15 +223,7 @@ def project_direct(system, blocks, pos, phi, iterations):
     Jacobi convergence error); ``iterations`` quasi-Newton iterations (same factors, errors
     re-evaluated) handle the nonlinearity.
 
-    Args:
-        system: PBDSystem.
-        blocks: JointBlocks of this substep.
-        pos: Predicted COM positions [m], shape (..., N, 3).
-        phi: Predicted rotation vectors since the substep start [rad], shape (..., N, 3).
-        iterations: Newton iterations.
-
-    Returns:
-        ``(pos, phi)`` after projection.
+    Arguments and result as :func:`project_jacobi`, with ``iterations`` the Newton iterations.
     """
     factors = _factor_direct(system, blocks)
     lam = torch.zeros_like(blocks.free)
