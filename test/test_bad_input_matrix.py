@@ -626,9 +626,11 @@ def test_ctrl_c_real_sigint_during_a_torque_map_build(tmp_path):
     out = tmp_path / "maps" / "map.npz"
     command = "from diffsim_ros.cli import main; main()"
     process = subprocess.Popen([sys.executable, "-c", command, "torque-map", "build", "--config", str(BAXTER_LEFT),
-                                "--out", str(out), "--simulator", "rigid"], stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    assert process.stderr.readline().strip() == "joint 1/7"  # building: seconds to go (six joints, validation)
+                                "--out", str(out), "--simulator", "rigid", "--contexts", "40"], stderr=subprocess.PIPE,
+                               text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    # 40 inertia contexts: ~30 s of building left after joint 1 (5 contexts left ~1.5 s, which a loaded
+    # machine could spend before the signal was sent: the build then finished and exited 0).
+    assert process.stderr.readline().strip() == "joint 1/7"
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=120)
     assert process.returncode == 130
