@@ -34,7 +34,7 @@ import torch
 from diffsim_ros.dynamics.kinematics import forward_kinematics, frame_jacobian
 from diffsim_ros.dynamics.spatial import matvec, quat_normalize, quat_to_matrix, skew
 from diffsim_ros.sim.contact.cone import ConeSolution, solve_cone
-from diffsim_ros.sim.contact.detection import collide, concat_contacts, slot_count
+from diffsim_ros.sim.contact.detection import Contacts, collide, concat_contacts, slot_count
 from diffsim_ros.sim.contact.errors import ContactError
 from diffsim_ros.sim.contact.frames import contact_frames, integrate_orientation
 from diffsim_ros.sim.contact.lcp import LCPSolution, solve_lcp
@@ -496,12 +496,16 @@ class ContactWorld:
             poses[("static", i)] = (rot, torch.tensor(shape.position, dtype=self.dtype, device=self.device))
         return poses
 
-    def detect(self, state, margin=None):
+    def detect(self, state, margin=None, skip_apart=False):
         """All contact slots at a state (:class:`Contacts`, K = :attr:`slot_count`).
 
         Args:
             state: WorldState.
             margin: Activation distance [m]; default :attr:`margin`.
+            skip_apart: Skip the narrow phase of pairs whose bounding spheres are farther
+                apart than ``margin`` everywhere in the batch: their slots are inactive either
+                way, but their points, normals and gaps are then placeholders (only for
+                callers that use inactive slots for nothing, as :meth:`step`).
         """
         margin = self.margin if margin is None else margin
         poses = self._poses(state)
@@ -509,7 +513,10 @@ class ContactWorld:
         for pair in self.pairs:
             rot_a, pos_a = poses[(pair.a.kind, pair.a.index)]
             rot_b, pos_b = poses[(pair.b.kind, pair.b.index)]
-            parts.append(collide(pair.a.shape, rot_a, pos_a, pair.b.shape, rot_b, pos_b, margin))
+            if skip_apart and _apart(pair, pos_a, pos_b, margin):
+                parts.append(_inactive_slots(pair, pos_a, pos_b))
+            else:
+                parts.append(collide(pair.a.shape, rot_a, pos_a, pair.b.shape, rot_b, pos_b, margin))
         return concat_contacts(parts)
 
     def _speed_bound(self, state):
@@ -748,7 +755,7 @@ class ContactWorld:
         self._validate_state(state)
         h = self.dt
         # Two shapes closing at most at twice the fastest point speed may touch within the step.
-        contacts = self.detect(state, self.margin + 2.0 * h * self._speed_bound(state))
+        contacts = self.detect(state, self.margin + 2.0 * h * self._speed_bound(state), skip_apart=True)
         batch = contacts.gap.shape[:-1]
         if self.robot is not None:
             batch = torch.broadcast_shapes(batch, state.q.shape[:-1])
@@ -937,6 +944,30 @@ class ContactWorld:
             states.append(state)
             infos.append(info)
         return _stack_time(states), infos
+
+
+def _apart(pair, pos_a, pos_b, margin):
+    """Whether two bounded shapes' bounding spheres are more than ``margin`` apart in the whole
+    batch (then no slot of the pair can be active: its narrow phase is skipped)."""
+    reach = bounding_radius(pair.a.shape) + bounding_radius(pair.b.shape) + float(margin)
+    if not math.isfinite(reach):
+        return False
+    with torch.no_grad():
+        return bool((torch.linalg.vector_norm(pos_a - pos_b, dim=-1) > reach).all())
+
+
+def _inactive_slots(pair, pos_a, pos_b):
+    """Contacts of the pair's inactive slots, without gradient: points at shape a's centre,
+    vertical normals, and as gap the bounding spheres' distance (finite: a gap enters the
+    step's arithmetic on every slot before the active ones are picked)."""
+    with torch.no_grad():
+        spheres = torch.linalg.vector_norm(pos_a - pos_b, dim=-1) - bounding_radius(pair.a.shape) - bounding_radius(pair.b.shape)
+        batch = spheres.shape
+        point = pos_a.expand(*batch, 3)[..., None, :].expand(*batch, pair.count, 3).clone()
+        normal = torch.zeros_like(point)
+        normal[..., 2] = 1.0
+        inactive = torch.zeros(*batch, pair.count, dtype=torch.bool, device=pos_a.device)
+        return Contacts(point, normal, spheres[..., None].expand(*batch, pair.count).clone(), inactive, inactive.clone())
 
 
 def _stack_time(states):
