@@ -23,8 +23,10 @@ Run: ``.venv/bin/python -m benchmarks.bench_contact [--parts gradients,warmstart
 (``gradients``: ``--peer-python PATH`` names an interpreter with nimblephysics and numpy < 2 for
 the Nimble rows, default ``$DIFFSIM_NIMBLE_PYTHON``; ``--only-compiled`` prints the compiled-vs-Nimble
 rows without writing RESULTS.md)
-(``objects`` options: ``--slides``, ``--noise-seeds``, ``--collisions``, ``--grid full|corners``,
+(``objects`` options: ``--slides``, ``--noise-seeds``, ``--collisions``, ``--grid full|corners|extremes|worst``,
 ``--no-before``; the full grid with the before column takes hours on 2 shared cores).
+``--collision-grid --scenes 0,1,2 --grid full --restarts 2 --log FILE`` runs only the collision
+fits, scene by scene, one JSON line per fit (kept when interrupted), and writes nothing else.
 """
 
 import argparse
@@ -643,6 +645,56 @@ def _failure_paths(workdir):
     return rows
 
 
+def _grid_starts(name):
+    """The initial guesses of ``--grid``: (friction, mass factor) pairs."""
+    if name == "corners":
+        return [(0.05, 0.5), (0.05, 2.0), (1.0, 0.5), (1.0, 2.0), (0.3, 1.0)]
+    if name == "extremes":
+        return [(0.05, 0.5), (1.0, 2.0)]
+    if name == "worst":
+        return [(1.0, 2.0)]
+    return [(mu, m) for mu in GRID_FRICTION for m in GRID_MASS]
+
+
+def collision_grid(args):
+    """The collision grid alone, scene by scene, one JSON line per fit appended to ``--log``
+    (partial runs keep every finished fit; RESULTS.md is written by hand from them): per start
+    the mass / mu / restitution errors, status, wall and CPU time and the load average."""
+    import json
+    import tempfile
+    from pathlib import Path
+
+    import contact_scenes as cs
+
+    from diffsim_ros.estimation.object_fit import FitSettings, fit_objects
+
+    settings = FitSettings(restarts=args.restarts)
+    with tempfile.TemporaryDirectory() as tmp:
+        for index in (int(i) for i in args.scenes.split(",")):
+            scene = cs.random_collision(index)
+            sim = cs.simulate(scene)
+            truth = cs.truth_values(scene, sim)
+            parsed, observations, _ = _scene_inputs(scene, sim, index, Path(tmp) / f"collision{index}")
+            for mu0, factor in _grid_starts(args.grid):
+                guess = {"box.mass": factor * truth["box.mass"], "box/ground.friction": mu0, "box/target.restitution": GRID_RESTITUTION}
+                wall, cpu = time.perf_counter(), time.process_time()
+                fit = fit_objects(parsed.world(), observations, parsed.unknowns, initial=guess, settings=settings)
+                wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+                within, _ = _collision_row("", fit.values, truth, fit.estimate.rms, fit.status, wall)
+                record = {"scene": index, "mu0": mu0, "mass0": factor, "values": fit.values, "truth": truth,
+                          "mass_error": fit.values["box.mass"] / truth["box.mass"] - 1,
+                          "mu_error": fit.values["box/ground.friction"] / truth["box/ground.friction"] - 1,
+                          "e_error": fit.values["box/target.restitution"] - truth["box/target.restitution"],
+                          "within": bool(within), "status": fit.status, "message": fit.message, "rms": fit.estimate.rms,
+                          "drift": fit.drift, "fit_ratio": fit.fit_ratio, "wall": wall, "cpu": cpu, "load": os.getloadavg(),
+                          "stages": [(st.name, st.evaluations, st.seconds) for st in fit.stages], "restarts": args.restarts}
+                with open(args.log, "a") as log:
+                    log.write(json.dumps(record) + "\n")
+                print(f"scene {index} mu0 {mu0:g} mass0 {factor:g}x: mass {100 * record['mass_error']:+.1f} %, mu "
+                      f"{100 * record['mu_error']:+.1f} %, e {record['e_error']:+.3f}, {fit.status}, within {within}, "
+                      f"{wall:.0f} s wall, {cpu:.0f} s CPU, load {record['load'][0]:.1f}", flush=True)
+
+
 def objects(args=None):
     import tempfile
     from pathlib import Path
@@ -650,11 +702,7 @@ def objects(args=None):
     slides = getattr(args, "slides", 4)
     noise_seeds = getattr(args, "noise_seeds", 6)
     collisions = getattr(args, "collisions", 3)
-    grid = [(mu, m) for mu in GRID_FRICTION for m in GRID_MASS]
-    if getattr(args, "grid", "full") == "corners":
-        grid = [(0.05, 0.5), (0.05, 2.0), (1.0, 0.5), (1.0, 2.0), (0.3, 1.0)]
-    elif getattr(args, "grid", "full") == "extremes":
-        grid = [(0.05, 0.5), (1.0, 2.0)]
+    grid = _grid_starts(getattr(args, "grid", "full"))
     before = not getattr(args, "no_before", False)
     before_scenes = getattr(args, "before_scenes", None)
     with tempfile.TemporaryDirectory() as tmp:
@@ -718,12 +766,20 @@ def main(argv=None):
     parser.add_argument("--slides", type=int, default=4, help="objects: slide scenes")
     parser.add_argument("--noise-seeds", type=int, default=6, help="objects: camera-noise seeds per slide")
     parser.add_argument("--collisions", type=int, default=3, help="objects: collision scenes")
-    parser.add_argument("--grid", choices=("full", "corners", "extremes"), default="full", help="objects: initial-guess grid")
+    parser.add_argument("--grid", choices=("full", "corners", "extremes", "worst"), default="full", help="objects: initial-guess grid")
+    parser.add_argument("--collision-grid", action="store_true",
+                        help="run only the collision grid (--scenes, --grid, --restarts), one JSON line per fit to --log; no RESULTS write")
+    parser.add_argument("--scenes", default="0,1,2", help="collision grid: comma-separated collision scenes")
+    parser.add_argument("--restarts", type=int, default=2, help="collision grid: FitSettings.restarts")
+    parser.add_argument("--log", default="collision_grid.jsonl", help="collision grid: JSON-lines output")
     parser.add_argument("--no-before", action="store_true", help="objects: skip the hand-staged baseline")
     parser.add_argument("--replay", type=int, default=3, help="objects: collision scenes replayed at several model steps")
     parser.add_argument("--before-scenes", type=int, default=None, help="objects: run the baseline on the first N collision scenes only")
     args = parser.parse_args(argv if argv is not None else sys.argv[1:])
     torch.set_num_threads(1)  # shared, oversubscribed cores; small tensors
+    if args.collision_grid:
+        collision_grid(args)
+        return
     if args.only_compiled:
         print("\n".join(_compiled_vs_nimble(_peer(args))))
         return

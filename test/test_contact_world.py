@@ -25,6 +25,7 @@ FD_EPS = 1e-6
 FD_REL_TOL = 1e-5
 BOUNCE_APEX_REL_TOL = 0.03  # discrete-time apex vs e² h0
 STEP_JACOBIAN_ATOL = {"lcp": 1e-7, "cone": 1e-4}  # one-step Jacobian vs central FD; the cone's 1e-6 compliance
+SKIP_SEED, SKIP_CASES, SKIP_MARGIN = 3, 60, 0.02  # random box pairs around the broad phase's boundary [m]
 
 
 def _cube_world(solver, mass=0.5, friction=0.3, restitution=0.0, **kwargs):
@@ -359,3 +360,45 @@ def test_bad_states_are_refused_and_results_stay_finite():
     for solver in SOLVERS:
         states, _ = _cube_world(solver).rollout(fast, 20)
         assert bool(torch.isfinite(states.position).all() & torch.isfinite(states.linear_velocity).all())
+
+
+def test_skipped_narrow_phase_never_changes_which_slots_are_active():
+    """The step skips box pairs whose bounding spheres or a face axis separate them by more than
+    the margin: on random poses near that boundary, the activity of every slot is the full
+    detection's (the step uses nothing else of an inactive slot)."""
+    boxes = [RigidObject(n, Box(h), mass=1.0) for n, h in (("a", (0.08, 0.04, 0.03)), ("b", (0.05, 0.05, 0.03)))]
+    world = ContactWorld.create(boxes, solver="cone", dt=DT)
+    generator = torch.Generator().manual_seed(SKIP_SEED)
+    skipped = 0
+    for _ in range(SKIP_CASES):
+        offset = (2.0 * torch.rand(3, generator=generator, dtype=DTYPE) - 1.0) * torch.tensor([0.2, 0.2, 0.05], dtype=DTYPE)
+        quats = torch.nn.functional.normalize(torch.randn(2, 4, generator=generator, dtype=DTYPE), dim=-1)
+        centre = torch.tensor([0.0, 0.0, 0.1], dtype=DTYPE)
+        state = world.initial_state(position=torch.stack([centre, centre + offset]), orientation=quats)
+        full, fast = world.detect(state, SKIP_MARGIN), world.detect(state, SKIP_MARGIN, skip_apart=True)
+        assert torch.equal(full.active, fast.active)
+        skipped += int(not torch.equal(full.gap, fast.gap))
+    assert 0 < skipped < SKIP_CASES  # both branches ran
+
+
+def test_impact_substeps_split_only_the_steps_in_which_objects_may_touch():
+    restitution, speed, substeps = 0.45, 2.0, 5
+    cubes = [RigidObject(n, Box((0.05, 0.05, 0.05)), mass=m, friction=0.2, restitution=restitution) for n, m in zip("ab", (0.8, 0.5))]
+    coarse = ContactWorld.create(cubes, solver="cone", dt=DT)
+    world, fine = coarse.with_impact_substeps(substeps), ContactWorld.create(cubes, solver="cone", dt=DT / substeps)
+    state = world.initial_state(position=[[0.0, 0.0, 0.05], [0.3, 0.0, 0.05]], linear_velocity=[[speed, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    split = 0
+    for _ in range(12):
+        nxt, _ = world.step(state)
+        plain, _ = coarse.step(state)
+        if not torch.equal(nxt.position, plain.position):  # else apart: the coarse step itself
+            split += 1
+            expected = state
+            for _ in range(substeps):
+                expected, _ = fine.step(expected)
+            torch.testing.assert_close(nxt.position, expected.position, atol=ROUNDOFF, rtol=0)
+        state = nxt
+    assert split > 0
+    assert float(state.linear_velocity[1, 0]) > 0.5  # the hit happened
+    with pytest.raises(ContactError, match="positive integer"):
+        coarse.with_impact_substeps(0)
