@@ -1,0 +1,149 @@
+"""Compile the numba kernels ahead of use: ``python -m diffsim_ros.pipelines.kernels``.
+
+numba compiles a kernel at its first call and keeps the machine code in ``__pycache__`` beside
+the source (``cache=True``); later processes load it in milliseconds. On a fresh install the
+first calls cost minutes of CPU (the PBD step, in real and in complex arithmetic for its exact
+Jacobians, most). A node would spend them at start-up on the robot, and each worker of
+``make test`` would spend them again for the same kernels. This calls each kernel family once,
+on the Baxter arm and a box on the ground, in parallel processes, so that every later process
+loads them from the cache.
+"""
+
+import argparse
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+
+__all__ = ["FAMILIES", "compile_kernels", "main"]
+
+_DT = 0.01  # [s]
+
+
+def _baxter():
+    from diffsim_ros.model import load_robot_config
+    from diffsim_ros.resources import resolve_resource
+
+    return load_robot_config(resolve_resource("package://diffsim_ros/config/baxter_left.yaml")).build_model()
+
+
+def _start(model):
+    import numpy as np
+
+    q = 0.5 * (model.lower.numpy() + model.upper.numpy())
+    return q, np.full(model.nq, 0.1), np.full(model.nq, 0.5)
+
+
+def _pbd():
+    """The compiled PBD rollout (real arithmetic; batched, threads over the batch)."""
+    import numpy as np
+    import torch
+
+    from diffsim_ros.sim import make_simulator
+
+    model = _baxter()
+    q, qd, tau = (torch.from_numpy(np.tile(x, (2, 1))) for x in _start(model))
+    with torch.no_grad():
+        make_simulator(model, _DT, kind="pbd").rollout(q, qd, tau[:, None].repeat(1, 2, 1))
+
+
+def _pbd_mpc():
+    """The MPC through PBD: the PBD step in complex arithmetic (exact step Jacobians) and the Riccati solver."""
+    from diffsim_ros.control.mpc_fast import make_mpc
+    from diffsim_ros.control.mpc import MPCSettings
+    from diffsim_ros.control.references import SetPoint
+    from diffsim_ros.sim import make_simulator
+
+    model = _baxter()
+    q, qd, _ = _start(model)
+    make_mpc(make_simulator(model, _DT, kind="pbd", substeps=1), SetPoint(q), MPCSettings()).compute(0.0, q, qd)
+
+
+def _rigid():
+    """The rigid-body step with its state, torque and parameter Jacobians, and the MPC on it."""
+    from diffsim_ros.control.mpc_fast import make_mpc
+    from diffsim_ros.control.mpc import MPCSettings
+    from diffsim_ros.control.references import SetPoint
+    from diffsim_ros.sim import make_simulator
+    from diffsim_ros.sim.rigid_fast import FastRigidStep
+
+    model = _baxter()
+    q, qd, tau = _start(model)
+    FastRigidStep(model, _DT).jacobians(q, qd, tau, parameters=True)
+    make_mpc(make_simulator(model, _DT, kind="rigid"), SetPoint(q), MPCSettings()).compute(0.0, q, qd)
+
+
+def _large_step():
+    """The large-step (SDIRK) integrator's rollout."""
+    import numpy as np
+
+    from diffsim_ros.sim.large_step import SDIRKStep
+
+    model = _baxter()
+    q, qd, _ = _start(model)
+    SDIRKStep(model, 0.1).rollout(q, qd, np.zeros((2, model.nq)))
+
+
+def _contact():
+    """The compiled cone contact step and its Jacobians (a box sliding on the ground)."""
+    from diffsim_ros.sim.contact import Box, ContactWorld, RigidObject
+    from diffsim_ros.sim.contact.fast import FastContactStep
+
+    box = RigidObject("box", Box((0.05, 0.05, 0.04)), mass=0.5, friction=0.3)
+    world = ContactWorld.create([box], solver="cone", dt=_DT)
+    state = world.initial_state(position=[[0.0, 0.0, 0.04]], linear_velocity=[[1.0, 0.3, 0.0]])
+    fast = FastContactStep(world)
+    args = (state.position, state.orientation, state.linear_velocity, state.angular_velocity)
+    fast.step(*args)
+    fast.jacobians(*args)
+
+
+FAMILIES = {"pbd_mpc": _pbd_mpc, "pbd": _pbd, "rigid": _rigid, "large_step": _large_step, "contact": _contact}
+"""Kernel families, the costliest first (they are handed out in this order)."""
+
+
+def _compile(name):
+    start = time.process_time()
+    FAMILIES[name]()
+    return name, time.process_time() - start
+
+
+def compile_kernels(families=None, jobs=2):
+    """Call each kernel family once, ``jobs`` processes at a time.
+
+    Args:
+        families: Names from :data:`FAMILIES` (default: all).
+        jobs: Parallel processes.
+
+    Returns:
+        ``{family: CPU seconds}`` (compiling, or loading from the cache when it is warm).
+    """
+    names = list(FAMILIES) if families is None else list(families)
+    unknown = sorted(set(names) - set(FAMILIES))
+    if unknown:
+        raise ValueError(f"unknown kernel families {unknown}; known: {sorted(FAMILIES)}")
+    with ProcessPoolExecutor(max_workers=max(1, int(jobs)), mp_context=get_context("spawn")) as pool:
+        return dict(pool.map(_compile, names))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m diffsim_ros.pipelines.kernels", description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel processes (default: the cores)")
+    parser.add_argument("families", nargs="*", help=f"of {', '.join(FAMILIES)} (default: all)")
+    args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs must be at least 1, got {args.jobs}")
+    start = time.monotonic()
+    try:
+        seconds = compile_kernels(args.families or None, args.jobs)
+    except ValueError as err:
+        parser.error(str(err))
+    for name, cpu in seconds.items():
+        print(f"numba kernels {name}: {cpu:.1f} s CPU", file=sys.stderr)
+    print(f"numba kernels ready in {time.monotonic() - start:.1f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
