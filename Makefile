@@ -24,7 +24,9 @@ demo: $(STAMP)
 	$(BIN)/diffsim-ros demo --out $(OUT) --force
 
 # One pytest worker per core (-n auto); a test file stays on one worker (module fixtures are built once).
+# The numba kernels first, once, in parallel processes: otherwise each worker compiles the same ones.
 test: $(STAMP)
+	$(BIN)/python -m diffsim_ros.pipelines.kernels
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n auto --dist loadfile --durations=25 test
 
 bench: $(STAMP)

@@ -46,8 +46,8 @@ from diffsim_ros.io.ros_messages import (
 from diffsim_ros.io.ros_types import CLOCK, EMPTY, FLOAT64_MULTI_ARRAY, JOINT_COMMAND, JOINT_STATE, POSE_STAMPED
 from diffsim_ros.testbed.hardware import BaxterLimbEmulator, EffortControllerEmulator
 from diffsim_ros.nodes.outputs import BAXTER, OUTPUTS, baxter_topics, controller_joint_order, effort_controller_topic
-from diffsim_ros.nodes.robot import DEFAULT_ROBOT_CONFIG, check_realtime_priority, load_robot, realtime_priority_param, \
-    realtime_scheduling, robot_topic, set_threads
+from diffsim_ros.nodes.robot import DEFAULT_ROBOT_CONFIG, check_realtime_priority, joint_states_topic_param, load_robot, \
+    realtime_priority_param, realtime_scheduling, robot_topic, set_threads, threads_param
 from diffsim_ros.runtime import CLOCK_QOS, COMMAND_QOS, SENSOR_QOS, declare_config, param
 from diffsim_ros.runtime.diagnostics import DIAGNOSTIC_ARRAY, OK, WARN, Gaps, diagnostic_array_msg, node_label, status
 from diffsim_ros.runtime.heap import GcPauses
@@ -70,7 +70,7 @@ class SimRobotConfig:
     side: str = param("left", "Baxter limb: topics /robot/limb/<side>/...")
     controller_name: str = param("effort_controller", "ros2_control: commands on /<controller_name>/commands")
     controller_joints: list[str] = param([], "ros2_control: the controller's joints in its order (default: model order)")
-    joint_states_topic: str = param("", "joint state topic (default: the robot config's topics.joint_states)")
+    joint_states_topic: str = joint_states_topic_param()
     camera_topic: str = param("", "camera pose topic (default: the robot config's topics.camera_pose)")
     camera_frame_id: str = param("camera", "header frame of the camera poses")
     timestep: float = param(1e-3, "MuJoCo time step [s]")
@@ -97,7 +97,7 @@ class SimRobotConfig:
     noise_effort: float = param(0.05, "effort noise [N·m]", name="noise.effort")
     noise_camera_position: float = param(1e-3, "camera position noise [m]", name="noise.camera_position")
     noise_camera_rotation: float = param(0.0035, "camera rotation noise [rad]", name="noise.camera_rotation")
-    threads: int = param(1, "torch threads")
+    threads: int = threads_param()
     realtime_priority: int = realtime_priority_param("it stands in for hardware with a real-time computer of its own")
 
     def validate(self):
