@@ -22,10 +22,10 @@ _DT = 0.01  # [s]
 
 
 def _baxter():
-    from diffsim_ros.model import load_robot_config
-    from diffsim_ros.resources import resolve_resource
+    """The model the nodes load by default (the Baxter left arm)."""
+    from diffsim_ros.nodes.robot import DEFAULT_ROBOT_CONFIG, load_robot
 
-    return load_robot_config(resolve_resource("package://diffsim_ros/config/baxter_left.yaml")).build_model()
+    return load_robot(DEFAULT_ROBOT_CONFIG).nominal
 
 
 def _start(model):
@@ -48,30 +48,31 @@ def _pbd():
         make_simulator(model, _DT, kind="pbd").rollout(q, qd, tau[:, None].repeat(1, 2, 1))
 
 
-def _pbd_mpc():
-    """The MPC through PBD: the PBD step in complex arithmetic (exact step Jacobians) and the Riccati solver."""
-    from diffsim_ros.control.mpc_fast import make_mpc
+def _mpc(model, q, qd, **simulator):
+    """One MPC call on ``make_simulator(model, **simulator)`` (the solver ``make_mpc`` picks for it)."""
     from diffsim_ros.control.mpc import MPCSettings
+    from diffsim_ros.control.mpc_fast import make_mpc
     from diffsim_ros.control.references import SetPoint
     from diffsim_ros.sim import make_simulator
 
+    make_mpc(make_simulator(model, _DT, **simulator), SetPoint(q), MPCSettings()).compute(0.0, q, qd)
+
+
+def _pbd_mpc():
+    """The MPC through PBD: the PBD step in complex arithmetic (exact step Jacobians) and the Riccati solver."""
     model = _baxter()
     q, qd, _ = _start(model)
-    make_mpc(make_simulator(model, _DT, kind="pbd", substeps=1), SetPoint(q), MPCSettings()).compute(0.0, q, qd)
+    _mpc(model, q, qd, kind="pbd", substeps=1)
 
 
 def _rigid():
     """The rigid-body step with its state, torque and parameter Jacobians, and the MPC on it."""
-    from diffsim_ros.control.mpc_fast import make_mpc
-    from diffsim_ros.control.mpc import MPCSettings
-    from diffsim_ros.control.references import SetPoint
-    from diffsim_ros.sim import make_simulator
     from diffsim_ros.sim.rigid_fast import FastRigidStep
 
     model = _baxter()
     q, qd, tau = _start(model)
     FastRigidStep(model, _DT).jacobians(q, qd, tau, parameters=True)
-    make_mpc(make_simulator(model, _DT, kind="rigid"), SetPoint(q), MPCSettings()).compute(0.0, q, qd)
+    _mpc(model, q, qd, kind="rigid")
 
 
 def _large_step():
