@@ -39,7 +39,6 @@ at ``rate_hz`` to notice stale joint states. Gains and limits (``gravity_scale``
 whole if invalid.
 """
 
-import gc
 import time
 from collections import deque
 from dataclasses import dataclass, replace
@@ -72,7 +71,7 @@ from diffsim_ros.resources import resolve_resource
 from diffsim_ros.runtime import LATCHED_QOS, SENSOR_QOS, declare_config, param
 from diffsim_ros.runtime.diagnostics import DIAGNOSTIC_ARRAY, ERROR, OK, WARN, Gaps, InputRates, diagnostic_array_msg, \
     input_status, node_label, status
-from diffsim_ros.runtime.heap import GcPauses
+from diffsim_ros.runtime.heap import GcPauses, frozen_objects
 from diffsim_ros.runtime.inputs import FRESH, STALE, joint_state_input
 from diffsim_ros.runtime.params import ParameterError, config_values, group, per_joint_value, updated_config
 from diffsim_ros.runtime.rclpy_backend import exit_process, run_node
@@ -435,7 +434,7 @@ class ControllerNode:
                   **self.command_gaps.values("command"),
                   "largest GC pause [ms]": f"{self.gc_pauses.largest_ms:.1f}",
                   "full GC collections": self.gc_pauses.full_collections,
-                  "GC frozen objects": gc.get_freeze_count(), "scheduling": self.scheduling}
+                  "GC frozen objects": frozen_objects(), "scheduling": self.scheduling}
         if getattr(self.controller, "torque_map", None) is not None:
             values.update({"torque map": "exact" if self.controller.map_exact else "conditioned on the model",
                            "torque map rebuilds": self.map_rebuilds, "torque map rebuild": self._map_rebuild or "idle"})

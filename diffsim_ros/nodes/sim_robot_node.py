@@ -26,7 +26,6 @@ Topics (names from the robot config unless overridden):
   command interface use it, and the other nodes follow it with ``use_sim_time: true``.
 """
 
-import gc
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,7 +49,7 @@ from diffsim_ros.nodes.robot import DEFAULT_ROBOT_CONFIG, check_realtime_priorit
     realtime_priority_param, realtime_scheduling, robot_topic, set_threads, threads_param
 from diffsim_ros.runtime import CLOCK_QOS, COMMAND_QOS, SENSOR_QOS, declare_config, param
 from diffsim_ros.runtime.diagnostics import DIAGNOSTIC_ARRAY, OK, WARN, Gaps, diagnostic_array_msg, node_label, status
-from diffsim_ros.runtime.heap import GcPauses
+from diffsim_ros.runtime.heap import GcPauses, frozen_objects
 from diffsim_ros.runtime.params import ParameterError
 from diffsim_ros.runtime.rclpy_backend import exit_process, run_node
 from diffsim_ros.testbed.mujoco_plant import MujocoPlant, PlantTruth, SensorNoise, random_camera_pose
@@ -311,7 +310,7 @@ class SimRobotNode:
                   "rejected commands": self.rejected_commands,
                   "largest GC pause [ms]": f"{self.gc_pauses.largest_ms:.1f}",
                   "full GC collections": self.gc_pauses.full_collections,
-                  "GC frozen objects": gc.get_freeze_count(), "scheduling": self.scheduling}
+                  "GC frozen objects": frozen_objects(), "scheduling": self.scheduling}
         return status(level, f"{node_label(self.handle)}: hardware", message, values)
 
     def _publish_camera(self):

@@ -11,7 +11,9 @@ what the running node allocates. :class:`GcPauses` measures the pauses that rema
 import gc
 import time
 
-__all__ = ["GcPauses", "freeze_heap"]
+__all__ = ["GcPauses", "freeze_heap", "frozen_objects"]
+
+_frozen = 0  # objects frozen by the last freeze_heap (see frozen_objects)
 
 
 def freeze_heap():
@@ -30,7 +32,19 @@ def freeze_heap():
     finally:
         gc.callbacks.extend(callbacks)
     gc.freeze()
-    return gc.get_freeze_count()
+    global _frozen
+    _frozen = gc.get_freeze_count()
+    return _frozen
+
+
+def frozen_objects():
+    """Number of objects :func:`freeze_heap` froze (0 before it ran).
+
+    Read from the count taken at freezing: ``gc.get_freeze_count`` walks the whole permanent
+    generation (40 ms for 400,000 objects on the 2-core machine), which in a diagnostics callback
+    stalled the control loop once a second.
+    """
+    return _frozen
 
 
 class GcPauses:
