@@ -26,11 +26,12 @@ import pytest
 
 from diffsim_ros.estimation.data import DataError
 from diffsim_ros.estimation.objects import (
-    PoseSeries,
+    as_pose_series,
     estimate_in_stages,
     estimate_object_parameters,
     parameter_uncertainty,
 )
+from diffsim_ros.estimation.streams import PoseSeries
 from diffsim_ros.sim.contact import Box, ContactError, ContactWorld, RigidObject
 from diffsim_ros.testbed.contact_reference import simulate_mujoco
 
@@ -257,7 +258,7 @@ def _series(count=10):
 def test_pose_series_rejects_too_few_poses_nan_and_unordered_stamps():
     times, position, orientation = _series()
     with pytest.raises(DataError, match="at least 3 poses"):
-        PoseSeries(times[:2], position[:2], orientation[:2])
+        as_pose_series("cube", PoseSeries(times[:2], position[:2], orientation[:2]))
     bad = position.copy()
     bad[4, 1] = np.nan
     with pytest.raises(DataError, match="NaN"):

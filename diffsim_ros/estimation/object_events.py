@@ -101,7 +101,7 @@ def pose_noise(series):
     """Camera noise from poses alone, pooled over one or more objects seen by the same camera.
 
     Args:
-        series: A PoseSeries (estimation.objects) or a sequence of them.
+        series: A PoseSeries (estimation.streams) or a sequence of them.
 
     Raises:
         ValueError: No series with at least WINDOW poses.
