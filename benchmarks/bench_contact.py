@@ -635,7 +635,7 @@ def _failure_paths(workdir):
     sim = cs.simulate(slide)
     parsed, observations, _ = _scene_inputs(slide, sim, 0, workdir / "failure-camera", unknown=("box.mass", "box/ground.friction"))
     rotation = torch.tensor([[math.cos(0.15), 0.0, math.sin(0.15)], [0.0, 1.0, 0.0], [-math.sin(0.15), 0.0, math.cos(0.15)]], dtype=torch.float64)
-    from diffsim_ros.estimation.objects import PoseSeries
+    from diffsim_ros.estimation.streams import PoseSeries
 
     wrong = {n: PoseSeries(s.times, s.position @ rotation.numpy().T, s.orientation) for n, s in observations.items()}
     start = time.perf_counter()

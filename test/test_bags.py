@@ -109,8 +109,8 @@ def test_write_then_read_robot_bag(robot_bag):
     np.testing.assert_allclose(js.efforts, -joint_positions(t), atol=EXACT)
     assert js.stats.kept == n and js.stats.dropped_nan == 0 and js.stats.stamp_from_receive == 0
     cam = data.camera_poses
-    assert cam.frame_id == "camera" and cam.positions.shape == (int(DURATION_S * CAMERA_HZ), 3)
-    np.testing.assert_allclose(np.linalg.norm(cam.quaternions, axis=1), 1.0, atol=SLERP_TOL)
+    assert cam.frame_id == "camera" and cam.position.shape == (int(DURATION_S * CAMERA_HZ), 3)
+    np.testing.assert_allclose(np.linalg.norm(cam.orientation, axis=1), 1.0, atol=SLERP_TOL)
     torques = data.commanded_torques
     np.testing.assert_allclose(torques.torques, 2.0 * joint_positions(t), atol=EXACT)
     np.testing.assert_allclose(torques.times, t + 300e-6, atol=TIME_TOL)  # no header: receive time

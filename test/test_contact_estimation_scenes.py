@@ -23,7 +23,7 @@ from diffsim_ros.pipelines.objects import load_inputs
 from diffsim_ros.cli.exits import OK, UNDETERMINED
 from diffsim_ros.estimation.object_events import contact_events, pose_noise
 from diffsim_ros.estimation.object_fit import FitSettings, fit_objects
-from diffsim_ros.estimation.objects import PoseSeries
+from diffsim_ros.estimation.streams import PoseSeries
 
 SCENE_SLIDE = 0
 SCENE_COLLISION = 1

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from diffsim_ros.dynamics.spatial import quat_conjugate, quat_log, quat_multiply
+from diffsim_ros.estimation.signals import interpolate, interpolate_quaternions
 
 __all__ = ["PoseNoise", "ContactEvent", "pose_noise", "at_rest_at_start", "contact_events", "interpolate_poses", "move_time"]
 
@@ -101,7 +102,7 @@ def pose_noise(series):
     """Camera noise from poses alone, pooled over one or more objects seen by the same camera.
 
     Args:
-        series: A PoseSeries (estimation.objects) or a sequence of them.
+        series: A PoseSeries (estimation.streams) or a sequence of them.
 
     Raises:
         ValueError: No series with at least WINDOW poses.
@@ -127,16 +128,17 @@ def at_rest_at_start(series, noise):
 
 
 def interpolate_poses(series, times):
-    """Poses of a series at ``times`` (linear positions, normalized-lerp quaternions), clamped
-    to its first and last pose: ``(position (N, 3), orientation (N, 4))``."""
-    times = np.clip(np.asarray(times, float), series.times[0], series.times[-1])
-    index = np.clip(np.searchsorted(series.times, times, side="right") - 1, 0, len(series) - 2)
-    alpha = ((times - series.times[index]) / (series.times[index + 1] - series.times[index]))[:, None]
-    position = (1 - alpha) * series.position[index] + alpha * series.position[index + 1]
-    q0, q1 = series.orientation[index], series.orientation[index + 1]
-    q1 = np.where((q0 * q1).sum(1, keepdims=True) < 0, -q1, q1)
-    q = (1 - alpha) * q0 + alpha * q1
-    return position, q / np.linalg.norm(q, axis=1, keepdims=True)
+    """Poses of a series at ``times``: ``(position (N, 3) [m], orientation (N, 4) (w, x, y, z))``.
+
+    The signals module's interpolation (linear positions, slerp quaternions) on ``times``
+    clamped to the series' span: outside it an object stands at its first or last pose seen
+    (the pair distances are wanted at every stamp of every object, and the streams of two
+    objects need not start and end together), where :func:`~.signals.interpolate` gives NaN.
+    """
+    query = np.clip(np.asarray(times, dtype=np.float64), series.times[0], series.times[-1])
+    position, _ = interpolate(series.times, series.position, query)
+    orientation, _ = interpolate_quaternions(series.times, series.orientation, query)
+    return position, orientation
 
 
 def _pair_distances(world, observations, times):

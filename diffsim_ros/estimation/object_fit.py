@@ -201,7 +201,7 @@ def _relevance(world, unknowns, events, observations, noise, at_rest):
 def _window(observations, end):
     if end is None or math.isinf(end):
         return observations
-    return {name: series.between(end=end) for name, series in observations.items()}
+    return {name: as_pose_series(name, series.between(end=end)) for name, series in observations.items()}
 
 
 def _scan_best(world, observations, grid, at_rest, state):

@@ -30,13 +30,13 @@ from scipy.optimize import least_squares
 from diffsim_ros.dynamics.spatial import quat_conjugate, quat_log, quat_multiply, quat_normalize
 from diffsim_ros.estimation.data import DataError
 from diffsim_ros.estimation.object_events import pose_noise
+from diffsim_ros.estimation.streams import PoseSeries
 from diffsim_ros.sim.contact.errors import ContactError
 from diffsim_ros.sim.contact.frames import integrate_orientation
 from diffsim_ros.sim.contact.shapes import bounding_radius
 from diffsim_ros.sim.contact.world import WorldState
 
 __all__ = [
-    "PoseSeries",
     "ObjectEstimate",
     "QUALITY_LIMIT",
     "quality_verdict",
@@ -87,63 +87,6 @@ MIN_POSES = 3
 # the noise estimate of a 20-pose series is good to ~20 %), deliberately wrong scenes far above.
 QUALITY_LIMIT = 3.0
 NOISE_FLOOR = (2e-4, 2e-3)  # [m], [rad]: no camera is better; noise-free data are judged against these
-
-
-@dataclass(frozen=True)
-class PoseSeries:
-    """Timestamped poses of one object, in the world (= robot base) frame.
-
-    Attributes:
-        times: Stamps [s], shape (T,), strictly increasing.
-        position: Positions [m], shape (T, 3).
-        orientation: Unit quaternions (w, x, y, z), shape (T, 4).
-    """
-
-    times: np.ndarray
-    position: np.ndarray
-    orientation: np.ndarray
-
-    def __post_init__(self):
-        times = np.asarray(self.times, dtype=np.float64).reshape(-1)
-        position = np.asarray(self.position, dtype=np.float64)
-        orientation = np.asarray(self.orientation, dtype=np.float64)
-        if position.shape != (times.size, 3) or orientation.shape != (times.size, 4):
-            raise DataError(
-                f"pose series needs times (T,), position (T, 3), orientation (T, 4); got "
-                f"{times.shape}, {position.shape}, {orientation.shape}"
-            )
-        if times.size < MIN_POSES:
-            raise DataError(f"a pose series needs at least {MIN_POSES} poses, got {times.size}")
-        if not (np.isfinite(times).all() and np.isfinite(position).all() and np.isfinite(orientation).all()):
-            raise DataError("pose series contains NaN or inf (drop those samples before estimation)")
-        if np.any(np.diff(times) <= 0):
-            raise DataError("pose stamps must be strictly increasing")
-        norm = np.linalg.norm(orientation, axis=1, keepdims=True)
-        if np.any(norm < 1e-9):
-            raise DataError("pose series contains a zero quaternion")
-        object.__setattr__(self, "times", times)
-        object.__setattr__(self, "position", position)
-        object.__setattr__(self, "orientation", orientation / norm)
-
-    @classmethod
-    def from_pose_stamped(cls, messages):
-        """From geometry_msgs/msg/PoseStamped messages (or objects with the same fields).
-
-        ROS quaternions are (x, y, z, w); they are reordered to (w, x, y, z) here.
-        """
-        messages = list(messages)
-        times = [m.header.stamp.sec + 1e-9 * m.header.stamp.nanosec for m in messages]
-        position = [[m.pose.position.x, m.pose.position.y, m.pose.position.z] for m in messages]
-        orientation = [[m.pose.orientation.w, m.pose.orientation.x, m.pose.orientation.y, m.pose.orientation.z] for m in messages]
-        return cls(np.array(times), np.array(position), np.array(orientation))
-
-    def __len__(self):
-        return self.times.size
-
-    def between(self, start=-math.inf, end=math.inf):
-        """The poses stamped in ``[start, end]`` [s] (e.g. before a collision, for staged fits)."""
-        keep = (self.times >= start) & (self.times <= end)
-        return PoseSeries(self.times[keep], self.position[keep], self.orientation[keep])
 
 
 @dataclass(frozen=True)
@@ -331,20 +274,23 @@ class _Problem:
 
 
 def as_pose_series(name, value):
-    """A PoseSeries from a PoseSeries or a mapping of its fields (``times``, ``position``,
+    """The observations of one object, checked for estimation: a PoseSeries of at least
+    MIN_POSES poses, from a PoseSeries or a mapping of its fields (``times``, ``position``,
     ``orientation``); ``name`` (the object's) is for error messages.
 
     Raises:
-        DataError: Anything else, or malformed fields.
+        DataError: Anything else, malformed fields, or fewer than MIN_POSES poses.
     """
-    if isinstance(value, PoseSeries):
-        return value
     if isinstance(value, Mapping) and {"times", "position", "orientation"} <= set(value):
         try:
-            return PoseSeries(value["times"], value["position"], value["orientation"])
+            value = PoseSeries(value["times"], value["position"], value["orientation"])
         except DataError as error:
             raise DataError(f"observations of '{name}': {error}") from error
-    raise DataError(f"observations of '{name}' must be a PoseSeries or a mapping with times, position, orientation; got {type(value).__name__}")
+    if not isinstance(value, PoseSeries):
+        raise DataError(f"observations of '{name}' must be a PoseSeries or a mapping with times, position, orientation; got {type(value).__name__}")
+    if len(value) < MIN_POSES:
+        raise DataError(f"observations of '{name}': a pose series needs at least {MIN_POSES} poses, got {len(value)}")
+    return value
 
 
 def _velocity_guess(series):

@@ -322,8 +322,8 @@ class OnlineEstimator:
         poses = None
         if camera and self.camera_frame is not None:
             p_stamps = np.array([s[0] for s in camera], dtype=np.int64)
-            poses = PoseSeries("camera", p_stamps, p_stamps * 1e-9, np.array([s[1] for s in camera]),
-                               np.array([s[2] for s in camera]), stats(len(camera), "camera_pose"))
+            poses = PoseSeries(p_stamps * 1e-9, np.array([s[1] for s in camera]), np.array([s[2] for s in camera]),
+                               frame_id="camera", stamps_ns=p_stamps, stats=stats(len(camera), "camera_pose"))
         return RobotStreams("online window", 0, js, poses, torques)
 
     def _collect_rests(self, js):

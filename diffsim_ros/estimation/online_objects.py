@@ -39,7 +39,7 @@ import numpy as np
 from diffsim_ros.estimation.data import DataError
 from diffsim_ros.estimation.object_events import REST_POSES, REST_SIGMAS, pose_noise
 from diffsim_ros.estimation.object_fit import FitSettings, fit_objects
-from diffsim_ros.estimation.objects import PoseSeries
+from diffsim_ros.estimation.streams import PoseSeries
 from diffsim_ros.sim.contact.errors import ContactError
 
 __all__ = ["OnlineObjectEstimatorConfig", "EventOutcome", "OnlineObjectEstimator", "combine_estimates"]

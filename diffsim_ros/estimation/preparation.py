@@ -284,7 +284,7 @@ def _camera(streams, frame, options, notes):
     if not valid.any():
         return None
     obs = CameraObservations(
-        frame, q[valid], poses.positions[valid], poses.quaternions[valid],
+        frame, q[valid], poses.position[valid], poses.orientation[valid],
         options.camera_position_std, options.camera_rotation_std,
     )
     return obs.subsample(options.camera_samples)

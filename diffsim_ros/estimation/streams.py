@@ -1,12 +1,16 @@
 """Recorded robot streams: joint states, commanded torques and camera poses, in model joint order.
 
 The common input of data preparation (:mod:`diffsim_ros.estimation.preparation`), filled by the
-bag reader offline and by the streaming estimator's buffers online.
+bag reader offline and by the streaming estimator's buffers online. :class:`PoseSeries` is also
+the observations of object estimation (:mod:`diffsim_ros.estimation.objects`).
 """
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 import numpy as np
+
+from diffsim_ros.estimation.data import DataError
 
 __all__ = ["JointStateSeries", "PoseSeries", "RobotStreams", "StreamStats", "TorqueSeries"]
 
@@ -66,22 +70,59 @@ class JointStateSeries:
 
 @dataclass(frozen=True)
 class PoseSeries:
-    """Stamped poses.
+    """Stamped poses of one tracked frame: a camera's estimates of a link or of an object.
+
+    Checked and normalized on creation (DataError naming the problem): shapes, finite values,
+    strictly increasing times, no zero quaternion. How many poses a use needs is the user's
+    check (object estimation: :func:`diffsim_ros.estimation.objects.as_pose_series`).
 
     Attributes:
-        frame_id: Header frame of the poses (the camera frame).
-        stamps_ns: [ns], shape (M,). times: [s] since ``RobotStreams.t0_ns``, shape (M,).
-        positions: [m], shape (M, 3).
-        quaternions: Unit quaternions (w, x, y, z), shape (M, 4).
-        stats: StreamStats.
+        times: Stamps [s], shape (T,), strictly increasing (from ``RobotStreams.t0_ns`` in a
+            recording; the world frame's clock for object observations).
+        position: Positions [m], shape (T, 3).
+        orientation: Unit quaternions (w, x, y, z), shape (T, 4).
+        frame_id: Header frame of the poses as read (the camera frame); "" when not read
+            from messages (e.g. poses expressed in the base frame).
+        stamps_ns: Stamps [ns], shape (T,) int64, or None when not read from messages.
+        stats: StreamStats of the reading, or None.
     """
 
-    frame_id: str
-    stamps_ns: np.ndarray
     times: np.ndarray
-    positions: np.ndarray
-    quaternions: np.ndarray
-    stats: StreamStats
+    position: np.ndarray
+    orientation: np.ndarray
+    frame_id: str = ""
+    stamps_ns: np.ndarray | None = None
+    stats: StreamStats | None = None
+
+    def __post_init__(self):
+        times = np.asarray(self.times, dtype=np.float64).reshape(-1)
+        position = np.asarray(self.position, dtype=np.float64)
+        orientation = np.asarray(self.orientation, dtype=np.float64)
+        if position.shape != (times.size, 3) or orientation.shape != (times.size, 4):
+            raise DataError(
+                f"pose series needs times (T,), position (T, 3), orientation (T, 4); got "
+                f"{times.shape}, {position.shape}, {orientation.shape}"
+            )
+        if not (np.isfinite(times).all() and np.isfinite(position).all() and np.isfinite(orientation).all()):
+            raise DataError("pose series contains NaN or inf (drop those samples before estimation)")
+        if np.any(np.diff(times) <= 0):
+            raise DataError("pose stamps must be strictly increasing")
+        norm = np.linalg.norm(orientation, axis=1, keepdims=True)
+        if np.any(norm < 1e-9):
+            raise DataError("pose series contains a zero quaternion")
+        object.__setattr__(self, "times", times)
+        object.__setattr__(self, "position", position)
+        object.__setattr__(self, "orientation", orientation / norm)
+
+    def __len__(self):
+        return self.times.size
+
+    def between(self, start=-math.inf, end=math.inf):
+        """The poses stamped in ``[start, end]`` [s] (e.g. before a collision, for staged fits)."""
+        keep = (self.times >= start) & (self.times <= end)
+        stamps_ns = None if self.stamps_ns is None else self.stamps_ns[keep]
+        return replace(self, times=self.times[keep], position=self.position[keep], orientation=self.orientation[keep],
+                       stamps_ns=stamps_ns)
 
 
 @dataclass(frozen=True)

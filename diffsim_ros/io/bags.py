@@ -410,11 +410,11 @@ def _pose_series(stream, order, stats, t0_ns):
     if len(frames) > 1:
         raise BagError(f"{stream.where}: poses in several frames {frames}; expected one camera frame")
     return PoseSeries(
+        times=(stamps - t0_ns) * 1e-9,
+        position=np.stack([sample.position for sample in samples]).reshape(-1, 3),
+        orientation=np.stack([sample.quaternion for sample in samples]).reshape(-1, 4),
         frame_id=frames[0] if frames else "",
         stamps_ns=stamps,
-        times=(stamps - t0_ns) * 1e-9,
-        positions=np.stack([sample.position for sample in samples]).reshape(-1, 3),
-        quaternions=np.stack([sample.quaternion for sample in samples]).reshape(-1, 4),
         stats=stats,
     )
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import numpy as np
 from scipy.spatial.transform import Rotation
 
-from diffsim_ros.estimation.objects import PoseSeries
+from diffsim_ros.estimation.streams import PoseSeries
 from diffsim_ros.io.bags import read_pose_topics
 
 __all__ = ["camera_to_base", "check_camera_pose", "object_poses_from_bag"]
@@ -63,7 +63,7 @@ def object_poses_from_bag(path, topics, camera_pose=None, **read_options):
             :func:`~diffsim_ros.io.bags.read_pose_topics`.
 
     Returns:
-        ``{object name: estimation.objects.PoseSeries}``, times [s] from the earliest stamp.
+        ``{object name: estimation.streams.PoseSeries}``, times [s] from the earliest stamp.
 
     Raises:
         BagError: Unreadable bag, missing topic, wrong type, bad samples (see
@@ -77,7 +77,7 @@ def object_poses_from_bag(path, topics, camera_pose=None, **read_options):
     result = {}
     for name, topic in topics.items():
         poses = series[topic]
-        position, quaternion = poses.positions, poses.quaternions  # unit quaternions (checked by the reader)
+        position, quaternion = poses.position, poses.orientation  # unit quaternions (checked by the reader)
         if pose is not None:
             position, quaternion = camera_to_base(pose, position, quaternion)
         result[name] = PoseSeries(poses.times, position, quaternion)

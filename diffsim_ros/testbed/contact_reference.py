@@ -102,7 +102,7 @@ def simulate_mujoco(world, state, duration, timestep=0.001, sample_period=0.01, 
     Returns:
         ``(observations, truth)``: per object name, a dict of camera samples ``times`` (T,),
         ``position`` (T, 3) and ``orientation`` (T, 4) (w, x, y, z) (the fields of
-        :class:`~diffsim_ros.estimation.objects.PoseSeries`), and a dict of the noise-free
+        :class:`~diffsim_ros.estimation.streams.PoseSeries`), and a dict of the noise-free
         ``times``, ``position``, ``orientation``, ``linear_velocity`` and
         ``angular_velocity`` at every MuJoCo step.
     """

@@ -45,6 +45,7 @@ __all__ = ["RigidObject", "StaticShape", "LinkProxy", "WorldState", "StepInfo", 
 
 OBJECT_PARAMETERS = ("mass", "friction", "restitution")
 PAIR_PARAMETERS = ("friction", "restitution")
+SOLIDS = (Box, Sphere, Capsule)  # the shapes of objects and link proxies (static geometry may also be a Plane)
 
 
 def _check_parameter(name, kind, value):
@@ -79,9 +80,18 @@ def _pose_tuple(name, position, orientation):
     return position, tuple(v / norm for v in orientation)
 
 
-def _validate_placed(shape, kind):
-    """Normalize and check the pose and coefficients of a static shape or link proxy (frozen dataclass)."""
+def _check_shape(where, shape, kinds):
+    """ContactError naming ``where`` unless ``shape`` is an instance of one of ``kinds`` (shape classes)."""
+    if not isinstance(shape, kinds):
+        names = ", ".join(kind.__name__ for kind in kinds[:-1]) + f" or {kinds[-1].__name__}"
+        raise ContactError(f"{where}: shape must be a {names}, got {type(shape).__name__}")
+
+
+def _validate_placed(shape, kind, kinds):
+    """Check the shape class (one of ``kinds``), normalize and check the pose and coefficients of
+    a static shape or link proxy (frozen dataclass)."""
     where = f"{kind} '{shape.name}'"
+    _check_shape(where, shape.shape, kinds)
     pos, quat = _pose_tuple(where, shape.position, shape.orientation)
     object.__setattr__(shape, "position", pos)
     object.__setattr__(shape, "orientation", quat)
@@ -111,8 +121,7 @@ class RigidObject:
     inertia: tuple | None = None
 
     def __post_init__(self):
-        if not isinstance(self.shape, (Box, Sphere, Capsule)):
-            raise ContactError(f"object '{self.name}': shape must be a Box, Sphere or Capsule")
+        _check_shape(f"object '{self.name}'", self.shape, SOLIDS)
         _finite(f"object '{self.name}' mass [kg]", self.mass, 0.0, low_open=True)
         _finite(f"object '{self.name}' friction", self.friction, 0.0)
         _finite(f"object '{self.name}' restitution", self.restitution, 0.0, 1.0)
@@ -134,9 +143,7 @@ class StaticShape:
     restitution: float = 0.0
 
     def __post_init__(self):
-        if not isinstance(self.shape, (Box, Sphere, Capsule, Plane)):
-            raise ContactError(f"static '{self.name}': unknown shape {type(self.shape).__name__}")
-        _validate_placed(self, "static")
+        _validate_placed(self, "static", SOLIDS + (Plane,))
 
 
 @dataclass(frozen=True)
@@ -159,9 +166,7 @@ class LinkProxy:
     restitution: float = 0.0
 
     def __post_init__(self):
-        if not isinstance(self.shape, (Box, Sphere, Capsule)):
-            raise ContactError(f"proxy '{self.name}': shape must be a Box, Sphere or Capsule")
-        _validate_placed(self, "proxy")
+        _validate_placed(self, "proxy", SOLIDS)
 
 
 @dataclass(frozen=True)
