@@ -18,7 +18,10 @@ import torch
 
 from diffsim_ros.sim.contact import Box, Capsule, ContactError, ContactWorld, Plane, RigidObject, Sphere, StaticShape
 from diffsim_ros.sim.contact.cone import SEPARATED, SLIDING, STICKING
-from diffsim_ros.sim.contact.fast import OK, FastContactStep, fast_support
+from diffsim_ros.sim.contact import cone
+from diffsim_ros.sim.contact import fast as fast_kernels
+from diffsim_ros.sim.contact.fast import OK, FastContactStep, fast_support, warm_info
+from diffsim_ros.sim.contact.layout import ContactLayout
 from diffsim_ros.dynamics.spatial import quat_multiply, quat_normalize, quat_to_matrix
 from diffsim_ros.sim.contact.world import WorldState
 
@@ -299,6 +302,37 @@ def test_rollout_through_a_hit_matches_torch():
             ours = fast.step_state(ours, warm=fast.modes)
             for a, b in zip(_fields(ours), _fields(state)):
                 torch.testing.assert_close(a, b, rtol=0, atol=VALUE_TOL)
+
+
+def test_algorithm1_matches_torch():
+    """The staggered projections with the Newton polish (the fallback when the modes' repairs
+    fail) give torch's modes and impulses, on the contact problem of the ground hit."""
+    world, state, _ = _ground_hit_substeps()
+    fast = FastContactStep(replace(world, impact_substeps=1))
+    fields = [f.numpy() for f in _fields(state)]
+    work = fast_kernels._forward(*fields, np.zeros((2, 6)), fast.scene, fast.options, np.zeros(0, dtype=np.int8))[4]
+    a, b, mu = work[10], work[11], work[12]
+    k = mu.shape[0]
+    z, modes, ok = fast_kernels._algorithm1(a, b, mu, np.zeros(3 * k))
+    layout = ContactLayout(k, torch.device("cpu"))
+    x_t, _, modes_t, ok_t = cone._algorithm1(layout, *(torch.from_numpy(v)[None] for v in (a, b, mu)),
+                                             torch.ones(1, k, dtype=torch.bool), None)
+    assert ok and bool(ok_t) and modes.tolist() == modes_t[0].tolist()
+    np.testing.assert_allclose(z[: 3 * k], x_t[0].numpy(), rtol=0, atol=VALUE_TOL)
+
+
+def test_a_torch_step_warm_started_from_the_compiled_solution_agrees():
+    """warm_info: the torch step after a compiled one starts as it does after its own (same modes tried first)."""
+    world, state, _ = _stack()
+    fast = FastContactStep(world)
+    fast.step_state(state)
+    with torch.no_grad():
+        following, own = world.step(state)
+        after_own = world.step(following, warm=own)
+        after_compiled = world.step(following, warm=warm_info(fast.solution))
+    assert bool(after_own[1].solution.warm_hit) and bool(after_compiled[1].solution.warm_hit)
+    for a, b in zip(_fields(after_compiled[0]), _fields(after_own[0])):
+        torch.testing.assert_close(a, b, rtol=0, atol=VALUE_TOL)
 
 
 def test_uncovered_worlds_are_refused():

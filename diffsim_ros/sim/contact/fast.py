@@ -7,11 +7,12 @@ The step is the torch one, operation for operation (detection with the speculati
 the broad phase, box-box slots by :mod:`~diffsim_ros.sim.contact.fast_boxes`, contact frames,
 Delassus matrix, Baumgarte / speculative / restitution bias, the regularized cone problem,
 semi-implicit integration, the position correction of contacts bouncing within the step, and
-the world's impact substeps); the cone problem is solved by the same mode-wise Newton method
-with mode repairs (:mod:`~diffsim_ros.sim.contact.cone`), whose converged solution is unique
-(the regularized problem), so both agree to round-off. Not compiled: the staggered-projection
-fallback (Algorithm 1); :attr:`FastContactStep.status` of such a step says so and the torch
-step (the reference) must be used.
+the world's impact substeps); the cone problem is solved as :mod:`~diffsim_ros.sim.contact.cone`
+solves it (mode-wise Newton with mode repairs, then the staggered projections of Algorithm 1
+with the Newton polish), whose converged solution is unique (the regularized problem), so both
+agree to round-off. Where no solution passes the KKT check (torch then keeps Algorithm 1's
+approximate impulses), :attr:`FastContactStep.status` says so and the torch step (the
+reference) must be used.
 
 Jacobians of the next state in the state, the applied wrenches and the parameters (object
 mass, friction, restitution and pair coefficients): forward mode through the whole step, with
@@ -41,22 +42,27 @@ from diffsim_ros._compiled import njit
 from diffsim_ros.dynamics.derivatives import lu_factor, lu_solve_columns
 from diffsim_ros.dynamics.spatial import quat_normalize, quat_to_matrix
 from diffsim_ros.sim.contact.cone import (
+    ADMM_ITERATIONS,
+    ADMM_RELAXATION,
     LINE_SEARCH_STEPS,
     NEWTON_ITERATIONS,
     NEWTON_STEP_TOL,
+    OUTER_ITERATIONS,
     REGULARIZATION,
     REPAIR_ROUNDS,
     SEPARATED,
     SLIDING,
+    STAGGERED_TOL,
     STICKING,
+    ConeSolution,
 )
 from diffsim_ros.sim.contact.errors import ContactError
 from diffsim_ros.sim.contact.fast_boxes import BOX_BOX_SLOTS, box_box_slots, boxes_separated
 from diffsim_ros.sim.contact.shapes import Box, Capsule, Plane, Sphere, bounding_radius
-from diffsim_ros.sim.contact.world import WorldState
+from diffsim_ros.sim.contact.world import StepInfo, WorldState
 
 __all__ = ["OK", "NOT_CONVERGED", "FastContactStep", "fast_support", "jacobian_kernel", "solve_cone_compiled",
-           "step_kernel"]
+           "step_kernel", "warm_info"]
 
 OK, NOT_CONVERGED = 0, 1
 PLANE_PAIR, BOX_PAIR = 0, 1  # kinds of the compiled pairs: an object on a static plane, two boxes
@@ -498,8 +504,113 @@ def _repair(a, b, mu, modes, z):
 
 
 @njit(cache=True)
+def _with_repairs(a, b, mu, modes, z):
+    """cone._attempt_with_repairs: Newton on the modes, repaired while the KKT check fails;
+    ``(z, modes, ok)``."""
+    z = _newton(a, b, mu, modes, z)
+    ok = _check(a, b, mu, modes, z)
+    for _ in range(REPAIR_ROUNDS):
+        if ok:
+            break
+        modes, z = _repair(a, b, mu, modes, z)
+        z = _newton(a, b, mu, modes, z)
+        ok = _check(a, b, mu, modes, z)
+    return z, modes, ok
+
+
+@njit(cache=True)
+def _project(v, radius):
+    """v (n,) onto x >= 0 (``radius`` empty), or each pair of entries onto the disk of radius[i]."""
+    out = np.empty(v.shape[0])
+    if radius.shape[0] == 0:
+        for i in range(v.shape[0]):
+            out[i] = max(v[i], 0.0)
+        return out
+    for i in range(radius.shape[0]):
+        norm = math.hypot(v[2 * i], v[2 * i + 1])
+        scale = radius[i] / max(norm, _TINY) if norm > radius[i] else 1.0
+        out[2 * i], out[2 * i + 1] = v[2 * i] * scale, v[2 * i + 1] * scale
+    return out
+
+
+@njit(cache=True)
+def _admm(p, q, radius, x0):
+    """cone._admm: over-relaxed ADMM for ``min ½ xᵀ P x + qᵀ x`` over the set of :func:`_project`."""
+    n = p.shape[0]
+    rho = max(_trace(p) / n, _TINY)
+    shifted = p.copy()
+    _add_diagonal(shifted, rho)
+    inverse = np.linalg.inv(shifted)
+    z, u, rhs, relaxed = _project(x0, radius), np.zeros(n), np.empty(n), np.empty(n)
+    scale = STAGGERED_TOL * (1.0 + _max_abs(q) / rho)
+    for it in range(ADMM_ITERATIONS):
+        for i in range(n):
+            rhs[i] = rho * (z[i] - u[i]) - q[i]
+        x = _mv(inverse, rhs)
+        for i in range(n):
+            relaxed[i] = ADMM_RELAXATION * x[i] + (1.0 - ADMM_RELAXATION) * z[i]
+        z_new = _project(relaxed + u, radius)
+        primal, dual = 0.0, 0.0
+        for i in range(n):
+            u[i] += relaxed[i] - z_new[i]
+            primal, dual = max(primal, abs(x[i] - z_new[i])), max(dual, abs(z_new[i] - z[i]))
+        z = z_new
+        if it % 10 == 9 and primal <= scale and dual <= scale:
+            break
+    return z
+
+
+@njit(cache=True)
+def _staggered(a, b, mu, x0):
+    """cone.staggered_projections (Algorithm 1 of Le Lidec et al.): the normal QP and the friction
+    QCQP alternated, each by ADMM; approximate impulses (3K,) [N·s]."""
+    k = mu.shape[0]
+    normal, tangent = np.arange(k) * 3, np.empty(2 * k, dtype=np.int64)
+    for i in range(k):
+        tangent[2 * i], tangent[2 * i + 1] = 3 * i + 1, 3 * i + 2
+    a_nn, a_nt, a_tn, a_tt = a[normal][:, normal], a[normal][:, tangent], a[tangent][:, normal], a[tangent][:, tangent]
+    xn, xt, none = x0[normal], x0[tangent], np.zeros(0)
+    for _ in range(OUTER_ITERATIONS):
+        xn_new = _admm(a_nn, _affine(a_nt, xt, b[normal]), none, xn)
+        radius = np.empty(k)
+        for i in range(k):
+            radius[i] = mu[i] * xn_new[i]
+        xt_new = _admm(a_tt, _affine(a_tn, xn_new, b[tangent]), radius, xt)
+        change = max(_max_abs(xn_new - xn), _max_abs(xt_new - xt))
+        size = max(_max_abs(xn_new), _max_abs(xt_new))
+        xn, xt = xn_new, xt_new
+        if change <= STAGGERED_TOL * (size + _TINY):
+            break
+    out = np.empty(3 * k)
+    out[normal], out[tangent] = xn, xt
+    return out
+
+
+@njit(cache=True)
+def _algorithm1(a, b, mu, x0):
+    """cone._algorithm1: staggered projections, modes classified from them (cone._classify),
+    then the Newton polish with repairs; ``(z, modes, ok)``."""
+    k = mu.shape[0]
+    x = _staggered(a, b, mu, x0)
+    w = _affine(a, x, b)
+    tol_w, tol_x = _tolerances(a, b, x, _EPS**0.25)
+    modes = np.zeros(k, dtype=np.int8)
+    z = np.zeros(4 * k)
+    z[: 3 * k] = x
+    for i in range(k):
+        norm_t, norm_w = math.hypot(x[3 * i + 1], x[3 * i + 2]), math.hypot(w[3 * i + 1], w[3 * i + 2])
+        if x[3 * i] > tol_x:
+            modes[i] = STICKING
+            if norm_t >= mu[i] * x[3 * i] - tol_x and norm_w > tol_w and mu[i] > 0.0:
+                modes[i] = SLIDING
+                z[3 * k + i] = norm_w / (2.0 * max(norm_t, _TINY))
+    return _with_repairs(a, b, mu, modes, z)
+
+
+@njit(cache=True)
 def solve_cone_compiled(a, b, mu, warm_modes):
-    """The cone problem ``w = A x + b`` (A already regularized) for one scene.
+    """The cone problem ``w = A x + b`` (A already regularized) for one scene, as cone.solve_cone:
+    the warm modes, else the heuristic's with repairs, else Algorithm 1 with the Newton polish.
 
     Args:
         a: Delassus matrix (3K, 3K). b: bias [m/s] (3K,). mu: friction (K,).
@@ -509,20 +620,18 @@ def solve_cone_compiled(a, b, mu, warm_modes):
         ``(z = [x (3K) N·s, nu (K)], modes (K,) int8, converged, warm_hit)``.
     """
     k = mu.shape[0]
+    start = np.zeros(3 * k)
     if warm_modes.shape[0] == k:
         modes = warm_modes.copy()
-        z = _newton(a, b, mu, modes, _guess(a, b, mu, modes, _slip_directions(a, b, np.zeros(3 * k))))
+        z = _guess(a, b, mu, modes, _slip_directions(a, b, np.zeros(3 * k)))
+        start = z[: 3 * k].copy()
+        z = _newton(a, b, mu, modes, z)
         if _check(a, b, mu, modes, z):
             return z, modes, True, True
     modes, z = _heuristic(a, b, mu)
-    z = _newton(a, b, mu, modes, z)
-    ok = _check(a, b, mu, modes, z)
-    for _ in range(REPAIR_ROUNDS):
-        if ok:
-            break
-        modes, z = _repair(a, b, mu, modes, z)
-        z = _newton(a, b, mu, modes, z)
-        ok = _check(a, b, mu, modes, z)
+    z, modes, ok = _with_repairs(a, b, mu, modes, z)
+    if not ok:
+        z, modes, ok = _algorithm1(a, b, mu, start)
     if ok:  # touching with zero normal impulse: a tie, separated (no empty cone rows)
         _, tol_x = _tolerances(a, b, z[: 3 * k], math.sqrt(_EPS))
         for i in range(k):
@@ -936,8 +1045,11 @@ def _forward(pos, quat, lin, ang, wrench, scene, options, warm):
         z, modes, converged, warm_hit = solve_cone_compiled(a, b, mu, warm_k)
     v_next = _affine(minv_jt, z[: 3 * k], v_free)
     slot_modes = np.zeros(slot_obj.shape[0], dtype=np.int8)
+    slot_impulse, slot_multiplier = np.zeros((slot_obj.shape[0], 3)), np.zeros(slot_obj.shape[0])
     for i in range(k):
-        slot_modes[keep[i]] = modes[i]
+        slot_modes[keep[i]], slot_multiplier[keep[i]] = modes[i], z[3 * k + i]
+        for c in range(3):
+            slot_impulse[keep[i], c] = z[3 * i + c]
     displacement = np.empty(6 * count)
     for r in range(6 * count):
         displacement[r] = h * v_next[r]
@@ -951,7 +1063,7 @@ def _forward(pos, quat, lin, ang, wrench, scene, options, warm):
     state = _integrate(pos, quat, v_next, displacement)
     work = (unit, rot, gap, keep, jac, frames, inv, inertia, minv_jt, v_free, a, b, mu, z, modes, bouncing, v_next,
             point, normal, margin, displacement, fix)
-    return state, OK if converged else NOT_CONVERGED, slot_modes, warm_hit, work
+    return state, OK if converged else NOT_CONVERGED, (slot_modes, slot_impulse, slot_multiplier), warm_hit, work
 
 
 @njit(cache=True)
@@ -980,13 +1092,15 @@ def _substeps(pos, quat, lin, ang, scene, options):
 
 @njit(cache=True)
 def step_kernel(pos, quat, lin, ang, wrench, scene, options, warm):
-    """Compiled step: ``((position, orientation, linear, angular), status, slot modes, warm hit)``."""
+    """Compiled step: ``((position, orientation, linear, angular), status, (slot modes, impulses [N·s]
+    (S, 3), cone multipliers (S,)), warm hit)`` (the solution of the last substep)."""
     count, fine = _substeps(pos, quat, lin, ang, scene, options)
-    state, status, modes, hit = (pos, quat, lin, ang), OK, warm, True
+    state, status, hit = (pos, quat, lin, ang), OK, True
+    solution = (warm, np.zeros((0, 3)), np.zeros(0))
     for _ in range(count):
-        state, flag, modes, first = _forward(state[0], state[1], state[2], state[3], wrench, scene, fine, modes)[:4]
+        state, flag, solution, first = _forward(state[0], state[1], state[2], state[3], wrench, scene, fine, solution[0])[:4]
         status, hit = max(status, flag), hit and first
-    return state, status, modes, hit
+    return state, status, solution, hit
 
 
 # ---------------------------------------------------------------- Jacobians (forward mode)
@@ -1282,7 +1396,7 @@ def _state_rows(quat, displacement, dv, d_disp, count):
 @njit(cache=True)
 def _step_jacobian(pos, quat, lin, ang, wrench, scene, options, warm, params):
     """One step (no substeps) and its Jacobian (13J, 19J + C) in [state, wrench, parameters]."""
-    state, status, slot_modes, warm_hit, work = _forward(pos, quat, lin, ang, wrench, scene, options, warm)
+    state, status, solution, warm_hit, work = _forward(pos, quat, lin, ang, wrench, scene, options, warm)
     unit, rot, gap, keep, jac, frames, inv, inertia, minv_jt, v_free, a, b, mu, z, modes, bouncing, v_next = work[:17]
     mass = scene[0]
     count, k, h = pos.shape[0], keep.shape[0], options[0]
@@ -1337,7 +1451,7 @@ def _step_jacobian(pos, quat, lin, ang, wrench, scene, options, warm, params):
                                         d_v_free, dv[:, c].copy())
             for r in range(6 * count):
                 d_disp[r, c] += d_fix[r]
-    return state, status, slot_modes, warm_hit, _state_rows(quat, work[20], dv, d_disp, count)
+    return state, status, solution, warm_hit, _state_rows(quat, work[20], dv, d_disp, count)
 
 
 @njit(cache=True)
@@ -1345,22 +1459,23 @@ def jacobian_kernel(pos, quat, lin, ang, wrench, scene, options, warm, params):
     """Compiled step (substeps included) and its Jacobians.
 
     Returns:
-        ``(state, status, slot modes, warm hit, jac (13J, 19J + C))``: d next ``[position, orientation,
+        ``(state, status, solution, warm hit, jac (13J, 19J + C))`` (solution: see :func:`step_kernel`):
+        d next ``[position, orientation,
         linear, angular]`` / d ``[position, orientation, linear, angular, wrench, parameters]``;
         substeps' Jacobians chained (the wrench and parameters are those of every substep).
     """
     steps, fine = _substeps(pos, quat, lin, ang, scene, options)
-    state, status, modes, hit, jac = _step_jacobian(pos, quat, lin, ang, wrench, scene, fine, warm, params)
+    state, status, solution, hit, jac = _step_jacobian(pos, quat, lin, ang, wrench, scene, fine, warm, params)
     n = 13 * pos.shape[0]
     for _ in range(steps - 1):
-        state, flag, modes, first, step = _step_jacobian(state[0], state[1], state[2], state[3], wrench, scene, fine, modes,
-                                                         params)
+        state, flag, solution, first, step = _step_jacobian(state[0], state[1], state[2], state[3], wrench, scene, fine,
+                                                            solution[0], params)
         chained = _mm(step[:, :n].copy(), jac)
         for r in range(n):
             for c in range(n, jac.shape[1]):
                 chained[r, c] += step[r, c]
         jac, status, hit = chained, max(status, flag), hit and first
-    return state, status, modes, hit, jac
+    return state, status, solution, hit, jac
 
 
 # ---------------------------------------------------------------- Python side
@@ -1431,6 +1546,16 @@ def _scene(world):
             np.array(halves, dtype=np.float64).reshape(-1, 3), np.array(pairs, dtype=np.int64).reshape(-1, 5))
 
 
+def warm_info(solution):
+    """A contact solution of :class:`FastContactStep` (``(modes (S,), impulse (S, 3), multiplier (S,))``
+    of a call, as its :attr:`~FastContactStep.solution`) as the ``warm`` of :meth:`ContactWorld.step`
+    (a StepInfo holding only that solution): the torch step then starts from what a torch rollout
+    would have passed it."""
+    modes, impulse, multiplier = (torch.from_numpy(np.array(v)) for v in solution)
+    flags = (torch.tensor(False), torch.tensor(True), torch.tensor(False))
+    return StepInfo(None, impulse, ConeSolution(impulse, multiplier, modes, *flags), None, None)
+
+
 def _max_rule_share(world, pair, kind, side):
     """d pair coefficient / d the object on ``side`` ("a" or "b") of the pair under the max rule
     (torch.maximum's gradient: 1 if larger, half on a tie, else 0); 0 if the pair's own value is set."""
@@ -1483,11 +1608,19 @@ class FastContactStep:
             pair coefficients); default ``world.parameter_names()``.
 
     Attributes:
-        status: Of the last call: :data:`OK` or :data:`NOT_CONVERGED` (the torch step's staggered
-            projections are needed). Results are valid only for OK.
+        status: Of the last call: :data:`OK` or :data:`NOT_CONVERGED` (no contact solution
+            passed the KKT check: use the torch step, warm-started with :func:`warm_info`).
+            Results are valid only for OK.
         modes: Per-slot contact modes of the last call (warm start of the next), int8 (S,).
+        impulse: Per-slot contact impulses ``[n, t1, t2]`` of the last call [N·s], (S, 3).
+        multiplier: Per-slot cone multipliers of the last call, (S,).
         warm_hit: The warm modes solved the last call on the first try.
     """
+
+    @property
+    def solution(self):
+        """``(modes, impulse, multiplier)`` of the last call (see :func:`warm_info`)."""
+        return self.modes, self.impulse, self.multiplier
 
     def __init__(self, world, parameters=None):
         reason = fast_support(world)
@@ -1499,7 +1632,8 @@ class FastContactStep:
         self.table = _parameter_table(world, self.parameters, self.scene[2].shape[0])
         self.options = np.array([world.dt, world.margin, world.baumgarte, world.bounce_threshold, *_numpy(world.gravity),
                                  world.impact_substeps], dtype=np.float64)
-        self.status, self.modes, self.warm_hit = OK, np.zeros(0, dtype=np.int8), False
+        self.status, self.warm_hit = OK, False
+        self.modes, self.impulse, self.multiplier = np.zeros(0, dtype=np.int8), np.zeros((0, 3)), np.zeros(0)
 
     def _args(self, position, orientation, linear, angular, wrench, warm):
         wrench = np.zeros((self.count, 6)) if wrench is None else _numpy(wrench).reshape(self.count, 6)
@@ -1509,8 +1643,9 @@ class FastContactStep:
 
     def step(self, position, orientation, linear, angular, wrench=None, warm=None):
         """Next ``(position, orientation, linear, angular)``; ``warm``: :attr:`modes` of the previous step."""
-        state, self.status, self.modes, self.warm_hit = step_kernel(*self._args(position, orientation, linear, angular,
-                                                                               wrench, warm))
+        state, self.status, solution, self.warm_hit = step_kernel(*self._args(position, orientation, linear, angular,
+                                                                             wrench, warm))
+        self.modes, self.impulse, self.multiplier = solution
         return state
 
     def step_state(self, state, wrench=None, warm=None):
@@ -1532,8 +1667,9 @@ class FastContactStep:
         object-major within each block; wrench columns ``[force, torque]`` per object; parameter
         columns :attr:`parameters` (mass [kg], friction, restitution).
         """
-        state, self.status, self.modes, self.warm_hit, jac = jacobian_kernel(
+        state, self.status, solution, self.warm_hit, jac = jacobian_kernel(
             *self._args(position, orientation, linear, angular, wrench, warm), self.table)
+        self.modes, self.impulse, self.multiplier = solution
         n = 13 * self.count
         return state, jac[:, :n], jac[:, n : n + 6 * self.count], jac[:, n + 6 * self.count :]
 
