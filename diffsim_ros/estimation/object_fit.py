@@ -95,6 +95,8 @@ class FitSettings:
         cost_tolerance: Relative cost decrease below which a fit stops (see COST_TOLERANCE).
         impact_substeps: Substeps of the model's steps in which objects may touch each other
             (see IMPACT_SUBSTEPS; 1: none).
+        engine: Rollouts and sensitivities by the compiled step where it covers the world
+            ("auto") or always by torch's ("torch"; see objects.ENGINES).
     """
 
     friction_grid: tuple = tuple(np.geomspace(0.03, 1.5, 12).round(4))
@@ -108,6 +110,7 @@ class FitSettings:
     drift_limit: float = DRIFT_LIMIT
     cost_tolerance: float = COST_TOLERANCE
     impact_substeps: int = IMPACT_SUBSTEPS
+    engine: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -204,9 +207,9 @@ def _window(observations, end):
     return {name: as_pose_series(name, series.between(end=end)) for name, series in observations.items()}
 
 
-def _scan_best(world, observations, grid, at_rest, state):
+def _scan_best(world, observations, grid, at_rest, state, engine):
     """Scan a grid (name -> (B,)); returns candidates sorted by cost: [(cost, {name: value})]."""
-    costs = scan_parameters(world, observations, grid, at_rest=at_rest, initial_state=state)
+    costs = scan_parameters(world, observations, grid, at_rest=at_rest, initial_state=state, engine=engine)
     order = np.argsort(costs)
     return [(float(costs[b]), {n: float(v[b]) for n, v in grid.items()}) for b in order if math.isfinite(costs[b])]
 
@@ -272,9 +275,10 @@ def _pre_contact(world, observations, relevant, at_rest, end, settings, stages, 
     start = time.perf_counter()
     grid = {n: np.array(settings.friction_grid) for n in moving}
     try:
-        best = _scan_best(world, window, grid, at_rest, None)[0][1]
+        best = _scan_best(world, window, grid, at_rest, None, settings.engine)[0][1]
         estimate = estimate_object_parameters(world.with_parameters(best), window, moving, at_rest=at_rest,
-                                              max_evaluations=settings.stage_evaluations, cost_tolerance=settings.cost_tolerance)
+                                              max_evaluations=settings.stage_evaluations, cost_tolerance=settings.cost_tolerance,
+                                              engine=settings.engine)
     except ValueError:  # DataError: too few poses before the contact for the unknowns
         return {}, None
     _stage(stages, "before the first contact", moving, end, estimate, start)
@@ -284,9 +288,9 @@ def _pre_contact(world, observations, relevant, at_rest, end, settings, stages, 
 def _final_fit(world, observations, relevant, at_rest, values, state, settings):
     estimate = estimate_object_parameters(world.with_parameters(values), observations, relevant, at_rest=at_rest,
                                           max_evaluations=settings.max_evaluations, initial_state=state,
-                                          cost_tolerance=settings.cost_tolerance)
+                                          cost_tolerance=settings.cost_tolerance, engine=settings.engine)
     final = world.with_parameters(estimate.values)
-    return estimate, fitted_poses(final, estimate, observations)
+    return estimate, fitted_poses(final, estimate, observations, settings.engine)
 
 
 def residual_drift(observations, fitted, noise, block=DRIFT_BLOCK):
@@ -387,7 +391,7 @@ def fit_objects(world, observations, unknowns, initial=None, at_rest=None, setti
         start = time.perf_counter()
         end = events[k + 1].last_apart if k + 1 < len(events) else None
         window = _window(observations, end)
-        ranked = _scan_best(world.with_parameters(values), window, _product(axes), at_rest, state)
+        ranked = _scan_best(world.with_parameters(values), window, _product(axes), at_rest, state, settings.engine)
         values.update(ranked[0][1])
         candidates = [v for _, v in ranked[1:]]
         stages.append(StageReport(f"scan of the {event.pair[0]}-{event.pair[1]} contact", tuple(axes),
@@ -396,7 +400,8 @@ def fit_objects(world, observations, unknowns, initial=None, at_rest=None, setti
         frictions = [n for n in relevant if _parts(world, n)[1] == "friction"]
         if frictions:
             progress("friction scan")
-            ranked = _scan_best(world, observations, {n: np.array(settings.friction_grid) for n in frictions}, at_rest, None)
+            ranked = _scan_best(world, observations, {n: np.array(settings.friction_grid) for n in frictions}, at_rest, None,
+                                settings.engine)
             values.update(ranked[0][1])
     return _joint(world, observations, relevant, skipped, at_rest, values, state, candidates, events, noise, stages, settings, progress)
 

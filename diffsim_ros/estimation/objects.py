@@ -32,6 +32,8 @@ from diffsim_ros.estimation.data import DataError
 from diffsim_ros.estimation.object_events import pose_noise
 from diffsim_ros.estimation.streams import PoseSeries
 from diffsim_ros.sim.contact.errors import ContactError
+from diffsim_ros.sim.contact.fast import OK as FAST_OK
+from diffsim_ros.sim.contact.fast import FastContactStep, fast_support, warm_info
 from diffsim_ros.sim.contact.frames import integrate_orientation
 from diffsim_ros.sim.contact.shapes import bounding_radius
 from diffsim_ros.sim.contact.world import WorldState
@@ -87,6 +89,10 @@ MIN_POSES = 3
 # the noise estimate of a 20-pose series is good to ~20 %), deliberately wrong scenes far above.
 QUALITY_LIMIT = 3.0
 NOISE_FLOOR = (2e-4, 2e-3)  # [m], [rad]: no camera is better; noise-free data are judged against these
+# Rollouts and their sensitivities: "auto" by the compiled step (sim/contact/fast.py, exact
+# one-step Jacobians, ~20x cheaper) wherever it covers the world, else torch's; "torch": always
+# torch's step (the reference).
+ENGINES = ("auto", "torch")
 
 
 @dataclass(frozen=True)
@@ -135,7 +141,10 @@ class ObjectEstimate:
 class _Problem:
     """Packs parameters and per-object initial-state nuisances into one vector."""
 
-    def __init__(self, world, observations, parameters, at_rest):
+    def __init__(self, world, observations, parameters, at_rest, engine="auto"):
+        if engine not in ENGINES:
+            raise ContactError(f"engine must be one of {ENGINES}, got {engine!r}")
+        self.engine = engine
         if world.robot is not None:
             raise ContactError("object estimation needs a world without a robot (robot pushes are not observed here)")
         self.world = world
@@ -365,29 +374,114 @@ def _batched_jacobian(output, inputs):
                  for g, i in zip(grads, inputs))
 
 
+def _torch_step_jacobian(problem, x_leaf, flat, warm=None):
+    """One torch step from the flat state (D,) and its Jacobians d next / d state (D, D) and
+    d next / d x (D, P), by one reverse pass vmapped over the D state components."""
+    leaf = flat.detach().requires_grad_(True)
+    values, _ = problem.unpack(x_leaf)
+    world = problem.world.with_parameters(values)
+    state, info = world.step(_unflatten_state(leaf, len(world.objects)), warm=warm)
+    following = _flatten_state(state)
+    d_state, d_x = _batched_jacobian(following, (leaf, x_leaf))
+    return following.detach(), d_state, d_x, info
+
+
 def _rollout_sensitivity(problem, x_t):
     """States (S+1, D) and their sensitivities d state / d x (S+1, D, P) along a rollout.
 
     Forward sensitivity propagation ``S_{t+1} = (ds'/ds) S_t + ds'/dx`` with the one-step
-    Jacobians from a reverse pass vmapped over the D state components: the work scales with
-    the state size, not with the number of residuals.
+    Jacobians of the compiled step (:func:`_compiled_sensitivity`) where it covers the world,
+    else from a reverse pass vmapped over the D state components: the work scales with the
+    state size, not with the number of residuals.
     """
-    count = len(problem.world.objects)
     x_leaf = x_t.detach().clone().requires_grad_(True)
     values, fields = problem.unpack(x_leaf)
     flat = _flatten_state(problem.initial_state(fields, x_leaf))
     (sens,) = _batched_jacobian(flat, (x_leaf,))
+    fast = _compiled_step(problem.world.with_parameters({n: float(v.detach()) for n, v in values.items()}), problem.names,
+                          problem.engine)
+    if fast is not None:
+        return _compiled_sensitivity(problem, fast, x_leaf, flat.detach(), sens)
     flats, sensitivities = [flat.detach()], [sens]
     info = None
     for _ in range(problem.steps):
-        leaf = flat.detach().requires_grad_(True)
-        values, _ = problem.unpack(x_leaf)
-        world = problem.world.with_parameters(values)
-        state, info = world.step(_unflatten_state(leaf, count), warm=info)
-        flat = _flatten_state(state)
-        d_state, d_x = _batched_jacobian(flat, (leaf, x_leaf))
+        flat, d_state, d_x, info = _torch_step_jacobian(problem, x_leaf, flat, info)
         sens = d_state @ sens + d_x
-        flats.append(flat.detach())
+        flats.append(flat)
+        sensitivities.append(sens)
+    return torch.stack(flats), torch.stack(sensitivities)
+
+
+def _compiled_step(world, names=(), engine="auto"):
+    """The compiled step of ``world`` with parameter columns ``names``, or None (the torch step)
+    when ``engine`` is "torch" or the world is not covered (:func:`~diffsim_ros.sim.contact.fast.fast_support`)."""
+    if engine not in ENGINES:
+        raise ContactError(f"engine must be one of {ENGINES}, got {engine!r}")
+    if engine == "torch" or fast_support(world) is not None:
+        return None
+    return FastContactStep(world, list(names))
+
+
+def _field_order(count):
+    """Index (13J,) taking the compiled step's field-major state (positions, orientations, linear,
+    angular velocities of all objects) to the object-major flat state of :func:`_flatten_state`."""
+    order = []
+    for j in range(count):
+        order += [3 * j + c for c in range(3)] + [3 * count + 4 * j + c for c in range(4)]
+        order += [7 * count + 3 * j + c for c in range(3)] + [10 * count + 3 * j + c for c in range(3)]
+    return np.array(order)
+
+
+def _split(flat, count):
+    """Object-major flat state (13J,) -> (position (J, 3), orientation (J, 4), linear (J, 3), angular (J, 3))."""
+    parts = np.asarray(flat, dtype=np.float64).reshape(count, 13)
+    return parts[:, :3].copy(), parts[:, 3:7].copy(), parts[:, 7:10].copy(), parts[:, 10:].copy()
+
+
+def _compiled_states(world, fast, state0, steps):
+    """Object-major flat states (S+1, 13J) of an unbatched rollout by the compiled step (the torch
+    step, the reference, warm-started as a torch rollout would be, for a step it reports unconverged)."""
+    count = len(world.objects)
+    flat = _flatten_state(state0).detach().cpu().numpy().reshape(-1)
+    out, solution = [flat], None
+    for _ in range(int(steps)):
+        fields = fast.step(*_split(flat, count), warm=None if solution is None else solution[0])
+        if fast.status == FAST_OK:
+            flat, solution = np.concatenate(fields, 1).reshape(-1), fast.solution
+        else:
+            with torch.no_grad():
+                state = _unflatten_state(torch.as_tensor(flat, dtype=world.dtype, device=world.device), count)
+                state, info = world.step(state, warm=None if solution is None else warm_info(solution))
+            flat, solution = _flatten_state(state).cpu().numpy().reshape(-1), _torch_solution(info)
+        out.append(flat)
+    return torch.as_tensor(np.stack(out), dtype=world.dtype, device=world.device)
+
+
+def _torch_solution(info):
+    """``(modes, impulse, multiplier)`` of a torch step's StepInfo, as FastContactStep.solution."""
+    return tuple(v.detach().cpu().numpy() for v in (info.solution.modes, info.solution.impulse, info.solution.multiplier))
+
+
+def _compiled_sensitivity(problem, fast, x_leaf, flat, sens):
+    """:func:`_rollout_sensitivity` by the compiled step's exact one-step Jacobians (in state and
+    in the parameters ``problem.names``, the first entries of x), the torch step where it
+    reports no convergence. ``flat`` (D,) and ``sens`` (D, P): the initial state and its sensitivity."""
+    count, n = len(problem.world.objects), len(problem.names)
+    order = _field_order(count)
+    flats, sensitivities, solution = [flat], [sens], None
+    current = flat.cpu().numpy()
+    for _ in range(problem.steps):
+        fields, d_state, _, d_params = fast.jacobians(*_split(current, count), warm=None if solution is None else solution[0])
+        if fast.status == FAST_OK:
+            sens = torch.as_tensor(d_state[np.ix_(order, order)], dtype=sens.dtype, device=sens.device) @ sens
+            sens[:, :n] += torch.as_tensor(d_params[order], dtype=sens.dtype, device=sens.device)
+            current, solution = np.concatenate(fields, 1).reshape(-1), fast.solution
+        else:
+            warm = None if solution is None else warm_info(solution)
+            following, d_state, d_x, info = _torch_step_jacobian(problem, x_leaf, torch.as_tensor(current, dtype=sens.dtype,
+                                                                                                 device=sens.device), warm)
+            sens, current, solution = d_state @ sens + d_x, following.cpu().numpy(), _torch_solution(info)
+        flats.append(torch.as_tensor(current, dtype=sens.dtype, device=sens.device))
         sensitivities.append(sens)
     return torch.stack(flats), torch.stack(sensitivities)
 
@@ -407,7 +501,12 @@ def _evaluate(problem, x, with_jacobian):
         with torch.no_grad():
             values, fields = problem.unpack(x_t)
             state0 = problem.initial_state(fields, x_t)
-            residual = object_pose_residuals(world.with_parameters(values), state0, problem.observations, problem.steps, problem.t0)
+            moved = world.with_parameters(values)
+            fast = _compiled_step(moved, (), problem.engine)
+            if fast is None:
+                residual = object_pose_residuals(moved, state0, problem.observations, problem.steps, problem.t0)
+            else:
+                residual = _residuals_of_trajectory(problem, _compiled_states(moved, fast, state0, problem.steps))
         return residual.cpu().numpy(), None
     flats, sens = _rollout_sensitivity(problem, x_t)
     leaf = flats.clone().requires_grad_(True)
@@ -507,7 +606,7 @@ def parameter_uncertainty(jac, residual, channels=None, fixed_sigma=None):
 
 
 def estimate_object_parameters(world, observations, parameters, initial=None, at_rest=(), max_evaluations=60, verbose=0,
-                               initial_state=None, cost_tolerance=1e-8):
+                               initial_state=None, cost_tolerance=1e-8, engine="auto"):
     """Fit object parameters to camera pose observations.
 
     Args:
@@ -526,6 +625,7 @@ def estimate_object_parameters(world, observations, parameters, initial=None, at
             same data); default from the first poses.
         cost_tolerance: scipy's ``ftol``: stop when a step lowers the cost by less than this
             fraction of it.
+        engine: "auto" (the compiled step where it covers the world) or "torch" (see ENGINES).
 
     Returns:
         ObjectEstimate.
@@ -536,7 +636,7 @@ def estimate_object_parameters(world, observations, parameters, initial=None, at
         DataError: Malformed observations (NaN, unordered stamps, fewer than MIN_POSES poses
             per object, or too few poses in total for the unknowns).
     """
-    problem = _Problem(world, observations, parameters, at_rest)
+    problem = _Problem(world, observations, parameters, at_rest, engine)
     initial = dict(initial or {})
     lower, upper = problem.bounds()
     for name, value in initial.items():
@@ -659,11 +759,16 @@ def estimate_in_stages(world, observations, stages, at_rest=(), max_evaluations=
     return results
 
 
-def scan_parameters(world, observations, grid, at_rest=(), initial_state=None):
-    """Pose-residual cost at many parameter values, in one batched rollout.
+def scan_parameters(world, observations, grid, at_rest=(), initial_state=None, engine="auto"):
+    """Pose-residual cost at many parameter values, in one batched rollout (torch) or candidate
+    by candidate (the compiled step, where it covers the world).
 
     The initial pose and twist are held at ``initial_state`` (or the data's guess): a scan
-    locates the basin of a fit, it does not replace it.
+    locates the basin of a fit, it does not replace it. Each candidate's compiled rollout is
+    the one a fit at its values computes; torch's batched rollout decides a step's impact
+    substeps and speculative margin for the whole batch (one candidate about to touch splits
+    every candidate's step), so its costs differ slightly (issue 19's scene 1: 1.7 % at the
+    best candidate, same ranking at the top).
 
     Args:
         world: ContactWorld (parameters not in ``grid`` keep its values).
@@ -671,6 +776,7 @@ def scan_parameters(world, observations, grid, at_rest=(), initial_state=None):
         grid: Mapping parameter name -> values, each shape (B,) (one column per candidate).
         at_rest: Objects at rest at the start.
         initial_state: Optional WorldState at the first observation time.
+        engine: "auto" or "torch" (see ENGINES).
 
     Returns:
         Costs ``½ Σ r²`` [m²], shape (B,) (inf where a rollout failed).
@@ -679,8 +785,10 @@ def scan_parameters(world, observations, grid, at_rest=(), initial_state=None):
     columns = [np.asarray(grid[name], dtype=np.float64).reshape(-1) for name in names]
     if len({c.size for c in columns}) != 1:
         raise ContactError(f"every scanned parameter needs the same number of values, got {[c.size for c in columns]}")
-    problem = _Problem(world, observations, names, at_rest)
+    problem = _Problem(world, observations, names, at_rest, engine)
     x0 = problem.initial_guess({}, initial_state)
+    if _compiled_step(world, (), engine) is not None:
+        return _compiled_scan(problem, x0, columns)
     x = np.tile(x0, (columns[0].size, 1))
     for i, column in enumerate(columns):
         x[:, i] = column
@@ -695,6 +803,24 @@ def scan_parameters(world, observations, grid, at_rest=(), initial_state=None):
     return 0.5 * (residual**2).sum(-1).cpu().numpy()
 
 
+def _compiled_scan(problem, x0, columns):
+    """:func:`scan_parameters` by compiled rollouts, one candidate after the other (inf where one fails)."""
+    world = problem.world
+    with torch.no_grad():
+        x_t = torch.as_tensor(x0, dtype=world.dtype, device=world.device)
+        state0 = problem.initial_state(problem.unpack(x_t)[1], x_t)
+    costs = np.full(columns[0].size, math.inf)
+    for b in range(costs.size):
+        try:
+            moved = world.with_parameters({n: float(c[b]) for n, c in zip(problem.names, columns)})
+            residual = _residuals_of_trajectory(problem, _compiled_states(moved, FastContactStep(moved), state0, problem.steps))
+        except ContactError:
+            continue
+        cost = 0.5 * float((residual**2).sum())
+        costs[b] = cost if math.isfinite(cost) else math.inf
+    return costs
+
+
 def _scan_one_by_one(world, observations, names, columns, at_rest, initial_state):
     """:func:`scan_parameters` candidate by candidate (a batch stops at its first failure)."""
     costs = np.full(columns[0].size, math.inf)
@@ -706,22 +832,28 @@ def _scan_one_by_one(world, observations, names, columns, at_rest, initial_state
     return costs
 
 
-def fitted_poses(world, estimate, observations):
+def fitted_poses(world, estimate, observations, engine="auto"):
     """Poses of the fitted model at the observation times: ``{name: PoseSeries}``.
 
     Args:
         world: The ContactWorld the estimate was made with.
         estimate: ObjectEstimate (its values and initial state).
         observations: Mapping object name -> PoseSeries (the stamps to sample).
+        engine: "auto" or "torch" (see ENGINES).
     """
     series = [as_pose_series(name, observations[name]) for name in world.object_names]
     t0 = min(s.times[0] for s in series)
     steps = int(math.ceil((max(s.times[-1] for s in series) - t0) / world.dt - 1e-9))
     fitted = world.with_parameters(estimate.values)
+    fast = _compiled_step(fitted, (), engine)
     with torch.no_grad():
-        states, _ = fitted.rollout(estimate.initial_state, steps, check_start=False)
-        pos = torch.cat([estimate.initial_state.position[None], states.position], 0)
-        quat = torch.cat([estimate.initial_state.orientation[None], states.orientation], 0)
+        if fast is None:
+            states, _ = fitted.rollout(estimate.initial_state, steps, check_start=False)
+            pos = torch.cat([estimate.initial_state.position[None], states.position], 0)
+            quat = torch.cat([estimate.initial_state.orientation[None], states.orientation], 0)
+        else:
+            traj = _compiled_states(fitted, fast, estimate.initial_state, steps).reshape(steps + 1, len(world.objects), 13)
+            pos, quat = traj[..., :3], traj[..., 3:7]
         out = {}
         for j, (name, obs) in enumerate(zip(world.object_names, series)):
             p, q = _interpolate(pos[:, j, :], quat[:, j, :], t0, world.dt, obs.times)

@@ -1,24 +1,27 @@
-"""The friction-cone contact step compiled (numba), with exact Jacobians, for objects on planes.
+"""The friction-cone contact step compiled (numba), with exact Jacobians, for free objects.
 
 Covers the scenes of :class:`~diffsim_ros.sim.contact.world.ContactWorld` with ``solver="cone"``,
-no robot, and free boxes, spheres and capsules whose only contacts are static planes (object-
-object pairs excluded): a box has 8 corner slots, a sphere 1, a capsule 2 (its segment ends).
-The step is the torch one, operation for operation (detection with the speculative margin,
-contact frames, Delassus matrix, Baumgarte / speculative / restitution bias, the regularized
-cone problem, semi-implicit integration); the cone problem is solved by the same mode-wise
-Newton method with mode repairs (:mod:`~diffsim_ros.sim.contact.cone`), whose converged
-solution is unique (the regularized problem), so both agree to round-off. Not compiled: the
-staggered-projection fallback (Algorithm 1) and the position correction of contacts bouncing
-within the step; :attr:`FastContactStep.status` of such a step says so and the torch step
-(the reference) must be used.
+no robot, and free boxes, spheres and capsules whose contacts are static planes or other boxes
+(a box has 8 corner slots on a plane and 8 slots with another box, a sphere 1, a capsule 2).
+The step is the torch one, operation for operation (detection with the speculative margin and
+the broad phase, box-box slots by :mod:`~diffsim_ros.sim.contact.fast_boxes`, contact frames,
+Delassus matrix, Baumgarte / speculative / restitution bias, the regularized cone problem,
+semi-implicit integration, the position correction of contacts bouncing within the step, and
+the world's impact substeps); the cone problem is solved as :mod:`~diffsim_ros.sim.contact.cone`
+solves it (mode-wise Newton with mode repairs, then the staggered projections of Algorithm 1
+with the Newton polish), whose converged solution is unique (the regularized problem), so both
+agree to round-off. Where no solution passes the KKT check (torch then keeps Algorithm 1's
+approximate impulses), :attr:`FastContactStep.status` says so and the torch step (the
+reference) must be used.
 
-Jacobians of the next state in the state, the applied wrenches and the object parameters
-(mass, friction, restitution): forward mode through the whole step, with the contact impulses
-differentiated implicitly at the converged solution,
+Jacobians of the next state in the state, the applied wrenches and the parameters (object
+mass, friction, restitution and pair coefficients): forward mode through the whole step, with
+the contact impulses differentiated implicitly at the converged solution,
 ``dx = -K⁻¹ [(dA x + db) on the velocity rows; -mu x_n² dmu on the sliding cone rows]``
 (``K`` the KKT matrix of the modes: separated, sticking, sliding), i.e. the torch
-``_ConeImpulse`` rule, so the two agree in float64 to round-off. Pair coefficients set with
-``pair_friction`` / ``pair_restitution`` are used but not differentiated.
+``_ConeImpulse`` rule, and the bounce correction's pseudo-inverse by its constant-rank
+derivative (torch's ``pinv`` rule), so the two agree in float64 to round-off. A step taken as
+substeps has the substeps' Jacobians chained.
 
 Usage::
 
@@ -26,8 +29,8 @@ Usage::
     state = fast.step_state(state, warm=fast.modes)  # WorldState in, WorldState out
     nxt, d_state, d_wrench, d_params = fast.jacobians(position, orientation, linear, angular, wrench)
 
-Cold compilation (``cache=True``: once per installation) takes about half a minute of CPU (step
-~20 s, Jacobians ~12 s more): the kernels are scalar loops, no numpy array expressions.
+Cold compilation (``cache=True``: once per installation) takes about a minute of CPU: the
+kernels are scalar loops, no numpy array expressions.
 """
 
 import math
@@ -39,23 +42,30 @@ from diffsim_ros._compiled import njit
 from diffsim_ros.dynamics.derivatives import lu_factor, lu_solve_columns
 from diffsim_ros.dynamics.spatial import quat_normalize, quat_to_matrix
 from diffsim_ros.sim.contact.cone import (
+    ADMM_ITERATIONS,
+    ADMM_RELAXATION,
     LINE_SEARCH_STEPS,
     NEWTON_ITERATIONS,
     NEWTON_STEP_TOL,
+    OUTER_ITERATIONS,
     REGULARIZATION,
     REPAIR_ROUNDS,
     SEPARATED,
     SLIDING,
+    STAGGERED_TOL,
     STICKING,
+    ConeSolution,
 )
 from diffsim_ros.sim.contact.errors import ContactError
+from diffsim_ros.sim.contact.fast_boxes import BOX_BOX_SLOTS, box_box_slots, boxes_separated
 from diffsim_ros.sim.contact.shapes import Box, Capsule, Plane, Sphere, bounding_radius
-from diffsim_ros.sim.contact.world import WorldState
+from diffsim_ros.sim.contact.world import StepInfo, WorldState
 
-__all__ = ["OK", "NOT_CONVERGED", "BOUNCE_CORRECTION", "FastContactStep", "fast_support", "jacobian_kernel",
-           "solve_cone_compiled", "step_kernel"]
+__all__ = ["OK", "NOT_CONVERGED", "FastContactStep", "fast_support", "jacobian_kernel", "solve_cone_compiled",
+           "step_kernel", "warm_info"]
 
-OK, NOT_CONVERGED, BOUNCE_CORRECTION = 0, 1, 2
+OK, NOT_CONVERGED = 0, 1
+PLANE_PAIR, BOX_PAIR = 0, 1  # kinds of the compiled pairs: an object on a static plane, two boxes
 _EPS = np.finfo(np.float64).eps
 _TINY = np.finfo(np.float64).tiny
 _SMALL_ANGLE_SQUARED = 1e-8  # as diffsim_ros.dynamics.spatial.quat_exp
@@ -494,8 +504,113 @@ def _repair(a, b, mu, modes, z):
 
 
 @njit(cache=True)
+def _with_repairs(a, b, mu, modes, z):
+    """cone._attempt_with_repairs: Newton on the modes, repaired while the KKT check fails;
+    ``(z, modes, ok)``."""
+    z = _newton(a, b, mu, modes, z)
+    ok = _check(a, b, mu, modes, z)
+    for _ in range(REPAIR_ROUNDS):
+        if ok:
+            break
+        modes, z = _repair(a, b, mu, modes, z)
+        z = _newton(a, b, mu, modes, z)
+        ok = _check(a, b, mu, modes, z)
+    return z, modes, ok
+
+
+@njit(cache=True)
+def _project(v, radius):
+    """v (n,) onto x >= 0 (``radius`` empty), or each pair of entries onto the disk of radius[i]."""
+    out = np.empty(v.shape[0])
+    if radius.shape[0] == 0:
+        for i in range(v.shape[0]):
+            out[i] = max(v[i], 0.0)
+        return out
+    for i in range(radius.shape[0]):
+        norm = math.hypot(v[2 * i], v[2 * i + 1])
+        scale = radius[i] / max(norm, _TINY) if norm > radius[i] else 1.0
+        out[2 * i], out[2 * i + 1] = v[2 * i] * scale, v[2 * i + 1] * scale
+    return out
+
+
+@njit(cache=True)
+def _admm(p, q, radius, x0):
+    """cone._admm: over-relaxed ADMM for ``min ½ xᵀ P x + qᵀ x`` over the set of :func:`_project`."""
+    n = p.shape[0]
+    rho = max(_trace(p) / n, _TINY)
+    shifted = p.copy()
+    _add_diagonal(shifted, rho)
+    inverse = np.linalg.inv(shifted)
+    z, u, rhs, relaxed = _project(x0, radius), np.zeros(n), np.empty(n), np.empty(n)
+    scale = STAGGERED_TOL * (1.0 + _max_abs(q) / rho)
+    for it in range(ADMM_ITERATIONS):
+        for i in range(n):
+            rhs[i] = rho * (z[i] - u[i]) - q[i]
+        x = _mv(inverse, rhs)
+        for i in range(n):
+            relaxed[i] = ADMM_RELAXATION * x[i] + (1.0 - ADMM_RELAXATION) * z[i]
+        z_new = _project(relaxed + u, radius)
+        primal, dual = 0.0, 0.0
+        for i in range(n):
+            u[i] += relaxed[i] - z_new[i]
+            primal, dual = max(primal, abs(x[i] - z_new[i])), max(dual, abs(z_new[i] - z[i]))
+        z = z_new
+        if it % 10 == 9 and primal <= scale and dual <= scale:
+            break
+    return z
+
+
+@njit(cache=True)
+def _staggered(a, b, mu, x0):
+    """cone.staggered_projections (Algorithm 1 of Le Lidec et al.): the normal QP and the friction
+    QCQP alternated, each by ADMM; approximate impulses (3K,) [N·s]."""
+    k = mu.shape[0]
+    normal, tangent = np.arange(k) * 3, np.empty(2 * k, dtype=np.int64)
+    for i in range(k):
+        tangent[2 * i], tangent[2 * i + 1] = 3 * i + 1, 3 * i + 2
+    a_nn, a_nt, a_tn, a_tt = a[normal][:, normal], a[normal][:, tangent], a[tangent][:, normal], a[tangent][:, tangent]
+    xn, xt, none = x0[normal], x0[tangent], np.zeros(0)
+    for _ in range(OUTER_ITERATIONS):
+        xn_new = _admm(a_nn, _affine(a_nt, xt, b[normal]), none, xn)
+        radius = np.empty(k)
+        for i in range(k):
+            radius[i] = mu[i] * xn_new[i]
+        xt_new = _admm(a_tt, _affine(a_tn, xn_new, b[tangent]), radius, xt)
+        change = max(_max_abs(xn_new - xn), _max_abs(xt_new - xt))
+        size = max(_max_abs(xn_new), _max_abs(xt_new))
+        xn, xt = xn_new, xt_new
+        if change <= STAGGERED_TOL * (size + _TINY):
+            break
+    out = np.empty(3 * k)
+    out[normal], out[tangent] = xn, xt
+    return out
+
+
+@njit(cache=True)
+def _algorithm1(a, b, mu, x0):
+    """cone._algorithm1: staggered projections, modes classified from them (cone._classify),
+    then the Newton polish with repairs; ``(z, modes, ok)``."""
+    k = mu.shape[0]
+    x = _staggered(a, b, mu, x0)
+    w = _affine(a, x, b)
+    tol_w, tol_x = _tolerances(a, b, x, _EPS**0.25)
+    modes = np.zeros(k, dtype=np.int8)
+    z = np.zeros(4 * k)
+    z[: 3 * k] = x
+    for i in range(k):
+        norm_t, norm_w = math.hypot(x[3 * i + 1], x[3 * i + 2]), math.hypot(w[3 * i + 1], w[3 * i + 2])
+        if x[3 * i] > tol_x:
+            modes[i] = STICKING
+            if norm_t >= mu[i] * x[3 * i] - tol_x and norm_w > tol_w and mu[i] > 0.0:
+                modes[i] = SLIDING
+                z[3 * k + i] = norm_w / (2.0 * max(norm_t, _TINY))
+    return _with_repairs(a, b, mu, modes, z)
+
+
+@njit(cache=True)
 def solve_cone_compiled(a, b, mu, warm_modes):
-    """The cone problem ``w = A x + b`` (A already regularized) for one scene.
+    """The cone problem ``w = A x + b`` (A already regularized) for one scene, as cone.solve_cone:
+    the warm modes, else the heuristic's with repairs, else Algorithm 1 with the Newton polish.
 
     Args:
         a: Delassus matrix (3K, 3K). b: bias [m/s] (3K,). mu: friction (K,).
@@ -505,20 +620,18 @@ def solve_cone_compiled(a, b, mu, warm_modes):
         ``(z = [x (3K) N·s, nu (K)], modes (K,) int8, converged, warm_hit)``.
     """
     k = mu.shape[0]
+    start = np.zeros(3 * k)
     if warm_modes.shape[0] == k:
         modes = warm_modes.copy()
-        z = _newton(a, b, mu, modes, _guess(a, b, mu, modes, _slip_directions(a, b, np.zeros(3 * k))))
+        z = _guess(a, b, mu, modes, _slip_directions(a, b, np.zeros(3 * k)))
+        start = z[: 3 * k].copy()
+        z = _newton(a, b, mu, modes, z)
         if _check(a, b, mu, modes, z):
             return z, modes, True, True
     modes, z = _heuristic(a, b, mu)
-    z = _newton(a, b, mu, modes, z)
-    ok = _check(a, b, mu, modes, z)
-    for _ in range(REPAIR_ROUNDS):
-        if ok:
-            break
-        modes, z = _repair(a, b, mu, modes, z)
-        z = _newton(a, b, mu, modes, z)
-        ok = _check(a, b, mu, modes, z)
+    z, modes, ok = _with_repairs(a, b, mu, modes, z)
+    if not ok:
+        z, modes, ok = _algorithm1(a, b, mu, start)
     if ok:  # touching with zero normal impulse: a tie, separated (no empty cone rows)
         _, tol_x = _tolerances(a, b, z[: 3 * k], math.sqrt(_EPS))
         for i in range(k):
@@ -533,46 +646,97 @@ def solve_cone_compiled(a, b, mu, warm_modes):
 
 
 @njit(cache=True)
-def _detect(pos, quat, lin, ang, slots, slot_obj, options, obj_radius):
-    """Unit quaternions (J, 4), rotations (J, 3, 3), and per slot gap [m] (S,), point [m] (S, 3), active (S,).
+def _plane_slot(s, slots, rot_j, pos_j, gap, point, normal):
+    """Slot s of an object-plane pair: gap [m], contact point [m] and normal (the plane's) into the slot arrays.
 
-    ``slots`` (S, 10): local point (3) [m], radius [m], plane normal (3), plane point (3) [m];
-    ``options``: dt [s], margin [m], baumgarte, bounce threshold [m/s], gravity (3) [m/s²].
+    ``slots`` (S, 10): local point (3) [m], radius [m], plane normal (3), plane point (3) [m].
     """
-    count = pos.shape[0]
-    unit = np.empty((count, 4))
-    rot = np.empty((count, 3, 3))
+    p = _mv(rot_j, slots[s, 0:3])
+    distance = 0.0
+    for c in range(3):
+        p[c] += pos_j[c]
+        distance += (p[c] - slots[s, 7 + c]) * slots[s, 4 + c]
+    gap[s] = distance - slots[s, 3]
+    for c in range(3):
+        point[s, c] = p[c] - slots[s, 4 + c] * (slots[s, 3] + 0.5 * gap[s])
+        normal[s, c] = slots[s, 4 + c]
+
+
+@njit(cache=True)
+def _box_pair(a, b, start, rot, pos, scene, margin, tangents, point, normal, gap, active, d_point, d_normal, d_gap):
+    """The 8 slots of boxes a and b from ``start``: inactive placeholders (world._inactive_slots)
+    when the broad phase separates them (world._apart), else :func:`box_box_slots`."""
+    obj_radius, halves = scene[7], scene[8]
+    rel = np.empty(3)
+    for c in range(3):
+        rel[c] = pos[a, c] - pos[b, c]
+    distance = math.sqrt(_dot(rel, rel))
+    apart = distance > obj_radius[a] + obj_radius[b] + margin
+    if apart or boxes_separated(rot[a], pos[a], halves[a], rot[b], pos[b], halves[b], margin):
+        for s in range(start, start + BOX_BOX_SLOTS):
+            for c in range(3):
+                point[s, c], normal[s, c], d_point[s, c], d_normal[s, c] = pos[a, c], 0.0, 0.0, 0.0
+            normal[s, 2], gap[s], active[s], d_gap[s] = 1.0, distance - obj_radius[a] - obj_radius[b], False, 0.0
+        return
+    end = start + BOX_BOX_SLOTS
+    box_box_slots(rot[a], pos[a], halves[a], rot[b], pos[b], halves[b], margin, tangents, point[start:end],
+                  normal[start:end], gap[start:end], active[start:end], d_point[start:end], d_normal[start:end],
+                  d_gap[start:end])
+
+
+@njit(cache=True)
+def _margin(lin, ang, scene, options):
+    """Activation distance of the step [m]: the margin plus twice what the fastest surface point
+    (world._speed_bound: ``|v| + |w| r`` and a step of gravity) covers in a step."""
+    obj_radius = scene[7]
     speed = 0.0
+    for j in range(lin.shape[0]):
+        speed = max(speed, math.sqrt(_dot(lin[j], lin[j])) + math.sqrt(_dot(ang[j], ang[j])) * obj_radius[j])
+    dt = options[0]
+    speed += dt * math.sqrt(options[4] * options[4] + options[5] * options[5] + options[6] * options[6])
+    return options[1] + 2.0 * dt * speed
+
+
+@njit(cache=True)
+def _unit_rotations(quat):
+    """Unit quaternions (J, 4) and rotations (J, 3, 3) of the orientations quat (J, 4)."""
+    count = quat.shape[0]
+    unit, rot = np.empty((count, 4)), np.empty((count, 3, 3))
     for j in range(count):
         norm = math.sqrt(_dot(quat[j], quat[j]))
         for c in range(4):
             unit[j, c] = quat[j, c] / norm
         _rotation_into(unit[j], rot[j])
-        speed = max(speed, math.sqrt(_dot(lin[j], lin[j])) + math.sqrt(_dot(ang[j], ang[j])) * obj_radius[j])
-    dt = options[0]
-    gravity = options[4] * options[4] + options[5] * options[5] + options[6] * options[6]
-    speed += dt * math.sqrt(gravity)
-    margin = options[1] + 2.0 * dt * speed
-    s_count = slots.shape[0]
-    gap, point, active = np.empty(s_count), np.empty((s_count, 3)), np.zeros(s_count, dtype=np.bool_)
-    for s in range(s_count):
-        j = slot_obj[s]
-        p = _mv(rot[j], slots[s, 0:3])
-        distance = 0.0
-        for c in range(3):
-            p[c] += pos[j, c]
-            distance += (p[c] - slots[s, 7 + c]) * slots[s, 4 + c]
-        gap[s] = distance - slots[s, 3]
-        for c in range(3):
-            point[s, c] = p[c] - slots[s, 4 + c] * (slots[s, 3] + 0.5 * gap[s])
-        active[s] = gap[s] < margin
-    return unit, rot, gap, point, active
+    return unit, rot
 
 
 @njit(cache=True)
-def _frame_into(slots, s, out):
-    """Contact frame rows (n, t1, t2) of frames.contact_frames for slot s's plane normal, into out (3, 3)."""
-    normal = slots[s, 4:7]
+def _detect(pos, rot, scene, margin):
+    """Per slot: gap [m] (S,), point [m] (S, 3), normal (S, 3) (from shape b to shape a), active (S,).
+
+    ``scene``: see :meth:`FastContactStep._scene`; pairs (P, 5): kind, object a, object b (-1:
+    a plane), first slot, slot count.
+    """
+    slots, pairs = scene[2], scene[9]
+    s_count = slots.shape[0]
+    gap, point, normal = np.empty(s_count), np.empty((s_count, 3)), np.empty((s_count, 3))
+    active = np.zeros(s_count, dtype=np.bool_)
+    d_point, d_normal, d_gap = np.zeros((s_count, 3)), np.zeros((s_count, 3)), np.zeros(s_count)
+    still = (np.zeros((3, 3)), np.zeros(3), np.zeros((3, 3)), np.zeros(3))
+    for p in range(pairs.shape[0]):
+        kind, a, b, start, count = pairs[p, 0], pairs[p, 1], pairs[p, 2], pairs[p, 3], pairs[p, 4]
+        if kind == BOX_PAIR:
+            _box_pair(a, b, start, rot, pos, scene, margin, still, point, normal, gap, active, d_point, d_normal, d_gap)
+            continue
+        for s in range(start, start + count):
+            _plane_slot(s, slots, rot[a], pos[a], gap, point, normal)
+            active[s] = gap[s] < margin
+    return gap, point, normal, active
+
+
+@njit(cache=True)
+def _frame_into(normal, out):
+    """Contact frame rows (n, t1, t2) of frames.contact_frames for a unit normal (3,), into out (3, 3)."""
     anchor = np.zeros(3)
     anchor[1 if abs(normal[0]) > 0.9 else 0] = 1.0
     t2 = _cross(normal, anchor)
@@ -585,23 +749,44 @@ def _frame_into(slots, s, out):
 
 
 @njit(cache=True)
-def _contact_jacobian(keep, slot_obj, slots, point, pos, count):
-    """Rows ``[f, (point - pos) x f]`` of each active slot's frame, (3k, 6J); and the frames (k, 3, 3)."""
+def _frame_tangent(normal, d_normal, out):
+    """Derivative of :func:`_frame_into` along d_normal (3,), into out (3, 3)."""
+    anchor = np.zeros(3)
+    anchor[1 if abs(normal[0]) > 0.9 else 0] = 1.0
+    u, du = _cross(normal, anchor), _cross(d_normal, anchor)
+    norm = math.sqrt(_dot(u, u))
+    t2, dt2 = np.empty(3), np.empty(3)
+    for c in range(3):
+        t2[c] = u[c] / norm
+    along = _dot(t2, du)
+    for c in range(3):
+        dt2[c] = (du[c] - t2[c] * along) / norm
+    first, second = _cross(dt2, normal), _cross(t2, d_normal)
+    for c in range(3):
+        out[0, c], out[1, c], out[2, c] = d_normal[c], first[c] + second[c], dt2[c]
+
+
+@njit(cache=True)
+def _contact_jacobian(keep, slot_obj, slot_other, point, normal, pos, count):
+    """Rows ``±[f, (point - pos) x f]`` of each active slot's frame (+ for shape a, - for an object b),
+    (3k, 6J); and the frames (k, 3, 3)."""
     k = keep.shape[0]
     jac = np.zeros((3 * k, 6 * count))
     frames = np.empty((k, 3, 3))
     lever = np.empty(3)
     for a in range(k):
         s = keep[a]
-        j = slot_obj[s]
-        _frame_into(slots, s, frames[a])
-        for c in range(3):
-            lever[c] = point[s, c] - pos[j, c]
-        for r in range(3):
-            moment = _cross(lever, frames[a, r])
+        _frame_into(normal[s], frames[a])
+        for j, sign in ((slot_obj[s], 1.0), (slot_other[s], -1.0)):
+            if j < 0:
+                continue
             for c in range(3):
-                jac[3 * a + r, 6 * j + c] = frames[a, r, c]
-                jac[3 * a + r, 6 * j + 3 + c] = moment[c]
+                lever[c] = point[s, c] - pos[j, c]
+            for r in range(3):
+                moment = _cross(lever, frames[a, r])
+                for c in range(3):
+                    jac[3 * a + r, 6 * j + c] = sign * frames[a, r, c]
+                    jac[3 * a + r, 6 * j + 3 + c] = sign * moment[c]
     return jac, frames
 
 
@@ -670,15 +855,17 @@ def _bias(jac, v_free, v_now, gap_k, e_k, options):
 
 
 @njit(cache=True)
-def _integrate(pos, quat, v_next, h):
-    """Positions + h v, orientations exp(h w) * quat renormalized; (J, 3), (J, 4), (J, 3), (J, 3)."""
+def _integrate(pos, quat, v_next, displacement):
+    """Positions + the displacement, orientations exp(rotation of the displacement) * quat
+    renormalized; (J, 3), (J, 4), (J, 3), (J, 3). ``displacement`` (6J,): ``h v_next`` plus the
+    bounce correction."""
     count = pos.shape[0]
     zero3, zero4, rv = np.zeros(3), np.zeros(4), np.empty(3)
     p, q, lin, ang = np.empty((count, 3)), np.empty((count, 4)), np.empty((count, 3)), np.empty((count, 3))
     for j in range(count):
         for c in range(3):
-            p[j, c] = pos[j, c] + h * v_next[6 * j + c]
-            rv[c] = h * v_next[6 * j + 3 + c]
+            p[j, c] = pos[j, c] + displacement[6 * j + c]
+            rv[c] = displacement[6 * j + 3 + c]
             lin[j, c], ang[j, c] = v_next[6 * j + c], v_next[6 * j + 3 + c]
         rotation, _ = _quat_exp(rv, zero3)
         unit, _ = _normalize(_quat_multiply(rotation, quat[j]), zero4)
@@ -708,15 +895,131 @@ def _take(values, keep):
     return out
 
 
+# ---------------------------------------------------------------- the bounce correction
+
+
 @njit(cache=True)
-def _forward(pos, quat, lin, ang, wrench, mass, principal, slots, slot_obj, slot_mu, slot_e, obj_radius,
-             options, warm):
-    """One step and what its Jacobians need (see :meth:`FastContactStep.step` for the state)."""
-    count = pos.shape[0]
-    unit, rot, gap, point, active = _detect(pos, quat, lin, ang, slots, slot_obj, options, obj_radius)
+def _pinv(a, floor):
+    """Pseudo-inverse (r, r) as linsolve.pinv: singular values at most sqrt(eps) times the largest
+    (or ``floor``, the unit singular values of the rows torch leaves out) are dropped."""
+    r = a.shape[0]
+    out = np.zeros((r, r))
+    if r == 0:
+        return out
+    u, s, vt = np.linalg.svd(a)
+    cutoff = math.sqrt(_EPS) * max(s[0], floor)
+    for i in range(r):
+        if s[i] > cutoff:
+            for row in range(r):
+                scaled = vt[i, row] / s[i]
+                for col in range(r):
+                    out[row, col] += scaled * u[col, i]
+    return out
+
+
+@njit(cache=True)
+def _bounce_correction(jac, minv_jt, a_normal, v_free, v_next, gap_k, bouncing, z, h, slots_total):
+    """ContactWorld._bounce_correction: the displacement (6J,) placing bodies where the
+    continuous-time bounce takes them, and what its tangent needs: ``(correction, (masked rows
+    (r,), reduced Delassus block (r, r), its pseudo-inverse, targets (r,), multipliers (r,),
+    impact times (k,), moving (k,)))``."""
+    k = gap_k.shape[0]
+    approach, v_normal = _mv(jac, v_free), _mv(jac, v_next)
+    impact, target = np.zeros(k), np.zeros(k)
+    moving = np.zeros(k, dtype=np.bool_)
+    pressed = 0.0
+    for i in range(k):
+        pressed = max(pressed, abs(z[3 * i]))
+    rows = np.empty(k, dtype=np.int64)
+    r = 0
+    for i in range(k):
+        impact[i] = min(max(gap_k[i] / max(-approach[3 * i], _TINY), 0.0), h)
+        moving[i] = bouncing[i] and gap_k[i] > 0.0
+        if moving[i]:
+            target[i] = -gap_k[i] - v_normal[3 * i] * impact[i]
+        if moving[i] or z[3 * i] > math.sqrt(_EPS) * pressed:
+            rows[r] = i
+            r += 1
+    rows = rows[:r].copy()
+    reduced, goal = np.empty((r, r)), np.empty(r)
+    for i in range(r):
+        goal[i] = target[rows[i]]
+        for j in range(r):
+            reduced[i, j] = a_normal[rows[i], rows[j]]
+    inverse = _pinv(reduced, 1.0 if r < slots_total else 0.0)
+    multipliers = _mv(inverse, goal)
+    correction = np.zeros(minv_jt.shape[0])
+    for i in range(r):
+        for row in range(minv_jt.shape[0]):
+            correction[row] += minv_jt[row, 3 * rows[i]] * multipliers[i]
+    return correction, (rows, reduced, inverse, goal, multipliers, impact, moving)
+
+
+@njit(cache=True)
+def _pinv_tangent_apply(a, p, da, v):
+    """``dP v`` for the pseudo-inverse P of a (r, r) along da (Golub-Pereyra, constant rank):
+    ``dP = -P dA P + P Pᵀ dAᵀ (I - A P) + (I - P A) dAᵀ Pᵀ P``."""
+    pv = _mv(p, v)
+    out = _mv(p, _mv(da, pv))
+    for i in range(out.shape[0]):
+        out[i] = -out[i]
+    rest = v - _mv(a, pv)
+    first = _mv(p, _mv(p.T.copy(), _mv(da.T.copy(), rest)))
+    ppv = _mv(p.T.copy(), pv)
+    inner = _mv(da.T.copy(), ppv)
+    second = inner - _mv(p, _mv(a, inner))
+    for i in range(out.shape[0]):
+        out[i] += first[i] + second[i]
+    return out
+
+
+@njit(cache=True)
+def _correction_tangent(jac, minv_jt, v_free, v_next, gap_k, h, fix, d_jac, d_minv_jt, d_gap, d_v_free, d_v_next):
+    """Tangent (6J,) of the bounce correction along one input direction (tangents of the contact
+    Jacobian (3k, 6J), M⁻¹Jᵀ (6J, 3k), gaps (k,), free and next velocities (6J,))."""
+    rows, reduced, inverse, goal, multipliers, impact, moving = fix
+    r = rows.shape[0]
+    d_reduced, d_goal = np.zeros((r, r)), np.zeros(r)
+    for i in range(r):
+        ri = 3 * rows[i]
+        for j in range(r):
+            rj = 3 * rows[j]
+            acc = 0.0
+            for c in range(jac.shape[1]):
+                acc += d_jac[ri, c] * minv_jt[c, rj] + jac[ri, c] * d_minv_jt[c, rj]
+            d_reduced[i, j] = acc
+        if not moving[rows[i]]:
+            continue
+        approach = _dot(jac[ri], v_free)
+        d_approach = _dot(d_jac[ri], v_free) + _dot(jac[ri], d_v_free)
+        v_normal = _dot(jac[ri], v_next)
+        d_v_normal = _dot(d_jac[ri], v_next) + _dot(jac[ri], d_v_next)
+        closing, d_closing = (-approach, -d_approach) if -approach >= _TINY else (_TINY, 0.0)
+        raw = gap_k[rows[i]] / closing
+        d_impact = (d_gap[rows[i]] - raw * d_closing) / closing if 0.0 <= raw <= h else 0.0
+        d_goal[i] = -d_gap[rows[i]] - d_v_normal * impact[rows[i]] - v_normal * d_impact
+    d_mult = _pinv_tangent_apply(reduced, inverse, d_reduced, goal) + _mv(inverse, d_goal)
+    out = np.zeros(minv_jt.shape[0])
+    for i in range(r):
+        for row in range(out.shape[0]):
+            out[row] += d_minv_jt[row, 3 * rows[i]] * multipliers[i] + minv_jt[row, 3 * rows[i]] * d_mult[i]
+    return out
+
+
+# ---------------------------------------------------------------- one step, substeps
+
+
+@njit(cache=True)
+def _forward(pos, quat, lin, ang, wrench, scene, options, warm):
+    """One step (no substeps) and what its Jacobians need (see :meth:`FastContactStep.step` for the state)."""
+    mass, principal, slots, slot_obj, slot_other, slot_mu, slot_e = scene[:7]
+    count, h = pos.shape[0], options[0]
+    unit, rot = _unit_rotations(quat)
+    margin = _margin(lin, ang, scene, options)
+    gap, point, normal, active = _detect(pos, rot, scene, margin)
     keep = _active(active)
     k = keep.shape[0]
-    jac, frames = _contact_jacobian(keep, slot_obj, slots, point, pos, count)
+    jac, frames = _contact_jacobian(keep, slot_obj, slot_other, point, normal, pos, count)
     inv, inertia = _inertias(rot, principal)
     minv_jt = _inverse_mass_jt(mass, inv, jac)
     v_free = _free_velocity(lin, ang, wrench, mass, inv, inertia, options)
@@ -724,8 +1027,13 @@ def _forward(pos, quat, lin, ang, wrench, mass, principal, slots, slot_obj, slot
     for j in range(count):
         for c in range(3):
             v_now[6 * j + c], v_now[6 * j + 3 + c] = lin[j, c], ang[j, c]
-    b, bouncing = _bias(jac, v_free, v_now, _take(gap, keep), _take(slot_e, keep), options)
+    gap_k = _take(gap, keep)
+    b, bouncing = _bias(jac, v_free, v_now, gap_k, _take(slot_e, keep), options)
     a = _mm(jac, minv_jt)
+    a_normal = np.empty((k, k))  # the Delassus normal block before regularization (bounce correction)
+    for i in range(k):
+        for j in range(k):
+            a_normal[i, j] = a[3 * i, 3 * j]
     if k > 0:
         _add_diagonal(a, REGULARIZATION * max(_trace(a) / (3 * k), _TINY))
     mu = _take(slot_mu, keep)
@@ -736,24 +1044,63 @@ def _forward(pos, quat, lin, ang, wrench, mass, principal, slots, slot_obj, slot
     if k > 0:
         z, modes, converged, warm_hit = solve_cone_compiled(a, b, mu, warm_k)
     v_next = _affine(minv_jt, z[: 3 * k], v_free)
-    status = OK if converged else NOT_CONVERGED
     slot_modes = np.zeros(slot_obj.shape[0], dtype=np.int8)
+    slot_impulse, slot_multiplier = np.zeros((slot_obj.shape[0], 3)), np.zeros(slot_obj.shape[0])
     for i in range(k):
-        slot_modes[keep[i]] = modes[i]
-        if bouncing[i]:
-            status = BOUNCE_CORRECTION
-    state = _integrate(pos, quat, v_next, options[0])
-    return state, status, slot_modes, warm_hit, (unit, rot, gap, keep, jac, frames, inv, inertia, minv_jt,
-                                                  v_free, a, b, mu, z, modes, bouncing, v_next)
+        slot_modes[keep[i]], slot_multiplier[keep[i]] = modes[i], z[3 * k + i]
+        for c in range(3):
+            slot_impulse[keep[i], c] = z[3 * i + c]
+    displacement = np.empty(6 * count)
+    for r in range(6 * count):
+        displacement[r] = h * v_next[r]
+    correction = np.zeros(6 * count)
+    fix = (np.zeros(0, dtype=np.int64), np.zeros((0, 0)), np.zeros((0, 0)), np.zeros(0), np.zeros(0), np.zeros(k),
+           np.zeros(k, dtype=np.bool_))
+    if bouncing.any():
+        correction, fix = _bounce_correction(jac, minv_jt, a_normal, v_free, v_next, gap_k, bouncing, z, h, slots.shape[0])
+        for r in range(6 * count):
+            displacement[r] += correction[r]
+    state = _integrate(pos, quat, v_next, displacement)
+    work = (unit, rot, gap, keep, jac, frames, inv, inertia, minv_jt, v_free, a, b, mu, z, modes, bouncing, v_next,
+            point, normal, margin, displacement, fix)
+    return state, OK if converged else NOT_CONVERGED, (slot_modes, slot_impulse, slot_multiplier), warm_hit, work
 
 
 @njit(cache=True)
-def step_kernel(pos, quat, lin, ang, wrench, mass, principal, slots, slot_obj, slot_mu, slot_e, obj_radius,
-                options, warm):
-    """Compiled step: ``((position, orientation, linear, angular), status, slot modes, warm hit)``."""
-    state, status, slot_modes, warm_hit, _ = _forward(pos, quat, lin, ang, wrench, mass, principal, slots, slot_obj,
-                                                      slot_mu, slot_e, obj_radius, options, warm)
-    return state, status, slot_modes, warm_hit
+def _objects_may_touch(pos, quat, lin, ang, scene, options):
+    """Whether a slot between two objects is active at the step's margin (world._objects_may_touch)."""
+    slot_other = scene[4]
+    _, rot = _unit_rotations(quat)
+    _, _, _, active = _detect(pos, rot, scene, _margin(lin, ang, scene, options))
+    for s in range(active.shape[0]):
+        if active[s] and slot_other[s] >= 0:
+            return True
+    return False
+
+
+@njit(cache=True)
+def _substeps(pos, quat, lin, ang, scene, options):
+    """``(substeps, options of one substep)``: ``options[7]`` substeps of ``dt / options[7]`` when
+    objects may touch each other (ContactWorld.impact_substeps), else one step."""
+    count = int(options[7])
+    if count <= 1 or not _objects_may_touch(pos, quat, lin, ang, scene, options):
+        return 1, options
+    fine = options.copy()
+    fine[0], fine[7] = options[0] / count, 1.0
+    return count, fine
+
+
+@njit(cache=True)
+def step_kernel(pos, quat, lin, ang, wrench, scene, options, warm):
+    """Compiled step: ``((position, orientation, linear, angular), status, (slot modes, impulses [N·s]
+    (S, 3), cone multipliers (S,)), warm hit)`` (the solution of the last substep)."""
+    count, fine = _substeps(pos, quat, lin, ang, scene, options)
+    state, status, hit = (pos, quat, lin, ang), OK, True
+    solution = (warm, np.zeros((0, 3)), np.zeros(0))
+    for _ in range(count):
+        state, flag, solution, first = _forward(state[0], state[1], state[2], state[3], wrench, scene, fine, solution[0])[:4]
+        status, hit = max(status, flag), hit and first
+    return state, status, solution, hit
 
 
 # ---------------------------------------------------------------- Jacobians (forward mode)
@@ -784,34 +1131,75 @@ def _rotation_tangents(d, quat, unit, rot, principal):
 
 
 @njit(cache=True)
-def _jacobian_tangent(dpos, d_rot, keep, slots, slot_obj, frames, count):
-    """d contact Jacobian (3k, 6J) and d gap [m] (k,) from d position (J, 3) and d rotation (J, 3, 3)."""
-    k = keep.shape[0]
-    d_jac, d_gap, d_lever = np.zeros((3 * k, 6 * count)), np.zeros(k), np.empty(3)
-    for i in range(k):
-        s = keep[i]
-        j = slot_obj[s]
-        dp = _mv(d_rot[j], slots[s, 0:3])
-        for c in range(3):
-            dp[c] += dpos[j, c]
-        d_gap[i] = _dot(dp, slots[s, 4:7])
-        for c in range(3):
-            d_lever[c] = dp[c] - 0.5 * slots[s, 4 + c] * d_gap[i] - dpos[j, c]
-        for r in range(3):
-            moment = _cross(d_lever, frames[i, r])
+def _slot_tangents(owner, dpos, d_rot, pos, rot, scene, margin):
+    """Tangents of every slot's point [m] (S, 3), normal (S, 3) and gap [m] (S,) along a pose
+    direction of object ``owner`` (d position (J, 3), d rotation (J, 3, 3))."""
+    slots, slot_obj, pairs = scene[2], scene[3], scene[9]
+    s_count = slots.shape[0]
+    d_point, d_normal, d_gap = np.zeros((s_count, 3)), np.zeros((s_count, 3)), np.zeros(s_count)
+    point, normal, gap = np.empty((8, 3)), np.empty((8, 3)), np.empty(8)
+    active = np.empty(8, dtype=np.bool_)
+    for p in range(pairs.shape[0]):
+        kind, a, b, start, count = pairs[p, 0], pairs[p, 1], pairs[p, 2], pairs[p, 3], pairs[p, 4]
+        if owner != a and owner != b:
+            continue
+        if kind == BOX_PAIR:
+            shift = np.empty((8, 3)), np.empty((8, 3)), np.empty(8)
+            _box_pair(a, b, 0, rot, pos, scene, margin, (d_rot[a], dpos[a], d_rot[b], dpos[b]), point, normal, gap,
+                      active, shift[0], shift[1], shift[2])
+            d_point[start : start + count] = shift[0]
+            d_normal[start : start + count] = shift[1]
+            d_gap[start : start + count] = shift[2]
+            continue
+        for s in range(start, start + count):
+            dp = _mv(d_rot[a], slots[s, 0:3])
             for c in range(3):
-                d_jac[3 * i + r, 6 * j + 3 + c] = moment[c]
-    return d_jac, d_gap
+                dp[c] += dpos[a, c]
+            d_gap[s] = _dot(dp, slots[s, 4:7])
+            for c in range(3):
+                d_point[s, c] = dp[c] - 0.5 * slots[s, 4 + c] * d_gap[s]
+    return d_point, d_normal, d_gap
 
 
 @njit(cache=True)
-def _geometric_tangent(d, quat, ang, wrench, mass, principal, slots, slot_obj, slot_e, options, work):
+def _jacobian_tangent(dpos, d_point, d_normal, keep, scene, point, normal, pos, frames):
+    """d contact Jacobian (3k, 6J) and d gap [m] (k,) from the slot tangents and d position (J, 3)."""
+    slot_obj, slot_other = scene[3], scene[4]
+    count, k = pos.shape[0], keep.shape[0]
+    d_jac, d_gap, d_lever, lever = np.zeros((3 * k, 6 * count)), np.zeros(k), np.empty(3), np.empty(3)
+    d_frame = np.empty((3, 3))
+    for i in range(k):
+        s = keep[i]
+        _frame_tangent(normal[s], d_normal[s], d_frame)
+        for j, sign in ((slot_obj[s], 1.0), (slot_other[s], -1.0)):
+            if j < 0:
+                continue
+            for c in range(3):
+                lever[c] = point[s, c] - pos[j, c]
+                d_lever[c] = d_point[s, c] - dpos[j, c]
+            for r in range(3):
+                moment = _cross(d_lever, frames[i, r])
+                turn = _cross(lever, d_frame[r])
+                for c in range(3):
+                    d_jac[3 * i + r, 6 * j + c] = sign * d_frame[r, c]
+                    d_jac[3 * i + r, 6 * j + 3 + c] = sign * (moment[c] + turn[c])
+    return d_jac
+
+
+@njit(cache=True)
+def _geometric_tangent(d, pos, quat, ang, wrench, scene, options, work):
     """Along input column ``d`` < 7J (a position or quaternion component): the derivatives of the
-    Delassus matrix (3k, 3k), bias (3k,), ``M⁻¹Jᵀ x`` (6J,) and free velocity (6J,)."""
-    unit, rot, gap, keep, jac, frames, inv, inertia, minv_jt, v_free, a, b, mu, z, modes, bouncing, v_next = work
+    Delassus matrix (3k, 3k), bias (3k,), ``M⁻¹Jᵀ x`` (6J,) and free velocity (6J,); and of the
+    contact Jacobian (3k, 6J), M⁻¹Jᵀ (6J, 3k) and gaps (k,) (the bounce correction's)."""
+    mass, principal, slot_e = scene[0], scene[1], scene[6]
+    unit, rot, gap, keep, jac, frames, inv, inertia, minv_jt, v_free, a, b, mu, z, modes, bouncing, v_next = work[:17]
+    point, normal, margin = work[17], work[18], work[19]
     count, k, h = rot.shape[0], keep.shape[0], options[0]
+    owner = d // 3 if d < 3 * count else (d - 3 * count) // 4
     dpos, d_rot, d_inv, d_inertia = _rotation_tangents(d, quat, unit, rot, principal)
-    d_jac, d_gap = _jacobian_tangent(dpos, d_rot, keep, slots, slot_obj, frames, count)
+    d_point, d_normal, d_gap_all = _slot_tangents(owner, dpos, d_rot, pos, rot, scene, margin)
+    d_jac = _jacobian_tangent(dpos, d_point, d_normal, keep, scene, point, normal, pos, frames)
+    d_gap = _take(d_gap_all, keep)
     d_minv_jt = _inverse_mass_jt(mass, inv, d_jac)
     d_v_free, torque = np.zeros(6 * count), np.empty(3)
     for j in range(count):
@@ -836,16 +1224,13 @@ def _geometric_tangent(d, quat, ang, wrench, mass, principal, slots, slot_obj, s
             d_a[r, c] += d_a2[r, c]
     if k > 0:
         _add_diagonal(d_a, REGULARIZATION * _trace(d_a) / (3 * k))
-    d_b = _mv(jac, d_v_free)
-    d_b2 = _mv(d_jac, v_free)
+    d_b = _affine(d_jac, v_free, _mv(jac, d_v_free))
     for i in range(k):
-        for c in range(3):
-            d_b[3 * i + c] += d_b2[3 * i + c]
         if bouncing[i]:
             d_b[3 * i] *= 1.0 + slot_e[keep[i]]  # b_n = (1 + e) approach
         else:
             d_b[3 * i] += (1.0 if gap[keep[i]] > 0.0 else options[2]) * d_gap[i] / h
-    return d_a, d_b, _mv(d_minv_jt, z[: 3 * k]), d_v_free
+    return d_a, d_b, _mv(d_minv_jt, z[: 3 * k]), d_v_free, d_jac, d_minv_jt, d_gap
 
 
 @njit(cache=True)
@@ -873,16 +1258,16 @@ def _velocity_inputs(ang, mass, inv, inertia, h):
 
 
 @njit(cache=True)
-def _orientation_rows(quat, v_next, dv, h, count, j):
-    """d next orientation of object j (4, 22J) from the velocity derivatives ``dv`` (6J, 22J)."""
+def _orientation_rows(quat, displacement, d_disp, count, j):
+    """d next orientation of object j (4, D) from the displacement derivatives ``d_disp`` (6J, D)."""
     rv, e3, e4 = np.empty(3), np.zeros(3), np.zeros(4)
     for c in range(3):
-        rv[c] = h * v_next[6 * j + 3 + c]
+        rv[c] = displacement[6 * j + 3 + c]
     rotation, _ = _quat_exp(rv, e3)
     d_exp = np.zeros((4, 3))
     for c in range(3):
         e3[0] = e3[1] = e3[2] = 0.0
-        e3[c] = h
+        e3[c] = 1.0
         _, d_col = _quat_exp(rv, e3)
         for r in range(4):
             d_exp[r, c] = d_col[r]
@@ -895,7 +1280,7 @@ def _orientation_rows(quat, v_next, dv, h, count, j):
         by_right, by_left = _quat_multiply(e4, quat[j]), _quat_multiply(rotation, e4)
         for r in range(4):
             right[r, c], left[r, c] = by_right[r], by_left[r]
-    d_product = _mm(_mm(right, d_exp), dv[6 * j + 3 : 6 * j + 6])
+    d_product = _mm(_mm(right, d_exp), d_disp[6 * j + 3 : 6 * j + 6])
     project = np.empty((4, 4))  # I - unit unitᵀ: the tangent of the normalization
     for r in range(4):
         for c in range(4):
@@ -909,62 +1294,99 @@ def _orientation_rows(quat, v_next, dv, h, count, j):
 
 
 @njit(cache=True)
-def _parameter_inputs(work, wrench, mass, slot_e, slot_dmu, slot_de, h):
-    """Right-hand sides (3k + k, 3J) and ``d v_next`` without the impulse change (6J, 3J) of the
-    parameters ``[mass, friction, restitution]`` per object (ContactWorld.parameter_names order).
+def _mass_tangent(j, mass, inv, wrench, minv_jt, h):
+    """d M⁻¹Jᵀ (6J, 3k) and d v_free (6J,) along the mass of object j (its inertia scales with it:
+    ``M⁻¹`` scales with ``1 / m``, the gyroscopic term of the free angular velocity does not change)."""
+    count = mass.shape[0]
+    d_minv_jt = np.zeros(minv_jt.shape)
+    for r in range(6 * j, 6 * j + 6):
+        for col in range(minv_jt.shape[1]):
+            d_minv_jt[r, col] = -minv_jt[r, col] / mass[j]
+    d_v_free = np.zeros(6 * count)
+    turn = _mv(inv[j], wrench[j, 3:])
+    for c in range(3):
+        d_v_free[6 * j + c] = -h * wrench[j, c] / mass[j] ** 2
+        d_v_free[6 * j + 3 + c] = -h / mass[j] * turn[c]
+    return d_minv_jt, d_v_free
 
-    Inertia scales with the mass, so ``M⁻¹`` scales with ``1 / m`` and the gyroscopic term of the
-    free angular velocity does not change. Friction enters the cone rows of sliding contacts,
-    restitution the bias of bouncing ones (``slot_dmu``, ``slot_de`` (S, J): d slot value / d object value).
+
+@njit(cache=True)
+def _parameter_inputs(work, wrench, scene, params, h):
+    """Right-hand sides (3k + k, C) and ``d v_next`` without the impulse change (6J, C) of the
+    parameter columns (``params``: kind per column (C,): 0 mass, 1 friction, 2 restitution;
+    object of a mass column (C,); d slot coefficient / d column (S, C)).
+
+    Friction enters the cone rows of sliding contacts, restitution the bias of bouncing ones.
     """
-    unit, rot, gap, keep, jac, frames, inv, inertia, minv_jt, v_free, a, b, mu, z, modes, bouncing, v_next = work
-    count, k = mass.shape[0], keep.shape[0]
+    mass, slot_e = scene[0], scene[6]
+    kinds, owners, slot_d = params
+    unit, rot, gap, keep, jac, frames, inv, inertia, minv_jt, v_free, a, b, mu, z, modes, bouncing, v_next = work[:17]
+    count, k, columns = mass.shape[0], keep.shape[0], kinds.shape[0]
     m = 3 * k
     x = z[:m]
-    rhs, dv = np.zeros((m + k, 3 * count)), np.zeros((6 * count, 3 * count))
+    rhs, dv = np.zeros((m + k, columns)), np.zeros((6 * count, columns))
     approach = _mv(jac, v_free)
-    for j in range(count):
-        d_minv_jt = np.zeros((6 * count, m))
-        for r in range(6 * j, 6 * j + 6):
-            for col in range(m):
-                d_minv_jt[r, col] = -minv_jt[r, col] / mass[j]
-        d_v_free = np.zeros(6 * count)
-        turn = _mv(inv[j], wrench[j, 3:])
-        for c in range(3):
-            d_v_free[6 * j + c] = -h * wrench[j, c] / mass[j] ** 2
-            d_v_free[6 * j + 3 + c] = -h / mass[j] * turn[c]
+    for col in range(columns):
+        if kinds[col] == 1:
+            for i in range(k):
+                if _sliding(modes, mu, i):
+                    rhs[m + i, col] = mu[i] * x[3 * i] ** 2 * slot_d[keep[i], col]
+            continue
+        if kinds[col] == 2:
+            for i in range(k):
+                if bouncing[i]:
+                    rhs[3 * i, col] = -approach[3 * i] * slot_d[keep[i], col]  # b_n = (1 + e) approach
+            continue
+        d_minv_jt, d_v_free = _mass_tangent(owners[col], mass, inv, wrench, minv_jt, h)
         d_a = _mm(jac, d_minv_jt)
         d_b = _mv(jac, d_v_free)
         if k > 0:
             _add_diagonal(d_a, REGULARIZATION * _trace(d_a) / m)
         for i in range(k):
             if bouncing[i]:
-                d_b[3 * i] *= 1.0 + slot_e[keep[i]]  # b_n = (1 + e) approach
-                rhs[3 * i, 3 * j + 2] = -approach[3 * i] * slot_de[keep[i], j]
-            if _sliding(modes, mu, i):
-                rhs[m + i, 3 * j + 1] = mu[i] * x[3 * i] ** 2 * slot_dmu[keep[i], j]
+                d_b[3 * i] *= 1.0 + slot_e[keep[i]]
         d_ax = _affine(d_a, x, d_b)
         for r in range(m):
-            rhs[r, 3 * j] = -d_ax[r]
+            rhs[r, col] = -d_ax[r]
         d_v = _affine(d_minv_jt, x, d_v_free)
         for r in range(6 * count):
-            dv[r, 3 * j] = d_v[r]
+            dv[r, col] = d_v[r]
     return rhs, dv
 
 
 @njit(cache=True)
-def _state_rows(quat, v_next, dv, h, count):
-    """d next state (13J, 22J) from the velocity derivatives ``dv`` (6J, 22J), impulse change included."""
+def _input_tangents(col, pos, quat, ang, wrench, scene, options, params, work, inputs):
+    """Tangents of the contact Jacobian (3k, 6J), M⁻¹Jᵀ (6J, 3k), gaps (k,) and free velocity (6J,)
+    along input column ``col`` (state, wrench, parameter), for the bounce correction."""
+    count, h = pos.shape[0], options[0]
+    jac, inv, minv_jt = work[4], work[6], work[8]
+    k = work[3].shape[0]
+    if col < 7 * count:
+        tangents = _geometric_tangent(col, pos, quat, ang, wrench, scene, options, work)
+        return tangents[4], tangents[5], tangents[6], tangents[3]
+    d_jac, d_gap = np.zeros((3 * k, 6 * count)), np.zeros(k)
+    if col < 19 * count:
+        return d_jac, np.zeros(minv_jt.shape), d_gap, inputs[:, col - 7 * count].copy()
+    param = col - 19 * count
+    if params[0][param] == 0:
+        d_minv_jt, d_v_free = _mass_tangent(params[1][param], scene[0], inv, wrench, minv_jt, h)
+        return d_jac, d_minv_jt, d_gap, d_v_free
+    return d_jac, np.zeros(minv_jt.shape), d_gap, np.zeros(6 * count)
+
+
+@njit(cache=True)
+def _state_rows(quat, displacement, dv, d_disp, count):
+    """d next state (13J, D) from the velocity and displacement derivatives (6J, D) each, impulse change included."""
     dims = dv.shape[1]
     out = np.zeros((13 * count, dims))
     for j in range(count):
         for c in range(3):
             out[3 * j + c, 3 * j + c] = 1.0
             for col in range(dims):
-                out[3 * j + c, col] += h * dv[6 * j + c, col]
+                out[3 * j + c, col] += d_disp[6 * j + c, col]
                 out[7 * count + 3 * j + c, col] = dv[6 * j + c, col]
                 out[10 * count + 3 * j + c, col] = dv[6 * j + 3 + c, col]
-        rows = _orientation_rows(quat, v_next, dv, h, count, j)
+        rows = _orientation_rows(quat, displacement, d_disp, count, j)
         for r in range(4):
             for col in range(dims):
                 out[3 * count + 4 * j + r, col] = rows[r, col]
@@ -972,25 +1394,19 @@ def _state_rows(quat, v_next, dv, h, count):
 
 
 @njit(cache=True)
-def jacobian_kernel(pos, quat, lin, ang, wrench, mass, principal, slots, slot_obj, slot_mu, slot_e, obj_radius,
-                    options, warm, slot_dmu, slot_de):
-    """Compiled step and its Jacobians.
-
-    Returns:
-        ``(state, status, slot modes, warm hit, jac (13J, 22J))``: d next ``[position, orientation,
-        linear, angular]`` / d ``[position, orientation, linear, angular, wrench, parameters]``.
-    """
-    state, status, slot_modes, warm_hit, work = _forward(pos, quat, lin, ang, wrench, mass, principal, slots, slot_obj,
-                                                         slot_mu, slot_e, obj_radius, options, warm)
-    unit, rot, gap, keep, jac, frames, inv, inertia, minv_jt, v_free, a, b, mu, z, modes, bouncing, v_next = work
+def _step_jacobian(pos, quat, lin, ang, wrench, scene, options, warm, params):
+    """One step (no substeps) and its Jacobian (13J, 19J + C) in [state, wrench, parameters]."""
+    state, status, solution, warm_hit, work = _forward(pos, quat, lin, ang, wrench, scene, options, warm)
+    unit, rot, gap, keep, jac, frames, inv, inertia, minv_jt, v_free, a, b, mu, z, modes, bouncing, v_next = work[:17]
+    mass = scene[0]
     count, k, h = pos.shape[0], keep.shape[0], options[0]
-    m, dims, geo, par = 3 * k, 22 * count, 7 * count, 19 * count
+    m, geo, par = 3 * k, 7 * count, 19 * count
+    dims = par + params[0].shape[0]
     x = z[:m]
     rhs = np.zeros((m + k, dims))
     dv = np.zeros((6 * count, dims))  # d v_next, without the impulse change
     for d in range(geo):
-        d_a, d_b, d_minv_x, d_v_free = _geometric_tangent(d, quat, ang, wrench, mass, principal, slots, slot_obj,
-                                                          slot_e, options, work)
+        d_a, d_b, d_minv_x, d_v_free = _geometric_tangent(d, pos, quat, ang, wrench, scene, options, work)[:4]
         d_ax = _affine(d_a, x, d_b)
         for r in range(m):
             rhs[r, d] = -d_ax[r]
@@ -998,7 +1414,11 @@ def jacobian_kernel(pos, quat, lin, ang, wrench, mass, principal, slots, slot_ob
             dv[r, d] = d_v_free[r] + d_minv_x[r]
     inputs = _velocity_inputs(ang, mass, inv, inertia, h)
     j_inputs = _mm(jac, inputs)
-    p_rhs, p_dv = _parameter_inputs(work, wrench, mass, slot_e, slot_dmu, slot_de, h)
+    for i in range(k):
+        if bouncing[i]:  # b_n = (1 + e) approach
+            for c in range(j_inputs.shape[1]):
+                j_inputs[3 * i, c] *= 1.0 + scene[6][keep[i]]
+    p_rhs, p_dv = _parameter_inputs(work, wrench, scene, params, h)
     for c in range(par - geo):
         for r in range(6 * count):
             dv[r, geo + c] = inputs[r, c]
@@ -1020,10 +1440,52 @@ def jacobian_kernel(pos, quat, lin, ang, wrench, mass, principal, slots, slot_ob
         for r in range(6 * count):
             for c in range(dims):
                 dv[r, c] += dv_impulse[r, c]
-    return state, status, slot_modes, warm_hit, _state_rows(quat, v_next, dv, h, count)
+    d_disp = np.empty((6 * count, dims))
+    for r in range(6 * count):
+        for c in range(dims):
+            d_disp[r, c] = h * dv[r, c]
+    if bouncing.any():
+        for c in range(dims):
+            d_jac, d_minv_jt, d_gap, d_v_free = _input_tangents(c, pos, quat, ang, wrench, scene, options, params, work, inputs)
+            d_fix = _correction_tangent(jac, minv_jt, v_free, v_next, _take(gap, keep), h, work[21], d_jac, d_minv_jt, d_gap,
+                                        d_v_free, dv[:, c].copy())
+            for r in range(6 * count):
+                d_disp[r, c] += d_fix[r]
+    return state, status, solution, warm_hit, _state_rows(quat, work[20], dv, d_disp, count)
+
+
+@njit(cache=True)
+def jacobian_kernel(pos, quat, lin, ang, wrench, scene, options, warm, params):
+    """Compiled step (substeps included) and its Jacobians.
+
+    Returns:
+        ``(state, status, solution, warm hit, jac (13J, 19J + C))`` (solution: see :func:`step_kernel`):
+        d next ``[position, orientation,
+        linear, angular]`` / d ``[position, orientation, linear, angular, wrench, parameters]``;
+        substeps' Jacobians chained (the wrench and parameters are those of every substep).
+    """
+    steps, fine = _substeps(pos, quat, lin, ang, scene, options)
+    state, status, solution, hit, jac = _step_jacobian(pos, quat, lin, ang, wrench, scene, fine, warm, params)
+    n = 13 * pos.shape[0]
+    for _ in range(steps - 1):
+        state, flag, solution, first, step = _step_jacobian(state[0], state[1], state[2], state[3], wrench, scene, fine,
+                                                            solution[0], params)
+        chained = _mm(step[:, :n].copy(), jac)
+        for r in range(n):
+            for c in range(n, jac.shape[1]):
+                chained[r, c] += step[r, c]
+        jac, status, hit = chained, max(status, flag), hit and first
+    return state, status, solution, hit, jac
 
 
 # ---------------------------------------------------------------- Python side
+
+
+def _covered_pair(pair):
+    """Whether a pair's contacts are compiled: an object on a static plane, or two boxes."""
+    if pair.a.kind == "object" and pair.b.kind == "static":
+        return isinstance(pair.b.shape, Plane)
+    return pair.a.kind == pair.b.kind == "object" and isinstance(pair.a.shape, Box) and isinstance(pair.b.shape, Box)
 
 
 def fast_support(world):
@@ -1031,10 +1493,10 @@ def fast_support(world):
     if world.solver != "cone":
         return f"solver {world.solver!r} (only 'cone' is compiled)"
     if world.robot is not None or world.proxies:
-        return "a robot (only free objects on planes are compiled)"
+        return "a robot (only free objects are compiled)"
     for pair in world.pairs:
-        if pair.a.kind != "object" or pair.b.kind != "static" or not isinstance(pair.b.shape, Plane):
-            return f"pair {pair.name} (only object-plane pairs are compiled)"
+        if not _covered_pair(pair):
+            return f"pair {pair.name} (only object-plane and box-box pairs are compiled)"
     if any(value.dim() != 1 for value in (*world.params.values(), *world.pair_params.values())):
         return "batched parameters"
     return None
@@ -1056,6 +1518,82 @@ def _numpy(value):
     return np.ascontiguousarray(value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else value, dtype=np.float64)
 
 
+def _scene(world):
+    """The compiled scene of a covered world: ``(mass (J,) [kg], principal inertia (J, 3) [kg·m²],
+    plane slot rows (S, 10), slot object a (S,), slot object b or -1 (S,), slot friction (S,),
+    slot restitution (S,), bounding radii (J,) [m], box half extents (J, 3) [m], pairs (P, 5))``."""
+    mass = _numpy(world.params["mass"])
+    rows, owner, other, mu, restitution, pairs = [], [], [], [], [], []
+    for index, pair in enumerate(world.pairs):
+        if pair.b.kind == "object":
+            local, radius, plane_rows = np.zeros((pair.count, 3)), 0.0, [[0.0] * 6] * pair.count
+            other += [pair.b.index] * pair.count
+        else:
+            plane = world.static[pair.b.index]
+            local, radius = _slot_rows(pair.a.shape, plane)
+            plane_rows = [[*_numpy(_plane_rotation(plane.orientation))[:, 2], *plane.position]] * len(local)
+            other += [-1] * len(local)
+        rows += [[*point, radius, *plane_row] for point, plane_row in zip(local, plane_rows)]
+        owner += [pair.a.index] * len(local)
+        mu += [float(world._pair_value("friction", index))] * len(local)
+        restitution += [float(world._pair_value("restitution", index))] * len(local)
+        pairs.append([BOX_PAIR if pair.b.kind == "object" else PLANE_PAIR, pair.a.index,
+                      pair.b.index if pair.b.kind == "object" else -1, pair.start, pair.count])
+    halves = [o.shape.half_extents if isinstance(o.shape, Box) else (0.0, 0.0, 0.0) for o in world.objects]
+    return (mass, mass[:, None] * _numpy(world.unit_inertia), np.array(rows, dtype=np.float64).reshape(-1, 10),
+            np.array(owner, dtype=np.int64), np.array(other, dtype=np.int64), np.array(mu, dtype=np.float64),
+            np.array(restitution, dtype=np.float64), np.array([bounding_radius(o.shape) for o in world.objects]),
+            np.array(halves, dtype=np.float64).reshape(-1, 3), np.array(pairs, dtype=np.int64).reshape(-1, 5))
+
+
+def warm_info(solution):
+    """A contact solution of :class:`FastContactStep` (``(modes (S,), impulse (S, 3), multiplier (S,))``
+    of a call, as its :attr:`~FastContactStep.solution`) as the ``warm`` of :meth:`ContactWorld.step`
+    (a StepInfo holding only that solution): the torch step then starts from what a torch rollout
+    would have passed it."""
+    modes, impulse, multiplier = (torch.from_numpy(np.array(v)) for v in solution)
+    flags = (torch.tensor(False), torch.tensor(True), torch.tensor(False))
+    return StepInfo(None, impulse, ConeSolution(impulse, multiplier, modes, *flags), None, None)
+
+
+def _max_rule_share(world, pair, kind, side):
+    """d pair coefficient / d the object on ``side`` ("a" or "b") of the pair under the max rule
+    (torch.maximum's gradient: 1 if larger, half on a tie, else 0); 0 if the pair's own value is set."""
+    if kind in pair.explicit:
+        return 0.0
+    values = []
+    for geom in (pair.a, pair.b):
+        if geom.kind == "object":
+            values.append(world.params[kind][geom.index].item())
+        else:
+            values.append(float(getattr(world.static[geom.index], kind)))
+    mine, theirs = values if side == "a" else values[::-1]
+    return 1.0 if mine > theirs else (0.5 if mine == theirs else 0.0)
+
+
+def _parameter_table(world, names, slot_count):
+    """``(kinds (C,), mass owners (C,), d slot coefficient / d parameter (S, C))`` of the parameter
+    columns ``names`` (object parameters, or pair coefficients: 1 on the pair's slots)."""
+    kinds, owners = np.zeros(len(names), dtype=np.int64), np.full(len(names), -1, dtype=np.int64)
+    slot_d = np.zeros((slot_count, len(names)))
+    codes = {"mass": 0, "friction": 1, "restitution": 2}
+    for col, name in enumerate(names):
+        table, kind, index = world._locate(name)
+        kinds[col] = codes[kind]
+        if table == "pair":
+            pair = world.pairs[index]
+            slot_d[pair.start : pair.start + pair.count, col] = 1.0
+            continue
+        if kind == "mass":
+            owners[col] = index
+            continue
+        for pair in world.pairs:
+            for side, geom in (("a", pair.a), ("b", pair.b)):
+                if geom.kind == "object" and geom.index == index:
+                    slot_d[pair.start : pair.start + pair.count, col] = _max_rule_share(world, pair, kind, side)
+    return kinds, owners, slot_d
+
+
 class FastContactStep:
     """Compiled :meth:`ContactWorld.step` of a covered world (see :func:`fast_support`), float64.
 
@@ -1064,51 +1602,50 @@ class FastContactStep:
     (w, x, y, z), linear (J, 3) [m/s] and angular (J, 3) [rad/s] velocity in the world; the
     wrench (J, 6) is ``[force (N), torque (N·m)]`` in the world.
 
+    Args:
+        world: A ContactWorld that :func:`fast_support` covers.
+        parameters: Names of the parameter columns of :meth:`jacobians` (object parameters and
+            pair coefficients); default ``world.parameter_names()``.
+
     Attributes:
-        status: Of the last call: :data:`OK`, :data:`NOT_CONVERGED` (the torch step's staggered
-            projections are needed) or :data:`BOUNCE_CORRECTION` (a contact bounces within the
-            step: the torch step's position correction is needed). Results are valid only for OK.
+        status: Of the last call: :data:`OK` or :data:`NOT_CONVERGED` (no contact solution
+            passed the KKT check: use the torch step, warm-started with :func:`warm_info`).
+            Results are valid only for OK.
         modes: Per-slot contact modes of the last call (warm start of the next), int8 (S,).
+        impulse: Per-slot contact impulses ``[n, t1, t2]`` of the last call [N·s], (S, 3).
+        multiplier: Per-slot cone multipliers of the last call, (S,).
         warm_hit: The warm modes solved the last call on the first try.
     """
 
-    def __init__(self, world):
+    @property
+    def solution(self):
+        """``(modes, impulse, multiplier)`` of the last call (see :func:`warm_info`)."""
+        return self.modes, self.impulse, self.multiplier
+
+    def __init__(self, world, parameters=None):
         reason = fast_support(world)
         if reason is not None:
             raise ContactError(f"no compiled contact step for this world: {reason}")
         self.count = len(world.objects)
-        self.mass = _numpy(world.params["mass"])
-        self.principal = self.mass[:, None] * _numpy(world.unit_inertia)
-        rows, owner, mu, restitution = [], [], [], []
-        for index, pair in enumerate(world.pairs):
-            plane = world.static[pair.b.index]
-            rot = _numpy(_plane_rotation(plane.orientation))
-            local, radius = _slot_rows(pair.a.shape, plane)
-            for point in local:
-                rows.append([*point, radius, *rot[:, 2], *plane.position])
-            owner += [pair.a.index] * len(local)
-            mu += [float(world._pair_value("friction", index))] * len(local)
-            restitution += [float(world._pair_value("restitution", index))] * len(local)
-        self.slots = np.array(rows, dtype=np.float64).reshape(-1, 10)
-        self.slot_obj = np.array(owner, dtype=np.int64)
-        self.slot_mu, self.slot_e = np.array(mu, dtype=np.float64), np.array(restitution, dtype=np.float64)
-        self.slot_dmu, self.slot_de = _slot_derivatives(world, len(rows))
-        self.obj_radius = np.array([bounding_radius(o.shape) for o in world.objects], dtype=np.float64)
-        self.options = np.array([world.dt, world.margin, world.baumgarte, world.bounce_threshold,
-                                 *_numpy(world.gravity)], dtype=np.float64)
-        self.status, self.modes, self.warm_hit = OK, np.zeros(0, dtype=np.int8), False
+        self.scene = _scene(world)
+        self.parameters = tuple(world.parameter_names() if parameters is None else parameters)
+        self.table = _parameter_table(world, self.parameters, self.scene[2].shape[0])
+        self.options = np.array([world.dt, world.margin, world.baumgarte, world.bounce_threshold, *_numpy(world.gravity),
+                                 world.impact_substeps], dtype=np.float64)
+        self.status, self.warm_hit = OK, False
+        self.modes, self.impulse, self.multiplier = np.zeros(0, dtype=np.int8), np.zeros((0, 3)), np.zeros(0)
 
     def _args(self, position, orientation, linear, angular, wrench, warm):
         wrench = np.zeros((self.count, 6)) if wrench is None else _numpy(wrench).reshape(self.count, 6)
         warm = np.zeros(0, dtype=np.int8) if warm is None else np.asarray(warm, dtype=np.int8)
         state = [_numpy(v).reshape(self.count, n) for v, n in ((position, 3), (orientation, 4), (linear, 3), (angular, 3))]
-        return (*state, wrench, self.mass, self.principal, self.slots, self.slot_obj, self.slot_mu, self.slot_e,
-                self.obj_radius, self.options, warm)
+        return (*state, wrench, self.scene, self.options, warm)
 
     def step(self, position, orientation, linear, angular, wrench=None, warm=None):
         """Next ``(position, orientation, linear, angular)``; ``warm``: :attr:`modes` of the previous step."""
-        state, self.status, self.modes, self.warm_hit = step_kernel(*self._args(position, orientation, linear, angular,
-                                                                               wrench, warm))
+        state, self.status, solution, self.warm_hit = step_kernel(*self._args(position, orientation, linear, angular,
+                                                                             wrench, warm))
+        self.modes, self.impulse, self.multiplier = solution
         return state
 
     def step_state(self, state, wrench=None, warm=None):
@@ -1120,36 +1657,21 @@ class FastContactStep:
         """
         out = self.step(state.position, state.orientation, state.linear_velocity, state.angular_velocity, wrench, warm)
         if self.status != OK:
-            reason = "a contact bounces within the step" if self.status == BOUNCE_CORRECTION else "the solver did not converge"
-            raise ContactError(f"compiled contact step not valid here ({reason}); use ContactWorld.step")
+            raise ContactError("compiled contact step not valid here (the solver did not converge); use ContactWorld.step")
         return WorldState(*(torch.from_numpy(v) for v in out))
 
     def jacobians(self, position, orientation, linear, angular, wrench=None, warm=None):
-        """``(next state, d_state (13J, 13J), d_wrench (13J, 6J), d_parameters (13J, 3J))``.
+        """``(next state, d_state (13J, 13J), d_wrench (13J, 6J), d_parameters (13J, C))``.
 
         Rows and state columns are ``[position (3J), orientation (4J), linear (3J), angular (3J)]``,
         object-major within each block; wrench columns ``[force, torque]`` per object; parameter
-        columns ``ContactWorld.parameter_names()`` (mass [kg], friction, restitution per object).
+        columns :attr:`parameters` (mass [kg], friction, restitution).
         """
-        state, self.status, self.modes, self.warm_hit, jac = jacobian_kernel(
-            *self._args(position, orientation, linear, angular, wrench, warm), self.slot_dmu, self.slot_de)
+        state, self.status, solution, self.warm_hit, jac = jacobian_kernel(
+            *self._args(position, orientation, linear, angular, wrench, warm), self.table)
+        self.modes, self.impulse, self.multiplier = solution
         n = 13 * self.count
         return state, jac[:, :n], jac[:, n : n + 6 * self.count], jac[:, n + 6 * self.count :]
-
-
-def _slot_derivatives(world, slots):
-    """d slot friction / d object friction and likewise for restitution, (S, J) each: the pair's
-    value is the larger of the object's and the plane's (torch.maximum: half each on a tie) unless
-    set for the pair."""
-    out = {kind: np.zeros((slots, len(world.objects))) for kind in ("friction", "restitution")}
-    start = 0
-    for pair in world.pairs:
-        for kind, table in out.items():
-            mine, plane = world.params[kind][pair.a.index].item(), getattr(world.static[pair.b.index], kind)
-            if kind not in pair.explicit:
-                table[start : start + pair.count, pair.a.index] = 1.0 if mine > plane else (0.5 if mine == plane else 0.0)
-        start += pair.count
-    return out["friction"], out["restitution"]
 
 
 def _plane_rotation(orientation):
