@@ -345,6 +345,22 @@ def test_bad_objects_and_parameters_are_refused():
         ContactWorld.create([], proxies=[LinkProxy("hand", "left_hand", Capsule(0.03, 0.05))])
 
 
+def test_placed_shapes_keep_their_positional_fields_and_checks():
+    from diffsim_ros.sim.contact import LinkProxy
+
+    tilted = (1.0, 0.0, 0.0, 1.0)  # normalized on creation
+    ramp = StaticShape("ramp", Plane(), (0.1, 0.0, 0.0), tilted, 0.4, 0.2)
+    assert (ramp.name, ramp.position, ramp.friction, ramp.restitution) == ("ramp", (0.1, 0.0, 0.0), 0.4, 0.2)
+    assert ramp.orientation == pytest.approx((math.sqrt(0.5), 0.0, 0.0, math.sqrt(0.5)))
+    tip = LinkProxy("tip", "hand", Sphere(0.02), (0.0, 0.0, 0.1), tilted, 0.3, 0.1)
+    assert (tip.name, tip.link, tip.position, tip.friction, tip.restitution) == ("tip", "hand", (0.0, 0.0, 0.1), 0.3, 0.1)
+    assert tip.orientation == ramp.orientation
+    with pytest.raises(ContactError, match="proxy 'tip': shape must be a Box, Sphere or Capsule, got Plane"):
+        LinkProxy("tip", "hand", Plane())
+    with pytest.raises(ContactError, match="static 'ramp' restitution"):
+        StaticShape("ramp", Plane(), restitution=2.0)
+
+
 def test_bad_states_are_refused_and_results_stay_finite():
     world = _cube_world("lcp")
     state = _resting_cube(world)

@@ -280,3 +280,5 @@ def test_estimator_and_sim_start_up_errors_name_the_problem():
             runtime.add_node(SimRobotNode, "sim", parameter_overrides={"extra_joints": ["left_s0"]})
         with pytest.raises(ParameterError, match="truth.spring_stiffness"):
             runtime.add_node(SimRobotNode, "sim2", parameter_overrides={"truth.spring_joints": ["left_s1"]})
+        with pytest.raises(ParameterError, match=r"node 'sim3': invalid parameters: output must be one of \('baxter', 'ros2_control'\)"):
+            runtime.add_node(SimRobotNode, "sim3", parameter_overrides={"output": "ethercat"})

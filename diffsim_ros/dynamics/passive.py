@@ -1,4 +1,4 @@
-"""Passive joint elements: spring elements (:mod:`.springs`), viscous damping and Coulomb friction.
+"""Passive joint elements: viscous damping, Coulomb friction, and their sum with the springs (:mod:`.springs`).
 
 Each function returns the generalized force the element exerts *on* the joints, to be added
 to the applied torque: ``M qdd + C qd + g = tau + passive_torques(q, qd)``.
@@ -7,21 +7,10 @@ to the applied torque: ``M qdd + C qd + g = tau + passive_torques(q, qd)``.
 import torch
 
 from diffsim_ros.dynamics.checks import joint_tensor
-from diffsim_ros.dynamics.springs import (
-    point_spring_lengths,
-    spring_damping_split,
-    spring_lengths,
-    spring_potential_energy,
-    spring_torques,
-)
+from diffsim_ros.dynamics.springs import spring_torques
 
 __all__ = [
     "DEFAULT_FRICTION_VELOCITY_SCALE",
-    "point_spring_lengths",
-    "spring_damping_split",
-    "spring_lengths",
-    "spring_potential_energy",
-    "spring_torques",
     "damping_torques",
     "friction_torques",
     "passive_torques",

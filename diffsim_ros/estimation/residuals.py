@@ -21,9 +21,10 @@ import torch
 
 from diffsim_ros.dynamics.crba import mass_matrix
 from diffsim_ros.dynamics.kinematics import forward_kinematics
-from diffsim_ros.dynamics.passive import passive_torques, spring_torques
+from diffsim_ros.dynamics.passive import passive_torques
 from diffsim_ros.dynamics.rnea import gravity_torques, rnea
 from diffsim_ros.dynamics.spatial import matrix_to_quat, matvec, quat_log, quat_to_matrix
+from diffsim_ros.dynamics.springs import spring_torques
 
 __all__ = [
     "StaticTorqueResidual",

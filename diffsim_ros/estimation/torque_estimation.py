@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from diffsim_ros.dynamics.passive import spring_torques
 from diffsim_ros.dynamics.rnea import gravity_torques
+from diffsim_ros.dynamics.springs import spring_torques
 from diffsim_ros.sim.rigid_fast import FastRigidStep
 
 __all__ = ["SCHEMES", "INITIALIZATIONS", "StreamingTorqueEstimator", "TorqueEstimationSettings", "TorqueEstimate",

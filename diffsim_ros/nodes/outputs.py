@@ -82,6 +82,8 @@ def controller_joint_order(model_joints, controller_joints):
 def safety_output(output):
     """``output`` checked: a node output is also its SafetyLayer output type ("baxter" or "ros2_control").
 
+    The simulated robot's ``output`` (the interface it emulates) is checked here too.
+
     Raises:
         ParameterError: Another output.
     """

@@ -44,7 +44,7 @@ from diffsim_ros.io.ros_messages import (
 )
 from diffsim_ros.io.ros_types import CLOCK, EMPTY, FLOAT64_MULTI_ARRAY, JOINT_COMMAND, JOINT_STATE, POSE_STAMPED
 from diffsim_ros.testbed.hardware import BaxterLimbEmulator, EffortControllerEmulator
-from diffsim_ros.nodes.outputs import BAXTER, OUTPUTS, baxter_topics, controller_joint_order, effort_controller_topic
+from diffsim_ros.nodes.outputs import BAXTER, baxter_topics, controller_joint_order, effort_controller_topic, safety_output
 from diffsim_ros.nodes.robot import DEFAULT_ROBOT_CONFIG, check_realtime_priority, joint_states_topic_param, load_robot, \
     realtime_priority_param, realtime_scheduling, robot_topic, set_threads, threads_param
 from diffsim_ros.runtime import CLOCK_QOS, COMMAND_QOS, SENSOR_QOS, declare_config, param
@@ -101,8 +101,7 @@ class SimRobotConfig:
 
     def validate(self):
         check_realtime_priority(self.realtime_priority)
-        if self.output not in OUTPUTS:
-            raise ValueError(f"output must be one of {OUTPUTS}, got {self.output!r}")
+        safety_output(self.output)
         for name in ("timestep", "step_rate_hz", "joint_state_rate_hz"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive")

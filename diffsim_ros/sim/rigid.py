@@ -3,7 +3,8 @@
 import torch
 
 from diffsim_ros.dynamics.aba import aba, forward_dynamics
-from diffsim_ros.dynamics.passive import DEFAULT_FRICTION_VELOCITY_SCALE, passive_torques, spring_damping_split
+from diffsim_ros.dynamics.passive import DEFAULT_FRICTION_VELOCITY_SCALE, passive_torques
+from diffsim_ros.dynamics.springs import spring_damping_split
 from diffsim_ros.sim.base import JointSpaceSimulator
 
 __all__ = ["RigidBodySimulator"]

@@ -32,7 +32,7 @@ import torch
 
 from diffsim_ros.dynamics.spatial import matvec
 from diffsim_ros.sim.contact.layout import ContactLayout, flatten_problem
-from diffsim_ros.sim.contact.linsolve import contact_tolerances, refined_solve, scaled_pinv
+from diffsim_ros.sim.contact.linsolve import SolvedImpulse, contact_tolerances, refined_solve, scaled_pinv
 
 __all__ = ["SEPARATED", "STICKING", "SLIDING", "ConeSolution", "solve_cone", "staggered_projections", "regularize"]
 
@@ -461,7 +461,8 @@ def solve_cone(delassus, bias, mu, active, warm=None, method="auto", regularizat
 
 
 def _kkt_inverse(ctx):
-    if ctx.kkt_inverse is None:
+    """The KKT matrix at the solution and its inverse, built once per ``ctx`` (backward and jvp)."""
+    if getattr(ctx, "kkt_inverse", None) is None:
         A, _, mu, x, nu, modes, active = ctx.saved_tensors
         layout = ContactLayout(mu.shape[-1], A.device)
         kkt = _kkt_matrix(layout, A, mu, active, modes, x, nu)
@@ -469,21 +470,11 @@ def _kkt_inverse(ctx):
     return ctx.kkt_inverse
 
 
-class _ConeImpulse(torch.autograd.Function):
-    """Identity on the solved impulses; gradients by implicit differentiation of F(x, nu) = 0."""
+class _ConeImpulse(SolvedImpulse):
+    """Identity on the solved impulses; gradients by implicit differentiation of F(x, nu) = 0.
 
-    generate_vmap_rule = True  # batched backward (Jacobians by vmap over output directions)
-
-    @staticmethod
-    def forward(A, b, mu, x, nu, modes, active):
-        return x.clone()
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        A, b, mu, x, nu, modes, active = inputs
-        ctx.save_for_backward(A, b, mu, x, nu, modes, active)
-        ctx.save_for_forward(A, b, mu, x, nu, modes, active)
-        ctx.kkt_inverse = None
+    Inputs ``(A, b, mu, x, nu, modes, active)`` (:class:`SolvedImpulse`).
+    """
 
     @staticmethod
     def backward(ctx, grad):
@@ -506,9 +497,7 @@ class _ConeImpulse(torch.autograd.Function):
         A, b, mu, x, nu, modes, active = ctx.saved_tensors
         layout = ContactLayout(mu.shape[-1], A.device)
         kkt, inverse = _kkt_inverse(ctx)
-        dA = torch.zeros_like(A) if dA is None else dA
-        db = torch.zeros_like(b) if db is None else db
-        dmu = torch.zeros_like(mu) if dmu is None else dmu
+        dA, db, dmu = SolvedImpulse.tangents(A, b, mu, dA, db, dmu)
         _, _, sliding, velocity_row = _masks(layout, modes, mu, active)
         xn = x[:, layout.normal_idx]
         rhs = torch.cat([(matvec(dA, x) + db) * velocity_row, -mu * xn * xn * dmu * sliding], -1)

@@ -300,12 +300,17 @@ def _sliding(modes, mu, i):
 
 
 @njit(cache=True)
+def _kkt_point(a, b, mu, z):
+    """``(K, m = 3K, x, w = A x + b)`` of a cone KKT point z = [x (3K) [N·s], nu (K)]; w [m/s]."""
+    k = mu.shape[0]
+    x = z[: 3 * k]
+    return k, 3 * k, x, _affine(a, x, b)
+
+
+@njit(cache=True)
 def _residual(a, b, mu, modes, z):
     """KKT residual F(x, nu) (4K,) of cone._residual; z = [x (3K), nu (K)]."""
-    k = mu.shape[0]
-    m = 3 * k
-    x = z[:m]
-    w = _affine(a, x, b)
+    k, m, x, w = _kkt_point(a, b, mu, z)
     f = np.empty(m + k)
     for j in range(m):
         i = j // 3
@@ -382,12 +387,9 @@ def _newton(a, b, mu, modes, z):
 @njit(cache=True)
 def _check(a, b, mu, modes, z):
     """cone._check: the KKT conditions of every mode hold at z."""
-    k = mu.shape[0]
-    m = 3 * k
     if not _finite(z):
         return False
-    x = z[:m]
-    w = _affine(a, x, b)
+    k, m, x, w = _kkt_point(a, b, mu, z)
     tol_w, tol_x = _tolerances(a, b, x, math.sqrt(_EPS))
     f = _residual(a, b, mu, modes, z)
     for j in range(m):
@@ -478,10 +480,7 @@ def _heuristic(a, b, mu):
 @njit(cache=True)
 def _repair(a, b, mu, modes, z):
     """cone._repair: new modes from a violating solution, restarted from their linear solve."""
-    k = mu.shape[0]
-    m = 3 * k
-    x = z[:m]
-    w = _affine(a, x, b)
+    k, m, x, w = _kkt_point(a, b, mu, z)
     tol_w, tol_x = _tolerances(a, b, x, math.sqrt(_EPS))
     new = modes.copy()
     for i in range(k):

@@ -23,7 +23,7 @@ import torch
 
 from diffsim_ros.dynamics.spatial import matvec
 from diffsim_ros.sim.contact.layout import ContactLayout, flatten_problem
-from diffsim_ros.sim.contact.linsolve import contact_tolerances, pinv, refined_solve
+from diffsim_ros.sim.contact.linsolve import SolvedImpulse, contact_tolerances, pinv, refined_solve
 
 __all__ = ["SEPARATED", "CLAMPED", "UPPER", "LOWER", "LCPSolution", "solve_lcp", "lcp_impulse"]
 
@@ -328,21 +328,17 @@ def _tie_codes(layout, A, b, active, codes, x, grad):
     return _with_friction_of_normals(layout, new), True
 
 
-class _LCPImpulse(torch.autograd.Function):
-    """Identity on the solved impulses; gradients from the linear system of the classification."""
+class _LCPImpulse(SolvedImpulse):
+    """Identity on the solved impulses; gradients from the linear system of the classification.
 
-    generate_vmap_rule = True  # batched backward (Jacobians by vmap over output directions)
-
-    @staticmethod
-    def forward(A, b, mu, x, codes, inverse, active, aware):
-        return x.clone()
+    Inputs ``(A, b, mu, x, codes, inverse, active, aware)`` (:class:`SolvedImpulse`); ``aware``:
+    Nimble's complementarity-aware classification of tied normals in backward.
+    """
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        A, b, mu, x, codes, inverse, active, aware = inputs
-        ctx.save_for_backward(A, b, mu, x, codes, inverse, active)
-        ctx.save_for_forward(A, b, mu, x, codes, inverse, active)
-        ctx.aware = aware
+        SolvedImpulse.setup_context(ctx, inputs, output)
+        ctx.aware = inputs[-1]
 
     @staticmethod
     def backward(ctx, grad):
@@ -368,9 +364,7 @@ class _LCPImpulse(torch.autograd.Function):
     def jvp(ctx, dA, db, dmu, *_):
         A, b, mu, x, codes, inverse, active = ctx.saved_tensors
         layout = ContactLayout(mu.shape[-1], b.device)
-        dA = torch.zeros_like(A) if dA is None else dA
-        db = torch.zeros_like(b) if db is None else db
-        dmu = torch.zeros_like(mu) if dmu is None else dmu
+        dA, db, dmu = SolvedImpulse.tangents(A, b, mu, dA, db, dmu)
         E = _expansion(layout, codes, mu)
         clamped = (codes == CLAMPED).to(b.dtype)
         bounded_sign = (codes == UPPER).to(b.dtype) - (codes == LOWER).to(b.dtype)

@@ -3,14 +3,15 @@
 Contact systems are routinely rank deficient: four coplanar corners of a box resting on a
 plane give four normal rows for three independent directions. Both solvers then pick the
 minimum-norm impulse (which splits tied contacts equally) and their gradients use the same
-pseudo-inverse (Nimble's least-squares treatment of a rank-deficient A_CC).
+pseudo-inverse (Nimble's least-squares treatment of a rank-deficient A_CC). Both return their
+impulses through :class:`SolvedImpulse`, whose subclasses give the implicit gradients.
 """
 
 import torch
 
 from diffsim_ros.dynamics.spatial import matvec
 
-__all__ = ["pinv", "scaled_pinv", "pinv_solve", "refined_solve", "contact_tolerances"]
+__all__ = ["pinv", "scaled_pinv", "pinv_solve", "refined_solve", "contact_tolerances", "SolvedImpulse"]
 
 
 def _rtol(dtype):
@@ -89,3 +90,31 @@ def contact_tolerances(A, b, x, rel=None):
     velocity = torch.maximum(b.abs().amax(-1, keepdim=True), matvec(A, x).abs().amax(-1, keepdim=True))
     impulse = torch.maximum(x.abs().amax(-1, keepdim=True), velocity / diag)
     return rel * velocity.clamp_min(tiny), rel * impulse.clamp_min(tiny)
+
+
+class SolvedImpulse(torch.autograd.Function):
+    """Identity on contact impulses solved outside autograd; a subclass gives their gradients.
+
+    Inputs ``(A, b, mu, x, *solver_data)``: Delassus matrices, shape (B, m, m), free contact
+    velocities [m/s], shape (B, m), friction coefficients, shape (B, K), the solved impulses
+    [N·s], shape (B, m), and what the subclass's ``backward`` and ``jvp`` need. Every tensor
+    input is saved for both, in input order; a non-tensor input is the subclass's to keep (its
+    own ``setup_context``). The output is ``x``, shape (B, m).
+    """
+
+    generate_vmap_rule = True  # batched backward (Jacobians by vmap over output directions)
+
+    @staticmethod
+    def forward(A, b, mu, x, *solver_data):
+        return x.clone()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        tensors = [value for value in inputs if isinstance(value, torch.Tensor)]
+        ctx.save_for_backward(*tensors)
+        ctx.save_for_forward(*tensors)
+
+    @staticmethod
+    def tangents(A, b, mu, dA, db, dmu):
+        """``(dA, db, dmu)`` of a ``jvp``, zeros where an input has no tangent (None)."""
+        return tuple(torch.zeros_like(value) if d is None else d for value, d in ((A, dA), (b, db), (mu, dmu)))

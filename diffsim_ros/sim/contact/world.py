@@ -132,38 +132,62 @@ class RigidObject:
 
 
 @dataclass(frozen=True)
-class StaticShape:
-    """Fixed geometry (ground plane, table...). Pose in the world (= robot base) frame."""
-
+class _Named:
     name: str
+
+
+@dataclass(frozen=True)
+class _OnLink(_Named):
+    link: str
+
+
+@dataclass(frozen=True)
+class _Placed:
+    """A shape fixed in a frame, with its contact coefficients: the fields that static shapes and
+    link proxies share, after their names.
+
+    Dataclass fields come base-first in reverse MRO order, so ``class X(_Placed, <names>)`` puts
+    the names first: ``StaticShape(name, shape, ...)``, ``LinkProxy(name, link, shape, ...)``.
+
+    Attributes:
+        shape: The shape (the subclass checks its class).
+        position, orientation: Shape frame in the parent frame [m], quaternion (w, x, y, z);
+            normalized on creation.
+        friction: Coulomb friction coefficient (>= 0).
+        restitution: Newton restitution coefficient in [0, 1].
+    """
+
     shape: object
     position: tuple = (0.0, 0.0, 0.0)
     orientation: tuple = (1.0, 0.0, 0.0, 0.0)
     friction: float = 0.0
     restitution: float = 0.0
+
+
+@dataclass(frozen=True)
+class StaticShape(_Placed, _Named):
+    """Fixed geometry (ground plane, table...). Pose in the world (= robot base) frame.
+
+    Attributes:
+        name: Shape name (used in pair names and errors).
+        shape, position, orientation, friction, restitution: As in :class:`_Placed`; ``shape`` is a
+            :class:`Box`, :class:`Sphere`, :class:`Capsule` or :class:`Plane`.
+    """
 
     def __post_init__(self):
         _validate_placed(self, "static", SOLIDS + (Plane,))
 
 
 @dataclass(frozen=True)
-class LinkProxy:
+class LinkProxy(_Placed, _OnLink):
     """A collision shape attached to a robot link (e.g. a capsule around the forearm).
 
     Attributes:
         name: Proxy name (used in errors).
         link: URDF link carrying the shape.
-        shape: :class:`Box`, :class:`Sphere` or :class:`Capsule`.
-        position, orientation: Shape frame in the link frame [m], quaternion (w, x, y, z).
+        shape, position, orientation, friction, restitution: As in :class:`_Placed`, in the link
+            frame; ``shape`` is a :class:`Box`, :class:`Sphere` or :class:`Capsule`.
     """
-
-    name: str
-    link: str
-    shape: object
-    position: tuple = (0.0, 0.0, 0.0)
-    orientation: tuple = (1.0, 0.0, 0.0, 0.0)
-    friction: float = 0.0
-    restitution: float = 0.0
 
     def __post_init__(self):
         _validate_placed(self, "proxy", SOLIDS)

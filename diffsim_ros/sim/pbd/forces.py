@@ -11,7 +11,8 @@ far below any practical substep.
 
 import torch
 
-from diffsim_ros.dynamics.passive import DEFAULT_FRICTION_VELOCITY_SCALE, spring_damping_split, spring_torques
+from diffsim_ros.dynamics.passive import DEFAULT_FRICTION_VELOCITY_SCALE
+from diffsim_ros.dynamics.springs import spring_damping_split, spring_torques
 
 __all__ = ["joint_torques", "body_wrenches", "friction_split", "spring_damping"]
 
