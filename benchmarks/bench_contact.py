@@ -26,7 +26,8 @@ rows without writing RESULTS.md)
 (``objects`` options: ``--slides``, ``--noise-seeds``, ``--collisions``, ``--grid full|corners|extremes|worst``,
 ``--no-before``; the full grid with the before column takes hours on 2 shared cores).
 ``--collision-grid --scenes 0,1,2 --grid full --restarts 2 --log FILE`` runs only the collision
-fits, scene by scene, one JSON line per fit (kept when interrupted), and writes nothing else.
+fits, scene by scene, one JSON line per fit (kept when interrupted), and writes nothing else
+(``--model-dt``, ``--impact-substeps``, ``--engine``: the model step and the fit's settings).
 """
 
 import argparse
@@ -662,19 +663,22 @@ def collision_grid(args):
     the mass / mu / restitution errors, status, wall and CPU time and the load average."""
     import json
     import tempfile
+    from dataclasses import replace
     from pathlib import Path
 
     import contact_scenes as cs
 
     from diffsim_ros.estimation.object_fit import FitSettings, fit_objects
 
-    settings = FitSettings(restarts=args.restarts)
+    chosen = {"impact_substeps": args.impact_substeps} if args.impact_substeps is not None else {}
+    settings = FitSettings(restarts=args.restarts, engine=args.engine, **chosen)
     with tempfile.TemporaryDirectory() as tmp:
         for index in (int(i) for i in args.scenes.split(",")):
             scene = cs.random_collision(index)
             sim = cs.simulate(scene)
             truth = cs.truth_values(scene, sim)
             parsed, observations, _ = _scene_inputs(scene, sim, index, Path(tmp) / f"collision{index}")
+            parsed = replace(parsed, dt=args.model_dt or parsed.dt)  # the scene file's model.dt
             for mu0, factor in _grid_starts(args.grid):
                 guess = {"box.mass": factor * truth["box.mass"], "box/ground.friction": mu0, "box/target.restitution": GRID_RESTITUTION}
                 wall, cpu = time.perf_counter(), time.process_time()
@@ -687,7 +691,8 @@ def collision_grid(args):
                           "e_error": fit.values["box/target.restitution"] - truth["box/target.restitution"],
                           "within": bool(within), "status": fit.status, "message": fit.message, "rms": fit.estimate.rms,
                           "drift": fit.drift, "fit_ratio": fit.fit_ratio, "wall": wall, "cpu": cpu, "load": os.getloadavg(),
-                          "stages": [(st.name, st.evaluations, st.seconds) for st in fit.stages], "restarts": args.restarts}
+                          "stages": [(st.name, st.evaluations, st.seconds) for st in fit.stages], "restarts": args.restarts,
+                          "model_dt": parsed.dt, "impact_substeps": settings.impact_substeps, "engine": settings.engine}
                 with open(args.log, "a") as log:
                     log.write(json.dumps(record) + "\n")
                 print(f"scene {index} mu0 {mu0:g} mass0 {factor:g}x: mass {100 * record['mass_error']:+.1f} %, mu "
@@ -772,6 +777,9 @@ def main(argv=None):
     parser.add_argument("--scenes", default="0,1,2", help="collision grid: comma-separated collision scenes")
     parser.add_argument("--restarts", type=int, default=2, help="collision grid: FitSettings.restarts")
     parser.add_argument("--log", default="collision_grid.jsonl", help="collision grid: JSON-lines output")
+    parser.add_argument("--model-dt", type=float, default=None, help="collision grid: the model's time step [s] (default the scene file's)")
+    parser.add_argument("--impact-substeps", type=int, default=None, help="collision grid: FitSettings.impact_substeps (default its default)")
+    parser.add_argument("--engine", choices=("auto", "torch"), default="auto", help="collision grid: FitSettings.engine")
     parser.add_argument("--no-before", action="store_true", help="objects: skip the hand-staged baseline")
     parser.add_argument("--replay", type=int, default=3, help="objects: collision scenes replayed at several model steps")
     parser.add_argument("--before-scenes", type=int, default=None, help="objects: run the baseline on the first N collision scenes only")
