@@ -22,7 +22,8 @@ from diffsim_ros.cli import main as cli_main
 from diffsim_ros.pipelines.objects import load_inputs
 from diffsim_ros.cli.exits import OK, UNDETERMINED
 from diffsim_ros.estimation.object_events import contact_events, pose_noise
-from diffsim_ros.estimation.object_fit import FitSettings, fit_objects
+from diffsim_ros.estimation.object_fit import STATUSES, FitSettings, fit_objects
+from diffsim_ros.estimation.objects import MIN_POSES
 from diffsim_ros.estimation.streams import PoseSeries
 
 SCENE_SLIDE = 0
@@ -38,6 +39,7 @@ WRONG_CAMERA_TILT = 0.15  # [rad] about the camera's y axis
 SPIN_TIMES = (0.03, 0.10, 0.16)  # [s] after the hit
 SPIN_TOL = 0.25  # [rad/s]
 TILT_TOL = math.radians(0.05)
+CROPPED_EVALUATIONS = 2  # joint fit's budget of the cropped recording (the stages run, not the optimum)
 
 
 @functools.lru_cache(maxsize=None)
@@ -152,6 +154,23 @@ def test_collision_from_the_worst_initial_guess_meets_the_targets(worst_start_co
     fit, truth = worst_start_collision
     assert fit.status == "ok", fit.message
     assert _within_targets(fit.values, truth), (fit.values, truth)
+
+
+def test_a_contact_within_the_first_poses_skips_the_stage_before_it(tmp_path):
+    """A recording that starts MIN_POSES - 1 frames before the hit leaves too few poses for the
+    friction stage before the contact: that stage is skipped (it raised DataError) and the
+    collision is fitted. One scanned point and a short joint fit: the path, not the optimum."""
+    bag, scene_path, calibration = _files(tmp_path, "collision", SCENE_COLLISION)
+    parsed, observations, _ = load_inputs(scene_path, bag, calibration)
+    hit = _scene("collision", SCENE_COLLISION)[1]["restitution"]["time"]
+    times = observations["box"].times
+    start = times[times < hit][-(MIN_POSES - 1)]
+    cropped = {name: series.between(start=start) for name, series in observations.items()}
+    settings = FitSettings(mass_ratios=(1.0,), restitution_grid=(0.3,), max_evaluations=CROPPED_EVALUATIONS, restarts=0)
+    fit = fit_objects(parsed.world(), cropped, parsed.unknowns, at_rest=("target",), settings=settings)
+    assert [e.pair for e in fit.events] == [("box", "target")] and fit.events[0].last_apart < hit
+    assert [stage.name for stage in fit.stages] == ["scan of the box-target contact", "joint fit"]
+    assert fit.status in STATUSES and set(fit.values) == set(parsed.unknowns)
 
 
 def test_a_fit_that_does_not_explain_the_data_is_not_a_success(tmp_path, capsys):
