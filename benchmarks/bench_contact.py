@@ -27,7 +27,9 @@ rows without writing RESULTS.md)
 ``--no-before``; the full grid with the before column takes hours on 2 shared cores).
 ``--collision-grid --scenes 0,1,2 --grid full --restarts 2 --log FILE`` runs only the collision
 fits, scene by scene, one JSON line per fit (kept when interrupted), and writes nothing else
-(``--model-dt``, ``--impact-substeps``, ``--engine``: the model step and the fit's settings).
+(``--model-dt``, ``--impact-substeps``, ``--engine``, ``--no-hold``: the model step and the fit's settings).
+``--write-grid BEFORE.jsonl,AFTER.jsonl`` writes two such logs (the code before and after a change)
+into the ``contact-objects-grid`` section of RESULTS.md (inside ``contact-objects``).
 """
 
 import argparse
@@ -671,7 +673,7 @@ def collision_grid(args):
     from diffsim_ros.estimation.object_fit import FitSettings, fit_objects
 
     chosen = {"impact_substeps": args.impact_substeps} if args.impact_substeps is not None else {}
-    settings = FitSettings(restarts=args.restarts, engine=args.engine, **chosen)
+    settings = FitSettings(restarts=args.restarts, engine=args.engine, hold_pre_contact=not args.no_hold, **chosen)
     with tempfile.TemporaryDirectory() as tmp:
         for index in (int(i) for i in args.scenes.split(",")):
             scene = cs.random_collision(index)
@@ -692,12 +694,46 @@ def collision_grid(args):
                           "within": bool(within), "status": fit.status, "message": fit.message, "rms": fit.estimate.rms,
                           "drift": fit.drift, "fit_ratio": fit.fit_ratio, "wall": wall, "cpu": cpu, "load": os.getloadavg(),
                           "stages": [(st.name, st.evaluations, st.seconds) for st in fit.stages], "restarts": args.restarts,
-                          "model_dt": parsed.dt, "impact_substeps": settings.impact_substeps, "engine": settings.engine}
+                          "model_dt": parsed.dt, "impact_substeps": settings.impact_substeps, "engine": settings.engine,
+                          "hold_pre_contact": settings.hold_pre_contact}
                 with open(args.log, "a") as log:
                     log.write(json.dumps(record) + "\n")
                 print(f"scene {index} mu0 {mu0:g} mass0 {factor:g}x: mass {100 * record['mass_error']:+.1f} %, mu "
                       f"{100 * record['mu_error']:+.1f} %, e {record['e_error']:+.3f}, {fit.status}, within {within}, "
                       f"{wall:.0f} s wall, {cpu:.0f} s CPU, load {record['load'][0]:.1f}", flush=True)
+
+
+def _grid_rows(records):
+    """Table rows and figures of collision-grid log records (one per fit): rows, failures
+    (not ok or outside the targets), cells within the targets, and the CPU seconds per fit."""
+    rows, failed, within, cpu = [], 0, 0, []
+    for r in records:
+        drift = max((max(d.values()) for d in r["drift"].values()), default=0.0)
+        rows.append([f"{r['scene']}: mu0 {r['mu0']:g}, mass0 {r['mass0']:g}x", f"{100 * r['mass_error']:+.1f} %",
+                     f"{100 * r['mu_error']:+.1f} %", f"{r['e_error']:+.3f}", f"{r['rms'] * 1e3:.2f} mm", f"{drift:.2f}", r["status"],
+                     "yes" if r["within"] else "**no**", f"{r['cpu']:.0f} / {r['wall']:.0f} s ({r['load'][0]:.1f})"])
+        failed += int(not (r["within"] and r["status"] == "ok"))
+        within += int(r["within"])
+        cpu.append(r["cpu"])
+    return rows, failed, within, cpu
+
+
+def grid_section(before_log, after_log, command):
+    """Section ``contact-objects-grid`` of RESULTS.md from two ``--collision-grid`` logs (JSON
+    lines): the fits of the code before a change and after it, their failure rates and times."""
+    import json
+
+    lines = [_header("Collision grid before / after (issue 19, `--collision-grid` logs)", command).replace("## ", "### ", 1)]
+    header = ["scene: start", "mass", "mu", "restitution", "rms", "worst drift", "status", "within targets", "CPU / wall (load)"]
+    for label, path in (("before", before_log), ("after", after_log)):
+        records = [json.loads(line) for line in open(path) if line.strip()]
+        rows, failed, within, cpu = _grid_rows(records)
+        settings = {k: records[0].get(k) for k in ("restarts", "model_dt", "impact_substeps", "engine", "hold_pre_contact")} if records else {}
+        lines += [f"**{label}** ({path}; settings {settings}):\n", markdown_table(header, rows), "",
+                  f"- {label}: failure rate **{failed}/{len(records)}** (a fit passes when ok and within mass "
+                  f"{100 * MASS_REL_TOL:g} %, mu {100 * MU_REL_TOL:g} %, restitution {E_TOL}); within the targets {within}/{len(records)}; "
+                  f"CPU per fit median {median(cpu) if cpu else float('nan'):.0f} s, at most {max(cpu, default=float('nan')):.0f} s.", ""]
+    return "\n".join(lines)
 
 
 def objects(args=None):
@@ -780,11 +816,18 @@ def main(argv=None):
     parser.add_argument("--model-dt", type=float, default=None, help="collision grid: the model's time step [s] (default the scene file's)")
     parser.add_argument("--impact-substeps", type=int, default=None, help="collision grid: FitSettings.impact_substeps (default its default)")
     parser.add_argument("--engine", choices=("auto", "torch"), default="auto", help="collision grid: FitSettings.engine")
+    parser.add_argument("--no-hold", action="store_true", help="collision grid: FitSettings.hold_pre_contact=False (the friction refitted jointly)")
+    parser.add_argument("--write-grid", default=None, metavar="BEFORE,AFTER",
+                        help="write RESULTS.md's contact-objects-grid section from two --collision-grid logs (before, after a change)")
     parser.add_argument("--no-before", action="store_true", help="objects: skip the hand-staged baseline")
     parser.add_argument("--replay", type=int, default=3, help="objects: collision scenes replayed at several model steps")
     parser.add_argument("--before-scenes", type=int, default=None, help="objects: run the baseline on the first N collision scenes only")
     args = parser.parse_args(argv if argv is not None else sys.argv[1:])
     torch.set_num_threads(1)  # shared, oversubscribed cores; small tensors
+    if args.write_grid:
+        before, after = args.write_grid.split(",")
+        write_section("contact-objects-grid", grid_section(before, after, " ".join(["python -m benchmarks.bench_contact", *sys.argv[1:]])))
+        return
     if args.collision_grid:
         collision_grid(args)
         return
