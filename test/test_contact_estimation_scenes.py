@@ -142,24 +142,15 @@ def test_collision_fit_is_never_ok_outside_the_targets(worst_start_collision):
         assert fit.message.startswith(("poor fit", "the data do not determine")), fit.message
 
 
-def test_collision_values_from_the_worst_start_are_within_the_targets(worst_start_collision):
-    """The friction determined on the slide before the hit is held in the joint fit (refitted
-    jointly it absorbed the hit's model error: mass +9.5 %, mu +5.6 % on this scene)."""
-    fit, truth = worst_start_collision
-    before = next(stage for stage in fit.stages if stage.name == "before the first contact")
-    assert fit.values["box/ground.friction"] == before.values["box/ground.friction"]
-    assert "box/ground.friction" not in fit.stages[-1].parameters and fit.identifiable["box/ground.friction"]
-    assert _within_targets(fit.values, truth), (fit.values, truth, fit.message)
-
-
 @pytest.mark.xfail(strict=True, reason=(
-    "issue 19: values within the targets, verdict not ok (measured 2026-11-27, compiled step, the friction fitted on the "
-    "slide before the hit held in the joint fit, FitSettings.hold_pre_contact): from the worst start, without restarts, "
-    "scene 1 ends at mass +2.8 %, mu +0.3 %, restitution +0.008, but poor_fit: the box's orientation residuals drift 3.3x "
-    "(limit 2.5). Our rigid impulsive hit spins the boxes differently from MuJoCo's soft 1.4 ms contact (the truth replayed "
-    "at 0.5 ms ends the box 1.05 deg and the target 1.44 deg off in yaw; camera noise 0.2 deg); not the model's step. "
-    "The box/target friction fitted as an unknown removes the drift here (ok at mass +2.8 %) but not on scene 0 "
-    "(drift 6.1x, that friction unidentifiable): closing it needs a compliant hit in the model. "
+    "issue 19 accuracy target not met (measured 2026-11-27, compiled step): from the worst start, without restarts, scene 1 "
+    "ends at mass +9.5 %, mu +5.6 %, restitution -0.012, poor_fit (box orientation drift 3.1x, limit 2.5). Not the model's "
+    "time step (2 ms: +13.7 % / +8.2 %; 5 ms: +15 % / +9.5 %): the truth replayed at 0.5 ms still ends the box 1.05 deg and "
+    "the target 1.44 deg off in yaw (camera noise 0.2 deg), our rigid impulsive hit against MuJoCo's soft 1.4 ms contact. "
+    "The joint fit moves mu from the pre-hit slide's +0.3 % to +5.6 % to absorb it; holding that friction (commit 6a8d541, "
+    "not kept) gives +2.8 % / +0.3 % here, but over camera-noise seeds 11-13 of scenes 0-2 a 13 % rms mu error against "
+    "6.6 % refitted; fitting the box/target friction too ends ok at +14.5 % / +10.2 %. Needs a hit model that matches a "
+    "soft contact. "
     "See benchmarks/RESULTS.md, contact-objects"))
 def test_collision_from_the_worst_initial_guess_meets_the_targets(worst_start_collision):
     fit, truth = worst_start_collision

@@ -14,8 +14,7 @@
    contact, from the state the earlier stages estimated. The scan does not depend on the
    initial guess: masses span MASS_RATIOS times the partner's known mass.
 4. **Everything together** from the best scanned point (local trust-region fit; restarts
-   from the next-best scanned points if the fit fails its quality check), the frictions
-   determined before the first contact held (see HOLD_PRE_CONTACT).
+   from the next-best scanned points if the fit fails its quality check).
 5. **Quality**: per object, the rms position and orientation residuals against the camera
    noise estimated from the data, and their drift (:func:`residual_drift`: a model that
    departs from the data steadily, even within the noise in plain rms, biases its
@@ -75,14 +74,6 @@ DRIFT_LIMIT = 2.5
 # from the worst start fitted at mass +24 %, mu +15 % (target orientation 4.6x the noise)
 # without substeps and at +9.5 %, +5.6 % (target 1.1x) with them, for 1.7x the CPU time.
 IMPACT_SUBSTEPS = 5
-# The friction of a slide before the first contact is fitted on that slide (a model exact to
-# 0.05 % of Coulomb, issue 19) and then held in the joint fit: with it free, the joint fit
-# moves it to absorb what the rigid impulsive hit does not reproduce of MuJoCo's soft contact
-# (boxes spun 2.6 % differently, the target tilted and lifted), and the mass with it along
-# their valley. Measured on issue 19's scenes, worst start, no restarts (benchmarks/RESULTS.md,
-# contact-objects): scene 1 mu 0.3874 (+0.3 %) before the hit, +5.6 % after the joint fit, mass
-# +9.5 %; held: mass +2.8 %, e -0.007. Scene 0: -0.6 % before, -6.0 % joint; held: mass +3.3 %.
-HOLD_PRE_CONTACT = True
 
 
 @dataclass(frozen=True)
@@ -106,8 +97,6 @@ class FitSettings:
             (see IMPACT_SUBSTEPS; 1: none).
         engine: Rollouts and sensitivities by the compiled step where it covers the world
             ("auto") or always by torch's ("torch"; see objects.ENGINES).
-        hold_pre_contact: Hold the frictions the stage before the first contact determined
-            at its values (and std) in the joint fit (see HOLD_PRE_CONTACT).
     """
 
     friction_grid: tuple = tuple(np.geomspace(0.03, 1.5, 12).round(4))
@@ -122,7 +111,6 @@ class FitSettings:
     cost_tolerance: float = COST_TOLERANCE
     impact_substeps: int = IMPACT_SUBSTEPS
     engine: str = "auto"
-    hold_pre_contact: bool = HOLD_PRE_CONTACT
 
 
 @dataclass(frozen=True)
@@ -284,12 +272,11 @@ def _sliding_friction(world, name, at_rest):
 
 def _pre_contact(world, observations, relevant, at_rest, end, settings, stages, progress):
     """Friction of the objects sliding before the first contact: scan, then fit. Returns
-    ``(values, initial state or None, held)``, ``held`` the determined frictions to hold in the
-    joint fit, name -> (value, std) (see FitSettings.hold_pre_contact)."""
+    ``(values, initial state or None)``."""
     window = _window(observations, end)
     moving = [n for n in relevant if _sliding_friction(world, n, at_rest)]
     if not moving or window is None:  # nothing slides, or the contact comes within the first poses
-        return {}, None, {}
+        return {}, None
     progress("friction before the first contact")
     start = time.perf_counter()
     grid = {n: np.array(settings.friction_grid) for n in moving}
@@ -299,12 +286,9 @@ def _pre_contact(world, observations, relevant, at_rest, end, settings, stages, 
                                               max_evaluations=settings.stage_evaluations, cost_tolerance=settings.cost_tolerance,
                                               engine=settings.engine)
     except ValueError:  # DataError: too few poses before the contact for the unknowns
-        return {}, None, {}
+        return {}, None
     _stage(stages, "before the first contact", moving, end, estimate, start)
-    held = {}
-    if settings.hold_pre_contact and len(moving) < len(relevant):  # something else is left to fit jointly
-        held = {n: (estimate.values[n], estimate.std[n]) for n in moving if estimate.identifiable[n]}
-    return dict(estimate.values), estimate.initial_state, held
+    return dict(estimate.values), estimate.initial_state
 
 
 def _final_fit(world, observations, relevant, at_rest, values, state, settings):
@@ -396,14 +380,14 @@ def fit_objects(world, observations, unknowns, initial=None, at_rest=None, setti
         at_rest = tuple(n for n in world.object_names if at_rest_at_start(observations[n], noise))
     events = tuple(contact_events(world, observations, noise, at_rest))
     relevant, skipped = _relevance(world, unknowns, events, observations, noise, at_rest)
-    stages, values, state, held = [], {}, None, {}
+    stages, values, state = [], {}, None
     if not relevant:
         raise ContactError(f"none of the unknowns {unknowns} affects the data: {skipped}")
     known_masses = {o: float(world.get_parameter(f"{o}.mass").detach().reshape(-1)[0])
                     for o in world.object_names if f"{o}.mass" not in relevant}
     if events:
         neutral = world.with_parameters(_scan_centres(events, relevant, known_masses))
-        values, state, held = _pre_contact(neutral, observations, relevant, at_rest, events[0].last_apart, settings, stages, progress)
+        values, state = _pre_contact(neutral, observations, relevant, at_rest, events[0].last_apart, settings, stages, progress)
     candidates = []
     for k, event in enumerate(events):
         axes = _collision_axes(world, event, relevant, values, known_masses, settings)
@@ -425,36 +409,28 @@ def fit_objects(world, observations, unknowns, initial=None, at_rest=None, setti
             ranked = _scan_best(world, observations, {n: np.array(settings.friction_grid) for n in frictions}, at_rest, None,
                                 settings.engine)
             values.update(ranked[0][1])
-    return _joint(world, observations, relevant, skipped, at_rest, values, state, candidates, events, noise, stages, settings,
-                  progress, held)
+    return _joint(world, observations, relevant, skipped, at_rest, values, state, candidates, events, noise, stages, settings, progress)
 
 
-def _joint(world, observations, relevant, skipped, at_rest, values, state, candidates, events, noise, stages, settings, progress,
-           held):
-    """The joint fit from the scanned start (``held``: name -> (value, std) held at the value),
-    restarts while it fails its quality check, and the verdict."""
+def _joint(world, observations, relevant, skipped, at_rest, values, state, candidates, events, noise, stages, settings, progress):
+    """The joint fit from the scanned start, restarts while it fails its quality check, and the verdict."""
     best = None
-    world = world.with_parameters({n: value for n, (value, _) in held.items()})
-    fitted_names = [n for n in relevant if n not in held]
-    values = {n: v for n, v in values.items() if n not in held}
     starts = [values] + [{**values, **c} for c in candidates[: settings.restarts]]
     for attempt, start_values in enumerate(starts):
         progress("joint fit" if attempt == 0 else f"joint fit, restart {attempt}")
         start = time.perf_counter()
-        estimate, fitted = _final_fit(world, observations, fitted_names, at_rest, start_values, state, settings)
-        _stage(stages, "joint fit" if attempt == 0 else f"joint fit, restart {attempt}", fitted_names, None, estimate, start)
+        estimate, fitted = _final_fit(world, observations, relevant, at_rest, start_values, state, settings)
+        _stage(stages, "joint fit" if attempt == 0 else f"joint fit, restart {attempt}", relevant, None, estimate, start)
         if best is None or estimate.cost < best[0].cost:
             best = (estimate, fitted)
         if estimate.worst_ratio <= settings.quality_limit:
             break
     estimate, fitted = best
-    identifiable = {n: True if n in held else bool(estimate.identifiable[n]) for n in relevant}
-    values = {n: held[n][0] if n in held else estimate.values[n] for n in relevant}
-    std = {n: held[n][1] if n in held else estimate.std[n] for n in relevant}
+    identifiable = {n: bool(estimate.identifiable[n]) for n in relevant}
     drift = residual_drift(observations, fitted, noise)
     status, message = _judge(estimate, identifiable, drift, settings)
     return ObjectFit(
-        status=status, message=message, values=values, std=std, identifiable=identifiable,
+        status=status, message=message, values=dict(estimate.values), std=dict(estimate.std), identifiable=identifiable,
         not_estimated=skipped, estimate=estimate, noise=noise, fit_ratio=estimate.fit_ratio, drift=drift, events=events, at_rest=tuple(at_rest),
         stages=tuple(stages), fitted=fitted,
     )
