@@ -731,6 +731,12 @@ def _grid_rows(records):
     return rows, failed, within, cpu
 
 
+def _rms(errors):
+    """Root mean square of relative errors, in percent."""
+    errors = np.array(list(errors))
+    return 100 * math.sqrt(float(np.mean(errors**2))) if errors.size else float("nan")
+
+
 def grid_section(logs, command):
     """Section ``contact-objects-grid`` of RESULTS.md from ``--collision-grid`` logs (JSON
     lines), ``logs`` a list of (label, path), e.g. the code before a change and after it:
@@ -751,7 +757,9 @@ def grid_section(logs, command):
         lines += [f"**{label}** (`{path}`; settings {settings}):\n", markdown_table(header, rows), "",
                   f"- {label}: failure rate **{failed}/{len(records)}** (a fit passes when ok and within mass "
                   f"{100 * MASS_REL_TOL:g} %, mu {100 * MU_REL_TOL:g} %, restitution {E_TOL}); within the targets {within}/{len(records)}; "
-                  f"CPU per fit median {median(cpu) if cpu else float('nan'):.0f} s, at most {max(cpu, default=float('nan')):.0f} s.", ""]
+                  f"CPU per fit median {median(cpu) if cpu else float('nan'):.0f} s, at most {max(cpu, default=float('nan')):.0f} s; "
+                  f"rms error mass {_rms(r['mass_error'] for r in records):.1f} %, mu {_rms(r['mu_error'] for r in records):.1f} %; "
+                  f"ok but outside the targets (silent wrong results): {sum(r['status'] == 'ok' and not r['within'] for r in records)}.", ""]
     return "\n".join(lines)
 
 
