@@ -28,7 +28,8 @@ rows without writing RESULTS.md)
 ``--collision-grid --scenes 0,1,2 --grid full --restarts 2 --log FILE`` runs only the collision
 fits, scene by scene, one JSON line per fit (kept when interrupted), and writes nothing else
 (``--model-dt``, ``--impact-substeps``, ``--engine``: the model step and the fit's settings).
-``--noise-seed N,...`` refits each scene under other camera-noise draws. ``--write-grid before=A.jsonl,after=B.jsonl``
+``--noise-seed N,...`` refits each scene under other camera-noise draws; ``--pair-friction`` leaves the
+box/target friction unknown too. ``--write-grid before=A.jsonl,after=B.jsonl``
 writes such logs (e.g. the code before and after a change) into the ``contact-objects-grid`` section of
 RESULTS.md (inside ``contact-objects``).
 """
@@ -674,13 +675,14 @@ def collision_grid(args):
 
     chosen = {"impact_substeps": args.impact_substeps} if args.impact_substeps is not None else {}
     settings = FitSettings(restarts=args.restarts, engine=args.engine, **chosen)
+    unknown = ("box.mass", "box/ground.friction", "box/target.restitution") + (("box/target.friction",) if args.pair_friction else ())
     with tempfile.TemporaryDirectory() as tmp:
         for index in (int(i) for i in args.scenes.split(",")):
             scene = cs.random_collision(index)
             sim = cs.simulate(scene)
             truth = cs.truth_values(scene, sim)
             for seed in [int(n) for n in args.noise_seed.split(",")] if args.noise_seed else [index]:
-                parsed, observations, _ = _scene_inputs(scene, sim, seed, Path(tmp) / f"collision{index}-{seed}")
+                parsed, observations, _ = _scene_inputs(scene, sim, seed, Path(tmp) / f"collision{index}-{seed}", unknown=unknown)
                 parsed = replace(parsed, dt=args.model_dt or parsed.dt)  # the scene file's model.dt
                 for mu0, factor in _grid_starts(args.grid):
                     _grid_fit(args, settings, parsed, observations, truth, (index, seed, mu0, factor))
@@ -705,7 +707,8 @@ def _grid_fit(args, settings, parsed, observations, truth, cell):
               "within": bool(within), "status": fit.status, "message": fit.message, "rms": fit.estimate.rms,
               "drift": fit.drift, "fit_ratio": fit.fit_ratio, "wall": wall, "cpu": cpu, "load": os.getloadavg(),
               "stages": [(st.name, st.evaluations, st.seconds) for st in fit.stages], "restarts": args.restarts,
-              "model_dt": parsed.dt, "impact_substeps": settings.impact_substeps, "engine": settings.engine}
+              "model_dt": parsed.dt, "impact_substeps": settings.impact_substeps, "engine": settings.engine,
+              "unknowns": list(parsed.unknowns)}
     with open(args.log, "a") as log:
         log.write(json.dumps(record) + "\n")
     print(f"scene {index} seed {seed} mu0 {mu0:g} mass0 {factor:g}x: mass {100 * record['mass_error']:+.1f} %, mu "
@@ -752,7 +755,7 @@ def grid_section(logs, command):
     for label, path in logs:
         records = [json.loads(line) for line in open(path) if line.strip()]
         rows, failed, within, cpu = _grid_rows(records)
-        settings = {k: records[0].get(k) for k in ("restarts", "model_dt", "impact_substeps", "engine", "hold_pre_contact")
+        settings = {k: records[0].get(k) for k in ("restarts", "model_dt", "impact_substeps", "engine", "hold_pre_contact", "unknowns")
                     if k in records[0]} if records else {}
         lines += [f"**{label}** (`{path}`; settings {settings}):\n", markdown_table(header, rows), "",
                   f"- {label}: failure rate **{failed}/{len(records)}** (a fit passes when ok and within mass "
@@ -843,6 +846,7 @@ def main(argv=None):
     parser.add_argument("--model-dt", type=float, default=None, help="collision grid: the model's time step [s] (default the scene file's)")
     parser.add_argument("--impact-substeps", type=int, default=None, help="collision grid: FitSettings.impact_substeps (default its default)")
     parser.add_argument("--engine", choices=("auto", "torch"), default="auto", help="collision grid: FitSettings.engine")
+    parser.add_argument("--pair-friction", action="store_true", help="collision grid: the box/target friction unknown too (the scene file declares it)")
     parser.add_argument("--noise-seed", default=None, help="collision grid: comma-separated camera-noise seeds (default the scene's index)")
     parser.add_argument("--write-grid", default=None, metavar="LABEL=LOG,...",
                         help="write RESULTS.md's contact-objects-grid section from --collision-grid logs (e.g. before=A.jsonl,after=B.jsonl)")
