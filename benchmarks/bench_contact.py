@@ -26,7 +26,12 @@ rows without writing RESULTS.md)
 (``objects`` options: ``--slides``, ``--noise-seeds``, ``--collisions``, ``--grid full|corners|extremes|worst``,
 ``--no-before``; the full grid with the before column takes hours on 2 shared cores).
 ``--collision-grid --scenes 0,1,2 --grid full --restarts 2 --log FILE`` runs only the collision
-fits, scene by scene, one JSON line per fit (kept when interrupted), and writes nothing else.
+fits, scene by scene, one JSON line per fit (kept when interrupted), and writes nothing else
+(``--model-dt``, ``--impact-substeps``, ``--engine``: the model step and the fit's settings).
+``--noise-seed N,...`` refits each scene under other camera-noise draws; ``--pair-friction`` leaves the
+box/target friction unknown too. ``--write-grid before=A.jsonl,after=B.jsonl``
+writes such logs (e.g. the code before and after a change) into the ``contact-objects-grid`` section of
+RESULTS.md (inside ``contact-objects``).
 """
 
 import argparse
@@ -658,41 +663,107 @@ def _grid_starts(name):
 
 def collision_grid(args):
     """The collision grid alone, scene by scene, one JSON line per fit appended to ``--log``
-    (partial runs keep every finished fit; RESULTS.md is written by hand from them): per start
+    (partial runs keep every finished fit; ``--write-grid`` writes them into RESULTS.md): per start
     the mass / mu / restitution errors, status, wall and CPU time and the load average."""
-    import json
     import tempfile
+    from dataclasses import replace
     from pathlib import Path
 
     import contact_scenes as cs
 
-    from diffsim_ros.estimation.object_fit import FitSettings, fit_objects
+    from diffsim_ros.estimation.object_fit import FitSettings
 
-    settings = FitSettings(restarts=args.restarts)
+    chosen = {"impact_substeps": args.impact_substeps} if args.impact_substeps is not None else {}
+    settings = FitSettings(restarts=args.restarts, engine=args.engine, **chosen)
+    unknown = ("box.mass", "box/ground.friction", "box/target.restitution") + (("box/target.friction",) if args.pair_friction else ())
     with tempfile.TemporaryDirectory() as tmp:
         for index in (int(i) for i in args.scenes.split(",")):
             scene = cs.random_collision(index)
             sim = cs.simulate(scene)
             truth = cs.truth_values(scene, sim)
-            parsed, observations, _ = _scene_inputs(scene, sim, index, Path(tmp) / f"collision{index}")
-            for mu0, factor in _grid_starts(args.grid):
-                guess = {"box.mass": factor * truth["box.mass"], "box/ground.friction": mu0, "box/target.restitution": GRID_RESTITUTION}
-                wall, cpu = time.perf_counter(), time.process_time()
-                fit = fit_objects(parsed.world(), observations, parsed.unknowns, initial=guess, settings=settings)
-                wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-                within, _ = _collision_row("", fit.values, truth, fit.estimate.rms, fit.status, wall)
-                record = {"scene": index, "mu0": mu0, "mass0": factor, "values": fit.values, "truth": truth,
-                          "mass_error": fit.values["box.mass"] / truth["box.mass"] - 1,
-                          "mu_error": fit.values["box/ground.friction"] / truth["box/ground.friction"] - 1,
-                          "e_error": fit.values["box/target.restitution"] - truth["box/target.restitution"],
-                          "within": bool(within), "status": fit.status, "message": fit.message, "rms": fit.estimate.rms,
-                          "drift": fit.drift, "fit_ratio": fit.fit_ratio, "wall": wall, "cpu": cpu, "load": os.getloadavg(),
-                          "stages": [(st.name, st.evaluations, st.seconds) for st in fit.stages], "restarts": args.restarts}
-                with open(args.log, "a") as log:
-                    log.write(json.dumps(record) + "\n")
-                print(f"scene {index} mu0 {mu0:g} mass0 {factor:g}x: mass {100 * record['mass_error']:+.1f} %, mu "
-                      f"{100 * record['mu_error']:+.1f} %, e {record['e_error']:+.3f}, {fit.status}, within {within}, "
-                      f"{wall:.0f} s wall, {cpu:.0f} s CPU, load {record['load'][0]:.1f}", flush=True)
+            for seed in [int(n) for n in args.noise_seed.split(",")] if args.noise_seed else [index]:
+                parsed, observations, _ = _scene_inputs(scene, sim, seed, Path(tmp) / f"collision{index}-{seed}", unknown=unknown)
+                parsed = replace(parsed, dt=args.model_dt or parsed.dt)  # the scene file's model.dt
+                for mu0, factor in _grid_starts(args.grid):
+                    _grid_fit(args, settings, parsed, observations, truth, (index, seed, mu0, factor))
+
+
+def _grid_fit(args, settings, parsed, observations, truth, cell):
+    """One fit of the collision grid, appended to ``args.log`` as a JSON line and printed."""
+    import json
+
+    from diffsim_ros.estimation.object_fit import fit_objects
+
+    index, seed, mu0, factor = cell
+    guess = {"box.mass": factor * truth["box.mass"], "box/ground.friction": mu0, "box/target.restitution": GRID_RESTITUTION}
+    wall, cpu = time.perf_counter(), time.process_time()
+    fit = fit_objects(parsed.world(), observations, parsed.unknowns, initial=guess, settings=settings)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    within, _ = _collision_row("", fit.values, truth, fit.estimate.rms, fit.status, wall)
+    record = {"scene": index, "noise_seed": seed, "mu0": mu0, "mass0": factor, "values": fit.values, "std": fit.std, "truth": truth,
+              "mass_error": fit.values["box.mass"] / truth["box.mass"] - 1,
+              "mu_error": fit.values["box/ground.friction"] / truth["box/ground.friction"] - 1,
+              "e_error": fit.values["box/target.restitution"] - truth["box/target.restitution"],
+              "within": bool(within), "status": fit.status, "message": fit.message, "rms": fit.estimate.rms,
+              "drift": fit.drift, "fit_ratio": fit.fit_ratio, "wall": wall, "cpu": cpu, "load": os.getloadavg(),
+              "stages": [(st.name, st.evaluations, st.seconds) for st in fit.stages], "restarts": args.restarts,
+              "model_dt": parsed.dt, "impact_substeps": settings.impact_substeps, "engine": settings.engine,
+              "unknowns": list(parsed.unknowns)}
+    with open(args.log, "a") as log:
+        log.write(json.dumps(record) + "\n")
+    print(f"scene {index} seed {seed} mu0 {mu0:g} mass0 {factor:g}x: mass {100 * record['mass_error']:+.1f} %, mu "
+          f"{100 * record['mu_error']:+.1f} %, e {record['e_error']:+.3f}, {fit.status}, within {within}, "
+          f"{wall:.0f} s wall, {cpu:.0f} s CPU, load {record['load'][0]:.1f}", flush=True)
+
+
+def _grid_rows(records):
+    """Table rows and figures of collision-grid log records (one per fit): rows, failures
+    (not ok or outside the targets), cells within the targets, and the CPU seconds per fit."""
+    rows, failed, within, cpu = [], 0, 0, []
+    for r in records:
+        drift = max((max(d.values()) for d in r["drift"].values()), default=0.0)
+        seed = r.get("noise_seed", r["scene"])
+        std = {k: 100 * r["std"][k] / r["values"][k] for k in ("box.mass", "box/ground.friction")} if "std" in r else None
+        rows.append([f"{r['scene']} (noise {seed}): mu0 {r['mu0']:g}, mass0 {r['mass0']:g}x", f"{100 * r['mass_error']:+.1f} %",
+                     f"{100 * r['mu_error']:+.1f} %", f"{r['e_error']:+.3f}",
+                     "-" if std is None else f"{std['box.mass']:.1f} %, {std['box/ground.friction']:.1f} %", f"{r['rms'] * 1e3:.2f} mm", f"{drift:.2f}", r["status"],
+                     "yes" if r["within"] else "**no**", f"{r['cpu']:.0f} / {r['wall']:.0f} s ({r['load'][0]:.1f})"])
+        failed += int(not (r["within"] and r["status"] == "ok"))
+        within += int(r["within"])
+        cpu.append(r["cpu"])
+    return rows, failed, within, cpu
+
+
+def _rms(errors):
+    """Root mean square of relative errors, in percent."""
+    errors = np.array(list(errors))
+    return 100 * math.sqrt(float(np.mean(errors**2))) if errors.size else float("nan")
+
+
+def grid_section(logs, command):
+    """Section ``contact-objects-grid`` of RESULTS.md from ``--collision-grid`` logs (JSON
+    lines), ``logs`` a list of (label, path), e.g. the code before a change and after it:
+    their fits, failure rates and times."""
+    import json
+
+    lines = [_header("Collision grid before / after (issue 19, `--collision-grid` logs)", command).replace("## ", "### ", 1),
+             "Each log: `python -m benchmarks.bench_contact --collision-grid --scenes S --grid G --restarts R [--noise-seed N,...] "
+             "--log FILE` (one fit per line; its settings below). Scenes and targets as in this section's "
+             "introduction; load average at each fit's end.\n"]
+    header = ["scene (noise seed): start", "mass", "mu", "restitution", "reported std (mass, mu)", "rms", "worst drift", "status",
+              "within targets", "CPU / wall (load)"]
+    for label, path in logs:
+        records = [json.loads(line) for line in open(path) if line.strip()]
+        rows, failed, within, cpu = _grid_rows(records)
+        settings = {k: records[0].get(k) for k in ("restarts", "model_dt", "impact_substeps", "engine", "hold_pre_contact", "unknowns")
+                    if k in records[0]} if records else {}
+        lines += [f"**{label}** (`{path}`; settings {settings}):\n", markdown_table(header, rows), "",
+                  f"- {label}: failure rate **{failed}/{len(records)}** (a fit passes when ok and within mass "
+                  f"{100 * MASS_REL_TOL:g} %, mu {100 * MU_REL_TOL:g} %, restitution {E_TOL}); within the targets {within}/{len(records)}; "
+                  f"CPU per fit median {median(cpu) if cpu else float('nan'):.0f} s, at most {max(cpu, default=float('nan')):.0f} s; "
+                  f"rms error mass {_rms(r['mass_error'] for r in records):.1f} %, mu {_rms(r['mu_error'] for r in records):.1f} %; "
+                  f"ok but outside the targets (silent wrong results): {sum(r['status'] == 'ok' and not r['within'] for r in records)}.", ""]
+    return "\n".join(lines)
 
 
 def objects(args=None):
@@ -772,11 +843,22 @@ def main(argv=None):
     parser.add_argument("--scenes", default="0,1,2", help="collision grid: comma-separated collision scenes")
     parser.add_argument("--restarts", type=int, default=2, help="collision grid: FitSettings.restarts")
     parser.add_argument("--log", default="collision_grid.jsonl", help="collision grid: JSON-lines output")
+    parser.add_argument("--model-dt", type=float, default=None, help="collision grid: the model's time step [s] (default the scene file's)")
+    parser.add_argument("--impact-substeps", type=int, default=None, help="collision grid: FitSettings.impact_substeps (default its default)")
+    parser.add_argument("--engine", choices=("auto", "torch"), default="auto", help="collision grid: FitSettings.engine")
+    parser.add_argument("--pair-friction", action="store_true", help="collision grid: the box/target friction unknown too (the scene file declares it)")
+    parser.add_argument("--noise-seed", default=None, help="collision grid: comma-separated camera-noise seeds (default the scene's index)")
+    parser.add_argument("--write-grid", default=None, metavar="LABEL=LOG,...",
+                        help="write RESULTS.md's contact-objects-grid section from --collision-grid logs (e.g. before=A.jsonl,after=B.jsonl)")
     parser.add_argument("--no-before", action="store_true", help="objects: skip the hand-staged baseline")
     parser.add_argument("--replay", type=int, default=3, help="objects: collision scenes replayed at several model steps")
     parser.add_argument("--before-scenes", type=int, default=None, help="objects: run the baseline on the first N collision scenes only")
     args = parser.parse_args(argv if argv is not None else sys.argv[1:])
     torch.set_num_threads(1)  # shared, oversubscribed cores; small tensors
+    if args.write_grid:
+        logs = [item.split("=", 1) for item in args.write_grid.split(",")]
+        write_section("contact-objects-grid", grid_section(logs, " ".join(["python -m benchmarks.bench_contact", *sys.argv[1:]])))
+        return
     if args.collision_grid:
         collision_grid(args)
         return

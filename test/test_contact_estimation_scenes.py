@@ -22,7 +22,8 @@ from diffsim_ros.cli import main as cli_main
 from diffsim_ros.pipelines.objects import load_inputs
 from diffsim_ros.cli.exits import OK, UNDETERMINED
 from diffsim_ros.estimation.object_events import contact_events, pose_noise
-from diffsim_ros.estimation.object_fit import FitSettings, fit_objects
+from diffsim_ros.estimation.object_fit import STATUSES, FitSettings, fit_objects
+from diffsim_ros.estimation.objects import MIN_POSES
 from diffsim_ros.estimation.streams import PoseSeries
 
 SCENE_SLIDE = 0
@@ -38,6 +39,7 @@ WRONG_CAMERA_TILT = 0.15  # [rad] about the camera's y axis
 SPIN_TIMES = (0.03, 0.10, 0.16)  # [s] after the hit
 SPIN_TOL = 0.25  # [rad/s]
 TILT_TOL = math.radians(0.05)
+CROPPED_EVALUATIONS = 2  # joint fit's budget of the cropped recording (the stages run, not the optimum)
 
 
 @functools.lru_cache(maxsize=None)
@@ -141,16 +143,36 @@ def test_collision_fit_is_never_ok_outside_the_targets(worst_start_collision):
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "issue 19 accuracy target not met on the new scenes (measured 2026-11-25 with the model's steps split into 5 substeps "
-    "where the boxes may touch, FitSettings.impact_substeps): from the worst start, without restarts, scene 1 ends at mass "
-    "+9.5 %, mu +5.6 %, restitution -0.012, poor_fit (box orientation drift 3.1x, limit 2.5; target within 1.1x the noise); "
-    "without substeps +24 % / +15 %, target orientation 4.6x. What remains is the 10 ms step's semi-implicit lag a h t / 2 "
-    "while the boxes slide after the hit (the truth replayed with substeps still ends the target 6.9 mm off, 3.0 mm at a "
-    "2 ms step). See benchmarks/RESULTS.md, contact-objects"))
+    "issue 19 accuracy target not met (measured 2026-11-27, compiled step): from the worst start, without restarts, scene 1 "
+    "ends at mass +9.5 %, mu +5.6 %, restitution -0.012, poor_fit (box orientation drift 3.1x, limit 2.5). Not the model's "
+    "time step (2 ms: +13.7 % / +8.2 %; 5 ms: +15 % / +9.5 %): the truth replayed at 0.5 ms still ends the box 1.05 deg and "
+    "the target 1.44 deg off in yaw (camera noise 0.2 deg), our rigid impulsive hit against MuJoCo's soft 1.4 ms contact. "
+    "The joint fit moves mu from the pre-hit slide's +0.3 % to +5.6 % to absorb it; holding that friction (commit 6a8d541, "
+    "not kept) gives +2.8 % / +0.3 % here, but over camera-noise seeds 11-13 of scenes 0-2 a 13 % rms mu error against "
+    "6.6 % refitted; fitting the box/target friction too ends ok at +14.5 % / +10.2 %. Needs a hit model that matches a "
+    "soft contact. "
+    "See benchmarks/RESULTS.md, contact-objects"))
 def test_collision_from_the_worst_initial_guess_meets_the_targets(worst_start_collision):
     fit, truth = worst_start_collision
     assert fit.status == "ok", fit.message
     assert _within_targets(fit.values, truth), (fit.values, truth)
+
+
+def test_a_contact_within_the_first_poses_skips_the_stage_before_it(tmp_path):
+    """A recording that starts MIN_POSES - 1 frames before the hit leaves too few poses for the
+    friction stage before the contact: that stage is skipped (it raised DataError) and the
+    collision is fitted. One scanned point and a short joint fit: the path, not the optimum."""
+    bag, scene_path, calibration = _files(tmp_path, "collision", SCENE_COLLISION)
+    parsed, observations, _ = load_inputs(scene_path, bag, calibration)
+    hit = _scene("collision", SCENE_COLLISION)[1]["restitution"]["time"]
+    times = observations["box"].times
+    start = times[times < hit][-(MIN_POSES - 1)]
+    cropped = {name: series.between(start=start) for name, series in observations.items()}
+    settings = FitSettings(mass_ratios=(1.0,), restitution_grid=(0.3,), max_evaluations=CROPPED_EVALUATIONS, restarts=0)
+    fit = fit_objects(parsed.world(), cropped, parsed.unknowns, at_rest=("target",), settings=settings)
+    assert [e.pair for e in fit.events] == [("box", "target")] and fit.events[0].last_apart < hit
+    assert [stage.name for stage in fit.stages] == ["scan of the box-target contact", "joint fit"]
+    assert fit.status in STATUSES and set(fit.values) == set(parsed.unknowns)
 
 
 def test_a_fit_that_does_not_explain_the_data_is_not_a_success(tmp_path, capsys):

@@ -202,9 +202,15 @@ def _relevance(world, unknowns, events, observations, noise, at_rest):
 
 
 def _window(observations, end):
+    """The observations up to ``end`` [s] (all of them for None or inf), or None when some
+    object has fewer than MIN_POSES poses there (too short to fit on; counted before
+    as_pose_series would raise)."""
     if end is None or math.isinf(end):
         return observations
-    return {name: as_pose_series(name, series.between(end=end)) for name, series in observations.items()}
+    cut = {name: series.between(end=end) for name, series in observations.items()}
+    if min(len(series) for series in cut.values()) < MIN_POSES:
+        return None
+    return {name: as_pose_series(name, series) for name, series in cut.items()}
 
 
 def _scan_best(world, observations, grid, at_rest, state, engine):
@@ -269,7 +275,7 @@ def _pre_contact(world, observations, relevant, at_rest, end, settings, stages, 
     ``(values, initial state or None)``."""
     window = _window(observations, end)
     moving = [n for n in relevant if _sliding_friction(world, n, at_rest)]
-    if not moving or min(len(s) for s in window.values()) < MIN_POSES:
+    if not moving or window is None:  # nothing slides, or the contact comes within the first poses
         return {}, None
     progress("friction before the first contact")
     start = time.perf_counter()
@@ -390,7 +396,7 @@ def fit_objects(world, observations, unknowns, initial=None, at_rest=None, setti
         progress(f"scan of the {event.pair[0]}-{event.pair[1]} contact")
         start = time.perf_counter()
         end = events[k + 1].last_apart if k + 1 < len(events) else None
-        window = _window(observations, end)
+        window = _window(observations, end) or observations  # next contact within MIN_POSES poses: scan on all
         ranked = _scan_best(world.with_parameters(values), window, _product(axes), at_rest, state, settings.engine)
         values.update(ranked[0][1])
         candidates = [v for _, v in ranked[1:]]
