@@ -13,10 +13,12 @@ each side's Python work (references, warm start). Crocoddyl's dynamics are check
 ``pin.aba`` before it is timed (crocoddyl 3.2.1 with pin 4.1.0 returned wrong accelerations).
 The "through PBD" row runs the same compiled solver predicting with the compiled PBD step of the
 same model (1 substep, 2 projection iterations) and its exact Jacobians on every iteration
-(complex step through the compiled kernel), closing the loop on that PBD step.
+(vector forward-mode tangents propagated beside one run of the compiled kernel), closing the loop
+on that PBD step.
 
 Run: ``.venv/bin/python -m benchmarks.bench_mpc`` (Crocoddyl: ``pip install -e '.[bench]'``);
-``--only-pbd`` re-measures the through-PBD row and its note alone, in place.
+``--only-pbd`` re-measures the through-PBD row and its note alone, in place (and rewrites the
+problem paragraph, which describes that row).
 """
 
 import argparse
@@ -40,7 +42,8 @@ CALLS = 200  # closed-loop calls per solver and horizon
 TORCH_CALLS = 40  # the torch reference is slow
 PBD_CALLS = 60
 PROFILE_REPEATS = 100
-PBD_ROW = "diffsim_ros through PBD: compiled Riccati solver, exact step Jacobians (complex step)"
+PBD_ROW = "diffsim_ros through PBD: compiled Riccati solver, exact step Jacobians (forward-mode tangents)"
+PBD_ROW_START = "| diffsim_ros through PBD"  # this row in every version of the section
 HORIZONS = (3, 10, 30)
 PLANT_SUBSTEPS = 10
 Q0 = np.array([0.0, -0.3, 0.0, 0.8, 0.0, 0.6, 0.0])
@@ -159,26 +162,27 @@ class CrocoddylMPC:
 
 
 def pbd_profile(mpc, per_call, mean_iterations):
-    """Where a PBD MPC call's time goes: the step with its exact Jacobians, timed alone [text]."""
+    """Where a PBD MPC call's time goes: the step with its exact Jacobians timed alone, by tangents and by the complex step [text]."""
     q, qd, settings, n, horizon = Q0 + 0.1, np.full(7, 0.2), mpc.simulator.settings, 7, mpc.settings.horizon
     tau = mpc.fast.gravity_torques(q)
-    full, torque_only = [], []
-    for _ in range(PROFILE_REPEATS):  # interleaved: load from other jobs affects both alike
-        for with_state, times in ((True, full), (False, torque_only)):
+    times = {(method, with_state): [] for method in ("tangents", "complex_step") for with_state in (True, False)}
+    for _ in range(PROFILE_REPEATS):  # interleaved: load from other jobs affects all alike
+        for (method, with_state), series in times.items():
             begin = time.perf_counter()
-            pbd_step_jacobians(mpc.pbd, q, qd, tau, DT, settings, with_state=with_state)
-            times.append(time.perf_counter() - begin)
-    jac, jac_b = median(full), median(torque_only)
+            pbd_step_jacobians(mpc.pbd, q, qd, tau, DT, settings, with_state=with_state, method=method)
+            series.append(time.perf_counter() - begin)
+    jac, jac_b, cs, cs_b = (median(times[key]) for key in times)
     linearization = jac_b + (horizon - 1) * jac  # the first step's A is not needed (its start state is given)
-    return (f"Through PBD, where the time goes: one PBD step with its exact Jacobians A and B takes {jac * 1e3:.3f} ms "
-            f"(Python call included), i.e. {jac / (3 * n) * 1e6:.1f} µs per complex-step run of the compiled step "
-            f"({3 * n} runs, one per input direction); with B alone ({n} runs) {jac_b * 1e3:.3f} ms. A linearization of "
-            f"the {horizon} steps needs B alone at the first step (its start state is given), {linearization * 1e3:.2f} ms "
-            f"instead of {horizon * jac * 1e3:.2f} ms with A everywhere (ratio {horizon * jac / linearization:.2f}, same "
-            f"run). The calls made {mean_iterations:.2f} Gauss-Newton iterations on average, each linearizing all "
-            f"{horizon} steps: about {mean_iterations * linearization * 1e3:.2f} ms of step Jacobians against "
-            f"{per_call * 1e3:.2f} ms per call (timed apart, under the same load); the Riccati solve and the rest "
-            "are the rigid shipped row's share (the solver is the same).")
+    return (f"Through PBD, where the time goes: one PBD step with its exact Jacobians A and B by forward-mode tangents "
+            f"(one float64 run, all {3 * n} input directions propagated beside it) takes {jac * 1e3:.3f} ms (Python call "
+            f"included), with B alone ({n} directions) {jac_b * 1e3:.3f} ms; by the complex step (one complex run of the "
+            f"compiled step per direction, the method before) {cs * 1e3:.3f} ms and {cs_b * 1e3:.3f} ms in the same run "
+            f"(ratio {cs / jac:.2f} and {cs_b / jac_b:.2f}). A linearization of the {horizon} steps needs B alone at the "
+            f"first step (its start state is given), {linearization * 1e3:.2f} ms. The calls made {mean_iterations:.2f} "
+            f"Gauss-Newton iterations on average, each linearizing all {horizon} steps: about "
+            f"{mean_iterations * linearization * 1e3:.2f} ms of step Jacobians against {per_call * 1e3:.2f} ms per call "
+            "(timed apart, under the same load); the Riccati solve and the rest are the rigid shipped row's share "
+            "(the solver is the same).")
 
 
 def through_pbd(config_model, reference, shipped):
@@ -207,9 +211,12 @@ def only_pbd(load):
     if begin not in text or end not in text:
         raise SystemExit("no mpc section in RESULTS.md yet: run the whole benchmark first")
     lines = text.split(begin, 1)[1].split(end, 1)[0].strip().splitlines()
-    lines = [markdown_table(["solver", "H", "median time per call (rate)", "worst tracking error [mrad]"], [row]).splitlines()[-1]
-             if line.startswith(f"| {PBD_ROW}") else note if line.startswith("Through PBD, where the time goes") else line
-             for line in lines]
+    replacements = {
+        PBD_ROW_START: markdown_table(["solver", "H", "median time per call (rate)", "worst tracking error [mrad]"], [row]).splitlines()[-1],
+        "Through PBD, where the time goes": note,
+        "Problem (both solvers)": __doc__.split("\n\n")[1].replace("\n", " "),
+    }
+    lines = [next((new for start, new in replacements.items() if line.startswith(start)), line) for line in lines]
     write_section("mpc", "\n".join(lines))
     print(row, note, sep="\n")
 

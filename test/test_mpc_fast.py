@@ -116,7 +116,7 @@ def test_failures_give_no_command_and_factory_picks_the_solver(model):
 
 
 def test_pbd_predictor_same_iterates_as_the_torch_pbd_mpc(model):
-    # exact PBD step Jacobians (complex step, test_pbd_fast_jacobians.py) in the Riccati solver:
+    # exact PBD step Jacobians (forward-mode tangents, test_pbd_fast_tangents.py) in the Riccati solver:
     # the torch MPC's Gauss-Newton iterates through the torch PBD step, warm-started calls too
     simulator = make_simulator(model, DT, substeps=1, kind="pbd")
     reference = MinimumJerkMove(Q0, GOAL, 0.0, 0.6)

@@ -17,8 +17,8 @@ The Levenberg damping is added to each stage's torque Hessian, relative to its m
 agree to rounding).
 
 Through PBD, :class:`FastPBDModelPredictiveController` runs the same solver with the compiled
-PBD step and its exact Jacobians (complex step through the compiled kernel,
-:mod:`diffsim_ros.sim.pbd.fast_jacobians`). :func:`make_mpc` picks the fastest controller a
+PBD step and its exact Jacobians (vector forward-mode tangents beside one run of the compiled
+kernel, :mod:`diffsim_ros.sim.pbd.fast_tangents`). :func:`make_mpc` picks the fastest controller a
 simulator allows.
 """
 
@@ -33,8 +33,8 @@ from diffsim_ros.dynamics.derivatives import lu_factor, lu_solve_columns, rnea_v
 from diffsim_ros.dynamics.fast import spring_torques_into
 from diffsim_ros.sim.rigid import RigidBodySimulator
 from diffsim_ros.sim.pbd import PBDSimulator
-from diffsim_ros.sim.pbd.fast import FastPBD, kernel_options
-from diffsim_ros.sim.pbd.fast_jacobians import step_jacobians_into
+from diffsim_ros.sim.pbd.fast import FastPBD, kernel_options, work_area
+from diffsim_ros.sim.pbd.fast_tangents import step_tangents_with, tangent_area
 from diffsim_ros.sim.rigid_fast import FastRigidStep, step_into, step_work, unpack_model
 
 __all__ = ["FastModelPredictiveController", "FastPBDModelPredictiveController", "compiled_mpc_supports", "make_mpc"]
@@ -42,28 +42,30 @@ __all__ = ["FastModelPredictiveController", "FastPBDModelPredictiveController", 
 _OK, _SINGULAR, _NONFINITE, _BAD_STATE = 0, 1, 2, 3
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _rollout(model, work, pbd, x0, u, xs, a_mats, b_mats, jacobians):
     """States ``xs`` (H + 1, 2n) from ``x0`` under ``u`` (H, n), with ``A_k``, ``B_k``; returns a status.
 
     ``pbd`` None: the rigid step of ``model``; else ``(fk, phys, springs, options)`` of a
-    compiled PBD step (always with its Jacobians, fast_jacobians.py; ``A_0`` is not formed:
-    zeros stand in, since it only multiplies ``dx_0 = 0``).
+    compiled PBD step (always with its Jacobians, fast_tangents.py; ``A_0`` is not formed:
+    zeros stand in, since it only multiplies ``dx_0 = 0``). Inlined into :func:`_solve`: the
+    PBD step's compiled code is then linked into one library, not two.
     """
     n = u.shape[1]
     xs[0] = x0
     q_out, qd_out = np.empty(n), np.empty(n)
     empty = np.empty((0, 0))
+    if pbd is not None:  # work areas for the whole rollout; B alone at the first step (its start state is given)
+        pbd_work, torque_only, full = work_area(n, x0), tangent_area(n, False), tangent_area(n, True)
+        a_mats[0, :, :] = 0.0
     for k in range(u.shape[0]):
         if pbd is None:
             if not step_into(model, work, xs[k, :n], xs[k, n:], u[k], jacobians, False, q_out, qd_out, a_mats[k], b_mats[k], empty):
                 return _SINGULAR
         else:
             fk, phys, springs, options = pbd
-            # A_0 only ever multiplies dx_0 = 0 (x_0 is given): its 2n runs are skipped, zeros stand in
-            if k == 0:
-                a_mats[0, :, :] = 0.0
-            step_jacobians_into(fk, phys, springs, options, xs[k, :n], xs[k, n:], u[k], k > 0, q_out, qd_out, a_mats[k], b_mats[k])
+            tangents = torque_only if k == 0 else full
+            step_tangents_with(fk, phys, springs, options, pbd_work, tangents, xs[k, :n], xs[k, n:], u[k], q_out, qd_out, a_mats[k], b_mats[k])
         xs[k + 1, :n] = q_out
         xs[k + 1, n:] = qd_out
         for i in range(n):
@@ -388,9 +390,9 @@ class FastPBDModelPredictiveController(FastModelPredictiveController):
 
     The Riccati Gauss-Newton solver of :class:`FastModelPredictiveController` (same settings,
     initializations, warm start, box limits, smoothness term, diagnostics and failures)
-    with per-step ``A_k``, ``B_k`` of the PBD step by the complex step through the compiled
-    kernel (:mod:`diffsim_ros.sim.pbd.fast_jacobians`: the derivative of the computed step to
-    rounding, as autograd through the torch PBD step gives it). The holding torque is the
+    with per-step ``A_k``, ``B_k`` of the PBD step by forward-mode tangents beside one run of the
+    compiled kernel (:mod:`diffsim_ros.sim.pbd.fast_tangents`: the derivative of the computed step
+    to rounding, as the complex step and autograd through the torch PBD step give it). The holding torque is the
     model's (as the torch controller's).
 
     Args:

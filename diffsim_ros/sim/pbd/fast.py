@@ -213,7 +213,7 @@ def _congruence(rot, mat, out):
 def _lu(mat, pivots, inv_diagonal):
     """In-place LU factorization with partial pivoting of a square matrix (``P mat = L U``).
 
-    ``inv_diagonal`` receives ``1 / U[i, i]`` (the solves multiply instead of divide).
+    ``inv_diagonal`` receives ``1 / U[i, i]`` (:func:`_lu_solve_columns` multiplies instead of divides).
     """
     size = mat.shape[0]
     for col in range(size):
@@ -232,26 +232,6 @@ def _lu(mat, pivots, inv_diagonal):
             mat[r, col] = f
             for c in range(col + 1, size):
                 mat[r, c] -= f * mat[col, c]
-
-
-@njit(cache=True, error_model="numpy", fastmath=FASTMATH)
-def _lu_solve(lu, pivots, inv_diagonal, x):
-    """Solve ``mat x = b`` in place (``x`` holds b) with the factors of :func:`_lu`."""
-    size = lu.shape[0]
-    for col in range(size):
-        pivot = pivots[col]
-        if pivot != col:
-            x[col], x[pivot] = x[pivot], x[col]
-    for r in range(1, size):
-        acc = x[r]
-        for c in range(r):
-            acc -= lu[r, c] * x[c]
-        x[r] = acc
-    for r in range(size - 1, -1, -1):
-        acc = x[r]
-        for c in range(r + 1, size):
-            acc -= lu[r, c] * x[c]
-        x[r] = acc * inv_diagonal[r]
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH)
@@ -279,12 +259,12 @@ def _lu_solve_columns(lu, pivots, inv_diagonal, x):
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH)
 def _matvec6_sub(mat, x, out):
-    """``out -= mat @ x`` for a 6x6 matrix and 6-vectors."""
+    """``out -= mat @ x`` for a 6x6 matrix and (6, m) columns."""
     for r in range(6):
-        acc = 0.0
         for k in range(6):
-            acc += mat[r, k] * x[k]
-        out[r] -= acc
+            f = mat[r, k]
+            for c in range(x.shape[1]):
+                out[r, c] -= f * x[k, c]
 
 
 # ---------------------------------------------------------------- joint space <-> particles
@@ -443,8 +423,7 @@ def _accelerate(phys, fk, springs, w, tau, h, phase, limits):
     damping, as the joint rows take it). The springs' damping splits as in
     dynamics.springs.spring_damping_split: its diagonal joins the implicit damping.
     """
-    inertia, inv_inertia, dynamic = phys.inertia, phys.inv_inertia, phys.dynamic
-    viscous, coulomb, gravity, friction_scale = phys.damping, phys.friction, phys.gravity, phys.friction_scale
+    inertia, inv_inertia, dynamic, gravity = phys.inertia, phys.inv_inertia, phys.dynamic, phys.gravity
     arrays = springs
     n = w.q.shape[0]
     kick = 1.0 if phase == _KICK_FULL else 0.5
@@ -463,19 +442,9 @@ def _accelerate(phys, fk, springs, w, tau, h, phase, limits):
     for j in range(n):
         w.rate[j] = _rate(w, w.omega, j)
         w.spin_rate[j] = _rate(w, w.spin, j)  # a point spring's damping coupling: rates at the state's time
-    spring = w.spring
-    spring_torques_into(arrays, fk, w.q, w.spin_rate, spring, w.spring_slope, w.placements, w.spring_grad)
+    spring_torques_into(arrays, fk, w.q, w.spin_rate, w.spring, w.spring_slope, w.placements, w.spring_grad)
     for j in range(n):
-        rate = w.rate[j]
-        torque, damping = tau[j] + spring[j], viscous[j]
-        if coulomb[j] != 0.0:  # smoothed Coulomb friction linearized at the rate (forces.friction_split)
-            t = _tanh(rate / friction_scale)
-            slope = coulomb[j] / friction_scale * (1.0 - t * t)
-            damping += slope
-            torque += slope * rate - coulomb[j] * t
-        damping += w.spring_slope[j]
-        if phase == _KICK_FULL:
-            torque -= 0.5 * damping * rate
+        torque, damping, _, _ = _joint_load(phys, w, tau, j, phase)
         w.damping[j] = 0.5 * damping
         for r in range(3):
             w.torque[j + 1, r] += torque * w.axis_c[j, r]
@@ -492,6 +461,27 @@ def _accelerate(phys, fk, springs, w, tau, h, phase, limits):
         for r in range(3):
             w.vel[i, r] += kick * h * (dynamic[i] * gravity[r])
             w.omega[i, r] += kick * h * (a[r, 0] * g0 + a[r, 1] * g1 + a[r, 2] * g2)
+
+
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
+def _joint_load(phys, w, tau, j, phase):
+    """Joint ``j``'s torque on its bodies [N·m] and implicit damping [N·m·s/rad] at the rate ``w.rate[j]``.
+
+    Smoothed Coulomb friction is linearized at the rate (forces.friction_split): returns
+    ``(torque, damping, t, slope)`` with the friction's ``t = tanh(rate / scale)`` and slope.
+    """
+    rate, coulomb, scale = w.rate[j], phys.friction[j], phys.friction_scale
+    torque, damping = tau[j] + w.spring[j], phys.damping[j]
+    t = slope = 0.0 * rate
+    if coulomb != 0.0:
+        t = _tanh(rate / scale)
+        slope = coulomb / scale * (1.0 - t * t)
+        damping += slope
+        torque += slope * rate - coulomb * t
+    damping += w.spring_slope[j]
+    if phase == _KICK_FULL:
+        torque -= 0.5 * damping * rate
+    return torque, damping, t, slope
 
 
 # ---------------------------------------------------------------- phase 3: joint rows
@@ -594,16 +584,15 @@ def _factor_blocks(phys, w, alpha):
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
-def _solve_blocks(w):
-    """``w.solution`` = the solution for ``w.rhs`` with the factors of :func:`_factor_blocks` (projection._solve_chain)."""
-    n = w.q.shape[0]
-    x = w.solution
+def _solve_blocks(w, b, x):
+    """``x`` (n, 6, m) = the solutions for the right-hand sides ``b`` (n, 6, m) with the factors of
+    :func:`_factor_blocks` (projection._solve_chain)."""
+    n = b.shape[0]
     for j in range(n):
-        for r in range(6):
-            x[j, r] = w.rhs[j, r]
+        x[j, :, :] = b[j]
         if j > 0:
             _matvec6_sub(w.lower[j - 1], x[j - 1], x[j])
-        _lu_solve(w.diagonal[j], w.pivots[j], w.inv_diagonal[j], x[j])
+        _lu_solve_columns(w.diagonal[j], w.pivots[j], w.inv_diagonal[j], x[j])
     for j in range(n - 2, -1, -1):
         _matvec6_sub(w.reduced[j], x[j + 1], x[j])
 
@@ -620,37 +609,42 @@ def _solve_blocks(w):
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
-def _apply_k_inverse(phys, w, v, out):
-    """``out = K^-1 v`` (n, 6): particle displacements J^-1 v, their momenta, then J^-T."""
+def _apply_k_inverse(phys, w, v, out, u):
+    """``out = K^-1 v`` for columns ``v``, ``out`` (n, 6, m): particle displacements J^-1 v (``u``, (N, 6, m)
+    scratch), their momenta, then J^-T. The columns are the inner loop (they vectorize)."""
     inv_mass = phys.inv_mass
-    n = w.q.shape[0]
-    u = w.displacement
-    u[0, :] = 0.0
+    n, columns = v.shape[0], v.shape[2]
+    u[0, :, :] = 0.0
     for j in range(n):  # J u = v, base to tip: the child's motion from the parent's
-        rp, rc = w.lever_parent[j], w.lever_child[j]
-        t0, t1, t2 = u[j, 3], u[j, 4], u[j, 5]
-        a0, a1, a2 = t0 + v[j, 3], t1 + v[j, 4], t2 + v[j, 5]
-        u[j + 1, 0] = u[j, 0] + (t1 * rp[2] - t2 * rp[1]) + v[j, 0] - (a1 * rc[2] - a2 * rc[1])
-        u[j + 1, 1] = u[j, 1] + (t2 * rp[0] - t0 * rp[2]) + v[j, 1] - (a2 * rc[0] - a0 * rc[2])
-        u[j + 1, 2] = u[j, 2] + (t0 * rp[1] - t1 * rp[0]) + v[j, 2] - (a0 * rc[1] - a1 * rc[0])
-        u[j + 1, 3], u[j + 1, 4], u[j + 1, 5] = a0, a1, a2
+        p0, p1, p2 = w.lever_parent[j, 0], w.lever_parent[j, 1], w.lever_parent[j, 2]
+        c0, c1, c2 = w.lever_child[j, 0], w.lever_child[j, 1], w.lever_child[j, 2]
+        for c in range(columns):
+            t0, t1, t2 = u[j, 3, c], u[j, 4, c], u[j, 5, c]
+            a0, a1, a2 = t0 + v[j, 3, c], t1 + v[j, 4, c], t2 + v[j, 5, c]
+            u[j + 1, 0, c] = u[j, 0, c] + (t1 * p2 - t2 * p1) + v[j, 0, c] - (a1 * c2 - a2 * c1)
+            u[j + 1, 1, c] = u[j, 1, c] + (t2 * p0 - t0 * p2) + v[j, 1, c] - (a2 * c0 - a0 * c2)
+            u[j + 1, 2, c] = u[j, 2, c] + (t0 * p1 - t1 * p0) + v[j, 2, c] - (a0 * c1 - a1 * c0)
+            u[j + 1, 3, c], u[j + 1, 4, c], u[j + 1, 5, c] = a0, a1, a2
     for i in range(n, 0, -1):  # J^T out = M u, tip to base
         m, iw = 1.0 / inv_mass[i], w.inertia_w[i]
-        g0, g1, g2 = m * u[i, 0], m * u[i, 1], m * u[i, 2]
-        g3 = iw[0, 0] * u[i, 3] + iw[0, 1] * u[i, 4] + iw[0, 2] * u[i, 5]
-        g4 = iw[1, 0] * u[i, 3] + iw[1, 1] * u[i, 4] + iw[1, 2] * u[i, 5]
-        g5 = iw[2, 0] * u[i, 3] + iw[2, 1] * u[i, 4] + iw[2, 2] * u[i, 5]
-        if i < n:  # minus J_p^T of the joint this particle is the parent of
-            f, rp = out[i], w.lever_parent[i]
-            g0, g1, g2 = g0 + f[0], g1 + f[1], g2 + f[2]
-            g3 += f[3] + rp[1] * f[2] - rp[2] * f[1]
-            g4 += f[4] + rp[2] * f[0] - rp[0] * f[2]
-            g5 += f[5] + rp[0] * f[1] - rp[1] * f[0]
-        rc = w.lever_child[i - 1]
-        out[i - 1, 0], out[i - 1, 1], out[i - 1, 2] = g0, g1, g2
-        out[i - 1, 3] = g3 - (rc[1] * g2 - rc[2] * g1)
-        out[i - 1, 4] = g4 - (rc[2] * g0 - rc[0] * g2)
-        out[i - 1, 5] = g5 - (rc[0] * g1 - rc[1] * g0)
+        i00, i01, i02, i11, i12, i22 = iw[0, 0], iw[0, 1], iw[0, 2], iw[1, 1], iw[1, 2], iw[2, 2]
+        c0, c1, c2 = w.lever_child[i - 1, 0], w.lever_child[i - 1, 1], w.lever_child[i - 1, 2]
+        p0, p1, p2 = (w.lever_parent[i, 0], w.lever_parent[i, 1], w.lever_parent[i, 2]) if i < n else (0.0, 0.0, 0.0)
+        for c in range(columns):
+            g0, g1, g2 = m * u[i, 0, c], m * u[i, 1, c], m * u[i, 2, c]
+            g3 = i00 * u[i, 3, c] + i01 * u[i, 4, c] + i02 * u[i, 5, c]
+            g4 = i01 * u[i, 3, c] + i11 * u[i, 4, c] + i12 * u[i, 5, c]
+            g5 = i02 * u[i, 3, c] + i12 * u[i, 4, c] + i22 * u[i, 5, c]
+            if i < n:  # minus J_p^T of the joint this particle is the parent of
+                f0, f1, f2 = out[i, 0, c], out[i, 1, c], out[i, 2, c]
+                g0, g1, g2 = g0 + f0, g1 + f1, g2 + f2
+                g3 += out[i, 3, c] + p1 * f2 - p2 * f1
+                g4 += out[i, 4, c] + p2 * f0 - p0 * f2
+                g5 += out[i, 5, c] + p0 * f1 - p1 * f0
+            out[i - 1, 0, c], out[i - 1, 1, c], out[i - 1, 2, c] = g0, g1, g2
+            out[i - 1, 3, c] = g3 - (c1 * g2 - c2 * g1)
+            out[i - 1, 4, c] = g4 - (c2 * g0 - c0 * g2)
+            out[i - 1, 5, c] = g5 - (c0 * g1 - c1 * g0)
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
@@ -706,25 +700,29 @@ def _factor_rigid(phys, w):
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
-def _solve_rigid(phys, w):
-    """``w.solution`` = the solution for ``w.rhs`` with the factors of :func:`_factor_rigid` (Woodbury)."""
-    n = w.q.shape[0]
-    _apply_k_inverse(phys, w, w.rhs, w.solution)
-    z = w.reduced_rhs
+def _solve_rigid(phys, w, b, x, u, correction, z):
+    """``x`` (n, 6, m) = the solutions for ``b`` (n, 6, m, overwritten) with the factors of :func:`_factor_rigid`
+    (Woodbury); scratch ``u`` (N, 6, m), ``correction`` (n, 6, m), ``z`` (n, m)."""
+    n, columns = b.shape[0], b.shape[2]
+    _apply_k_inverse(phys, w, b, x, u)
     for j in range(n):
-        d = w.free[j]
-        along_b = d[0] * w.rhs[j, 3] + d[1] * w.rhs[j, 4] + d[2] * w.rhs[j, 5]
-        along_y = d[0] * w.solution[j, 3] + d[1] * w.solution[j, 4] + d[2] * w.solution[j, 5]
-        z[j] = (w.sigma[j] - 1.0) * along_b + w.row_compliance[j] * along_y
-    _lu_solve(w.capacity, w.capacity_pivots, w.capacity_inv_diagonal, z)
+        d0, d1, d2 = w.free[j, 0], w.free[j, 1], w.free[j, 2]
+        scale, compliance = w.sigma[j] - 1.0, w.row_compliance[j]
+        for c in range(columns):
+            along_b = d0 * b[j, 3, c] + d1 * b[j, 4, c] + d2 * b[j, 5, c]
+            along_y = d0 * x[j, 3, c] + d1 * x[j, 4, c] + d2 * x[j, 5, c]
+            z[j, c] = scale * along_b + compliance * along_y
+    _lu_solve_columns(w.capacity, w.capacity_pivots, w.capacity_inv_diagonal, z)
     for j in range(n):
         for r in range(3):
-            w.rhs[j, r] = 0.0
-            w.rhs[j, 3 + r] = w.free[j, r] * z[j]
-    _apply_k_inverse(phys, w, w.rhs, w.correction)
+            for c in range(columns):
+                b[j, r, c] = 0.0
+                b[j, 3 + r, c] = w.free[j, r] * z[j, c]
+    _apply_k_inverse(phys, w, b, correction, u)
     for j in range(n):
         for r in range(6):
-            w.solution[j, r] -= w.correction[j, r]
+            for c in range(columns):
+                x[j, r, c] -= correction[j, r, c]
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
@@ -739,10 +737,22 @@ def _factor(phys, w, alpha):
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _solve(phys, w, alpha):
     """``w.solution`` = the joint system's solution for ``w.rhs`` (``w.rhs`` is overwritten)."""
+    n = w.q.shape[0]
+    columns = (w.displacement.reshape((n + 1, 6, 1)), w.correction.reshape((n, 6, 1)), w.reduced_rhs.reshape((n, 1)))
+    _solve_columns(phys, w, alpha, w.rhs.reshape((n, 6, 1)), w.solution.reshape((n, 6, 1)), columns)
+
+
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
+def _solve_columns(phys, w, alpha, b, x, scratch):
+    """``x`` (n, 6, m) = the joint system's solutions for the right-hand sides ``b`` (n, 6, m, overwritten).
+
+    With the factors in ``w`` (:func:`_factor`); ``scratch``: arrays of shapes (N, 6, m),
+    (n, 6, m) and (n, m) (the rigid path's displacements, correction and reduced right-hand side).
+    """
     if alpha == 0.0:
-        _solve_rigid(phys, w)
+        _solve_rigid(phys, w, b, x, scratch[0], scratch[1], scratch[2])
     else:
-        _solve_blocks(w)
+        _solve_blocks(w, b, x)
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
@@ -768,30 +778,43 @@ def _apply(phys, w, step_sign, linear, angular):
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
+def _turn_poses(w):
+    """Orientations ``rot = exp(phi) rot0`` of every particle (the substep's current poses)."""
+    for i in range(w.rot.shape[0]):
+        _so3_exp(w.phi[i], w.t1)
+        _mul3(w.t1, w.rot0[i], w.rot[i])
+
+
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
+def _row_rhs(w, alpha):
+    """``w.rhs`` of the projection at the current frames and multipliers (constraints.row_rhs).
+
+    Rigid errors [anchor, a_p x a_c], the free row's scaled displacement since the substep
+    start, its offset and the XPBD compliance terms.
+    """
+    for j in range(w.q.shape[0]):
+        a, b, d = w.axis_p[j], w.axis_c[j], w.free[j]
+        h0, h1, h2 = a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]
+        turn = d[0] * (w.phi[j + 1, 0] - w.phi[j, 0]) + d[1] * (w.phi[j + 1, 1] - w.phi[j, 1]) + d[2] * (w.phi[j + 1, 2] - w.phi[j, 2])
+        along_error = d[0] * h0 + d[1] * h1 + d[2] * h2
+        along_lam = d[0] * w.lam[j, 3] + d[1] * w.lam[j, 4] + d[2] * w.lam[j, 5]
+        free_part = w.sigma[j] * turn - along_error - w.offset[j] + (w.row_compliance[j] - alpha) * along_lam
+        for r in range(3):
+            w.rhs[j, r] = w.anchor[j, r] + alpha * w.lam[j, r]
+        w.rhs[j, 3] = h0 + d[0] * free_part + alpha * w.lam[j, 3]
+        w.rhs[j, 4] = h1 + d[1] * free_part + alpha * w.lam[j, 4]
+        w.rhs[j, 5] = h2 + d[2] * free_part + alpha * w.lam[j, 5]
+
+
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _project(phys, w, alpha, iterations):
     """Quasi-Newton projection of all joint rows with one factorization (projection.project_direct)."""
-    local_parent, local_child = phys.local_parent, phys.local_child
     n = w.q.shape[0]
     w.lam[:, :] = 0.0
     for _ in range(iterations):
-        for i in range(n + 1):
-            _so3_exp(w.phi[i], w.t1)
-            _mul3(w.t1, w.rot0[i], w.rot[i])
-        _frames(local_parent, local_child, w.pos, w.rot, w)
-        for j in range(n):
-            # Rigid errors [anchor, a_p x a_c], the free row's scaled displacement since the
-            # substep start, its offset and the XPBD compliance terms (constraints.row_rhs).
-            a, b, d = w.axis_p[j], w.axis_c[j], w.free[j]
-            h0, h1, h2 = a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]
-            turn = d[0] * (w.phi[j + 1, 0] - w.phi[j, 0]) + d[1] * (w.phi[j + 1, 1] - w.phi[j, 1]) + d[2] * (w.phi[j + 1, 2] - w.phi[j, 2])
-            along_error = d[0] * h0 + d[1] * h1 + d[2] * h2
-            along_lam = d[0] * w.lam[j, 3] + d[1] * w.lam[j, 4] + d[2] * w.lam[j, 5]
-            free_part = w.sigma[j] * turn - along_error - w.offset[j] + (w.row_compliance[j] - alpha) * along_lam
-            for r in range(3):
-                w.rhs[j, r] = w.anchor[j, r] + alpha * w.lam[j, r]
-            w.rhs[j, 3] = h0 + d[0] * free_part + alpha * w.lam[j, 3]
-            w.rhs[j, 4] = h1 + d[1] * free_part + alpha * w.lam[j, 4]
-            w.rhs[j, 5] = h2 + d[2] * free_part + alpha * w.lam[j, 5]
+        _turn_poses(w)
+        _frames(phys.local_parent, phys.local_child, w.pos, w.rot, w)
+        _row_rhs(w, alpha)
         _solve(phys, w, alpha)
         for j in range(n):
             for r in range(6):
@@ -816,24 +839,34 @@ def _limit_targets(phys, w, h, out):
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _substep(phys, fk, springs, w, tau, h, phase, iterations, alpha, limits, targets):
     """One substep from ``w.pos/rot/vel/omega`` (solver.substep); velocities become chords."""
-    n = w.q.shape[0]
     _frames(phys.local_parent, phys.local_child, w.pos, w.rot, w)
     _accelerate(phys, fk, springs, w, tau, h, phase, limits)
     if limits:
         _limit_targets(phys, w, h, targets)
     _blocks(phys, w, h, limits, targets)
     _factor(phys, w, alpha)
-    for i in range(n + 1):
+    _predict(w, h)
+    _project(phys, w, alpha, iterations)
+    _close_substep(w, h)
+
+
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
+def _predict(w, h):
+    """Keep the substep's start poses and move every particle by ``h`` x its velocity (``phi``: the turn)."""
+    for i in range(w.pos.shape[0]):
         for r in range(3):
             w.pos0[i, r] = w.pos[i, r]
             w.pos[i, r] += h * w.vel[i, r]
             w.phi[i, r] = h * w.omega[i, r]
             for c in range(3):
                 w.rot0[i, r, c] = w.rot[i, r, c]
-    _project(phys, w, alpha, iterations)
-    for i in range(n + 1):
-        _so3_exp(w.phi[i], w.t1)
-        _mul3(w.t1, w.rot0[i], w.rot[i])
+
+
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
+def _close_substep(w, h):
+    """Final orientations of the substep; the velocities become the chords."""
+    _turn_poses(w)
+    for i in range(w.pos.shape[0]):
         for r in range(3):
             w.vel[i, r] = (w.pos[i, r] - w.pos0[i, r]) / h
             w.omega[i, r] = w.phi[i, r] / h
@@ -855,13 +888,19 @@ def _set_spin(w, chords):
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _finish(phys, fk, springs, w, tau, h, targets):
     """Closing half kick and velocity projection (solver.finish_velocities)."""
-    n = w.q.shape[0]
     _frames(phys.local_parent, phys.local_child, w.pos, w.rot, w)
     _accelerate(phys, fk, springs, w, tau, h, _KICK_FINISH, False)
     _blocks(phys, w, h, False, targets)
     _factor(phys, w, 0.0)
-    for j in range(n):
-        # Row velocities J_c (v_c, w_c) + J_p (v_p, w_p); the free row keeps sigma x its rate.
+    _velocity_rhs(w)
+    _solve(phys, w, 0.0)
+    _apply(phys, w, -1.0, w.vel, w.omega)
+
+
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
+def _velocity_rhs(w):
+    """``w.rhs``: row velocities J_c (v_c, w_c) + J_p (v_p, w_p); the free row keeps sigma x its rate."""
+    for j in range(w.q.shape[0]):
         rc, rp, d = w.lever_child[j], w.lever_parent[j], w.free[j]
         for side in range(2):
             k, sign, r = (j + 1, 1.0, rc) if side == 0 else (j, -1.0, rp)
@@ -877,8 +916,6 @@ def _finish(phys, fk, springs, w, tau, h, targets):
         rate = d[0] * w.rhs[j, 3] + d[1] * w.rhs[j, 4] + d[2] * w.rhs[j, 5]
         for row in range(3):
             w.rhs[j, 3 + row] += d[row] * (w.sigma[j] - 1.0) * rate
-    _solve(phys, w, 0.0)
-    _apply(phys, w, -1.0, w.vel, w.omega)
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH)
@@ -911,11 +948,16 @@ def joint_step_into(fk, phys, springs, settings, w, targets, q, qd, tau, q_out, 
             final poses are left in ``w``.
     """
     dt, substeps, iterations, compliance, limits = settings
-    n = q.shape[0]
     _state_from_joints(fk, phys.com, q, qd, w.pos, w.rot, w.vel, w.omega, w.z_ang, w.origin, w.placements)
     _integrate(phys, fk, springs, w, tau, dt, substeps, iterations, compliance, limits, targets)
     _frames(phys.local_parent, phys.local_child, w.pos, w.rot, w)
-    for j in range(n):
+    _joint_state(w, q, q_out, qd_out)
+
+
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
+def _joint_state(w, q, q_out, qd_out):
+    """Joint positions [rad] (the turn from ``q`` unwrapped) and rates [rad/s] from the frames in ``w``."""
+    for j in range(q.shape[0]):
         turn = _angle(w, j) - q[j]
         q_out[j] = q[j] + turn - 2.0 * math.pi * np.rint(turn.real / (2.0 * math.pi))
         qd_out[j] = _rate(w, w.omega, j)

@@ -17,12 +17,15 @@ The kernel runs once per input direction, ``3 n`` runs for
 alone (an MPC's first step, whose start state is given); a complex run costs about 1.5
 plain runs. The tests hold both to the torch PBD step's
 autograd Jacobians and to central finite differences (test/test_pbd_fast_jacobians.py).
+:mod:`.fast_tangents` computes the same Jacobians in one run, all directions at once (the
+MPC's; ``method="tangents"`` of :func:`pbd_step_jacobians`); this module is its reference.
 """
 
 import numpy as np
 
 from diffsim_ros._compiled import njit
 from diffsim_ros.sim.pbd.fast import FASTMATH, joint_step_into, kernel_options, work_area
+from diffsim_ros.sim.pbd.fast_tangents import step_tangents_into
 
 __all__ = ["COMPLEX_STEP", "pbd_step_jacobians", "step_jacobians_into"]
 
@@ -73,7 +76,7 @@ def step_jacobians_into(fk, phys, springs, settings, q, qd, tau, with_state, q_n
         q_next[i], qd_next[i] = zq_out[i].real, zqd_out[i].real
 
 
-def pbd_step_jacobians(pbd, q, qd, tau, dt, settings, with_state=True):
+def pbd_step_jacobians(pbd, q, qd, tau, dt, settings, with_state=True, method="complex_step"):
     """One step of a :class:`~diffsim_ros.sim.pbd.fast.FastPBD` snapshot and its exact Jacobians.
 
     Args:
@@ -81,17 +84,23 @@ def pbd_step_jacobians(pbd, q, qd, tau, dt, settings, with_state=True):
         q, qd, tau: Joint positions [rad], velocities [rad/s] and torques [N·m], each (n,).
         dt: Control period [s].
         settings: SolverSettings (substeps, iterations, compliance, limits; direct solver).
-        with_state: False: only ``B`` (n kernel runs instead of 3n), ``A`` is None.
+        with_state: False: only ``B`` (n directions instead of 3n), ``A`` is None.
+        method: ``"complex_step"`` (one complex kernel run per direction, :func:`step_jacobians_into`)
+            or ``"tangents"`` (one run with all directions in vector forward mode,
+            :func:`~diffsim_ros.sim.pbd.fast_tangents.step_tangents_into`; same derivative, faster).
 
     Returns:
         ``(q_next, qd_next, A, B)``: the state after the step, each (n,); ``A`` (2n, 2n) =
         ``d(q+, qd+)/d(q, qd)``; ``B`` (2n, n) = ``d(q+, qd+)/d tau``.
     """
+    kernels = {"complex_step": step_jacobians_into, "tangents": step_tangents_into}
+    if method not in kernels:
+        raise ValueError(f"unknown method {method!r}; known: {sorted(kernels)}")
     n = pbd.nq
     q, qd, tau = (np.ascontiguousarray(x, dtype=np.float64) for x in (q, qd, tau))
     if q.shape != (n,) or qd.shape != (n,) or tau.shape != (n,):
         raise ValueError(f"expected q, qd, tau of shape ({n},), got {q.shape}, {qd.shape}, {tau.shape}")
     options = kernel_options(dt, settings)
     q_next, qd_next, a, b = np.empty(n), np.empty(n), np.empty((2 * n, 2 * n)), np.empty((2 * n, n))
-    step_jacobians_into(pbd.fk, pbd.phys, pbd.springs, options, q, qd, tau, bool(with_state), q_next, qd_next, a, b)
+    kernels[method](pbd.fk, pbd.phys, pbd.springs, options, q, qd, tau, bool(with_state), q_next, qd_next, a, b)
     return q_next, qd_next, (a if with_state else None), b
