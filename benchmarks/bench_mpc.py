@@ -24,6 +24,7 @@ problem paragraph, which describes that row).
 import argparse
 import os
 import time
+from dataclasses import replace
 
 import numpy as np
 
@@ -161,8 +162,24 @@ class CrocoddylMPC:
         return np.array(self.us[0])
 
 
+def _solver_iteration(mpc, q, qd):
+    """Median time [s] of one Gauss-Newton iteration inside the compiled solver (rollout, exact Jacobians, Riccati):
+    calls of 2 minus 1 iterations from the same state, interleaved."""
+    simulator, reference = mpc.simulator, mpc.reference
+    solvers = [make_mpc(simulator, reference, replace(mpc.settings, max_iterations=k, step_tolerance=0.0)) for k in (1, 2)]
+    times = [[], []]
+    for _ in range(PROFILE_REPEATS):
+        for solver, series in zip(solvers, times):
+            solver.reset()
+            begin = time.perf_counter()
+            solver.compute(0.1, q, qd)
+            series.append(time.perf_counter() - begin)
+    return median(times[1]) - median(times[0])
+
+
 def pbd_profile(mpc, per_call, mean_iterations):
-    """Where a PBD MPC call's time goes: the step with its exact Jacobians timed alone, by tangents and by the complex step [text]."""
+    """Where a PBD MPC call's time goes: one solver iteration, and the step with its exact Jacobians called alone
+    by tangents and by the complex step [text]."""
     q, qd, settings, n, horizon = Q0 + 0.1, np.full(7, 0.2), mpc.simulator.settings, 7, mpc.settings.horizon
     tau = mpc.fast.gravity_torques(q)
     times = {(method, with_state): [] for method in ("tangents", "complex_step") for with_state in (True, False)}
@@ -172,17 +189,16 @@ def pbd_profile(mpc, per_call, mean_iterations):
             pbd_step_jacobians(mpc.pbd, q, qd, tau, DT, settings, with_state=with_state, method=method)
             series.append(time.perf_counter() - begin)
     jac, jac_b, cs, cs_b = (median(times[key]) for key in times)
-    linearization = jac_b + (horizon - 1) * jac  # the first step's A is not needed (its start state is given)
-    return (f"Through PBD, where the time goes: one PBD step with its exact Jacobians A and B by forward-mode tangents "
-            f"(one float64 run, all {3 * n} input directions propagated beside it) takes {jac * 1e3:.3f} ms (Python call "
-            f"included), with B alone ({n} directions) {jac_b * 1e3:.3f} ms; by the complex step (one complex run of the "
-            f"compiled step per direction, the method before) {cs * 1e3:.3f} ms and {cs_b * 1e3:.3f} ms in the same run "
-            f"(ratio {cs / jac:.2f} and {cs_b / jac_b:.2f}). A linearization of the {horizon} steps needs B alone at the "
-            f"first step (its start state is given), {linearization * 1e3:.2f} ms. The calls made {mean_iterations:.2f} "
-            f"Gauss-Newton iterations on average, each linearizing all {horizon} steps: about "
-            f"{mean_iterations * linearization * 1e3:.2f} ms of step Jacobians against {per_call * 1e3:.2f} ms per call "
-            "(timed apart, under the same load); the Riccati solve and the rest are the rigid shipped row's share "
-            "(the solver is the same).")
+    iteration = _solver_iteration(mpc, q, qd)
+    return (f"Through PBD, where the time goes: the calls made {mean_iterations:.2f} Gauss-Newton iterations on average; "
+            f"one iteration inside the compiled solver (rollout of the {horizon} steps with their exact Jacobians, B alone "
+            f"at the first step since its start state is given, and the Riccati pass) takes {iteration * 1e3:.3f} ms "
+            f"(calls of 2 minus 1 iterations from one state), against {per_call * 1e3:.2f} ms per call. Called alone from "
+            f"Python (argument conversion and work areas included, which the solver pays once per call), one PBD step with "
+            f"A and B by forward-mode tangents (one float64 run, all {3 * n} input directions propagated beside it) takes "
+            f"{jac * 1e3:.3f} ms, with B alone ({n} directions) {jac_b * 1e3:.3f} ms; by the complex step (one complex run "
+            f"of the compiled step per direction, the method before) {cs * 1e3:.3f} ms and {cs_b * 1e3:.3f} ms in the same "
+            f"run (ratio {cs / jac:.2f} and {cs_b / jac_b:.2f}).")
 
 
 def through_pbd(config_model, reference, shipped):
