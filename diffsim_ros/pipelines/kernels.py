@@ -112,7 +112,7 @@ def _contact():
     fast.jacobians(*args)
 
 
-FAMILIES = {"pbd_mpc": _pbd_mpc, "pbd_jacobians": _pbd_jacobians, "pbd": _pbd, "rigid": _rigid, "large_step": _large_step, "contact": _contact}
+FAMILIES = {"pbd_jacobians": _pbd_jacobians, "pbd_mpc": _pbd_mpc, "pbd": _pbd, "rigid": _rigid, "large_step": _large_step, "contact": _contact}
 """Kernel families, the costliest first (they are handed out in this order)."""
 
 
