@@ -622,18 +622,44 @@ def test_ctrl_c(tmp_path, capsys, monkeypatch, argv, where):
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing half-written, no hidden temp directory
 
 
+def test_a_ctrl_c_that_a_library_swallows_still_stops_the_write(tmp_path, capsys, monkeypatch):
+    from diffsim_ros.cli import torque_map as torque_map_cli
+
+    def build_swallowing_a_ctrl_c(*args, **kwargs):
+        try:  # a real SIGINT, caught and dropped as some libraries do
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5.0)
+        except KeyboardInterrupt:
+            pass
+        return build_torque_map(*args, **kwargs)
+
+    build_torque_map = torque_map_cli.build_torque_map
+    monkeypatch.setattr(torque_map_cli, "build_torque_map", build_swallowing_a_ctrl_c)
+    out = tmp_path / "out" / "map.npz"
+    assert cli_main(["torque-map", "build", "--config", str(BAXTER_LEFT), "--out", str(out)] + SMALL_MAP) == 130
+    err = capsys.readouterr().err  # the build's progress lines, then the one message
+    assert "Traceback" not in err and err.splitlines()[-1] == "diffsim-ros: interrupted (Ctrl-C); no partial outputs were written"
+    assert not out.exists() and not any(out.parent.glob(".*tmp*"))
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the command restored Python's handler
+
+
+def _terminal_sigint():
+    # As in a terminal: Python's SIGINT handling, even if the test runner's process ignores SIGINT.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_real_sigint_during_a_torque_map_build(tmp_path):
     out = tmp_path / "maps" / "map.npz"
     command = "from diffsim_ros.cli import main; main()"
     process = subprocess.Popen([sys.executable, "-c", command, "torque-map", "build", "--config", str(BAXTER_LEFT),
                                 "--out", str(out), "--simulator", "rigid", "--contexts", "40"], stderr=subprocess.PIPE,
-                               text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                               text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=_terminal_sigint)
     # 40 inertia contexts: ~30 s of building left after joint 1 (5 contexts left ~1.5 s, which a loaded
     # machine could spend before the signal was sent: the build then finished and exited 0).
     assert process.stderr.readline().strip() == "joint 1/7"
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=120)
-    assert process.returncode == 130
+    assert process.returncode == 130, err
     assert err.strip() == "diffsim-ros: interrupted (Ctrl-C); no partial outputs were written"
     assert list(tmp_path.rglob("*")) == []  # not even the missing parent was created
 

@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 
-from diffsim_ros.cli.exits import FAILURE, INTERRUPTED
+from diffsim_ros.cli.exits import FAILURE, INTERRUPTED, record_interrupts
 
 __all__ = ["SUBCOMMAND_MODULES", "TRACEBACK_VARIABLE", "build_parser", "main"]
 
@@ -56,7 +56,8 @@ def _run(argv):
 def main(argv=None):
     """Run a subcommand; returns (and, without ``argv``, exits with) its exit code."""
     try:
-        code = _run(argv)
+        with record_interrupts():
+            code = _run(argv)
     except KeyboardInterrupt:
         with _sigint_ignored():  # a second Ctrl-C must not interrupt the message
             print("diffsim-ros: interrupted (Ctrl-C); no partial outputs were written", file=sys.stderr)
