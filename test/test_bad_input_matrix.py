@@ -635,12 +635,23 @@ def test_a_ctrl_c_that_a_library_swallows_still_stops_the_write(tmp_path, capsys
 
     build_torque_map = torque_map_cli.build_torque_map
     monkeypatch.setattr(torque_map_cli, "build_torque_map", build_swallowing_a_ctrl_c)
+    # As in a terminal (a pytest-xdist worker ignores SIGINT): Python's handler, the runner's back after.
+    runner_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        code = _swallowed_build(tmp_path, capsys)
+    finally:
+        signal.signal(signal.SIGINT, runner_handler)
+    assert code == 130
+
+
+def _swallowed_build(tmp_path, capsys):
     out = tmp_path / "out" / "map.npz"
-    assert cli_main(["torque-map", "build", "--config", str(BAXTER_LEFT), "--out", str(out)] + SMALL_MAP) == 130
+    code = cli_main(["torque-map", "build", "--config", str(BAXTER_LEFT), "--out", str(out)] + SMALL_MAP)
     err = capsys.readouterr().err  # the build's progress lines, then the one message
     assert "Traceback" not in err and err.splitlines()[-1] == "diffsim-ros: interrupted (Ctrl-C); no partial outputs were written"
     assert not out.exists() and not any(out.parent.glob(".*tmp*"))
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the command restored Python's handler
+    return code
 
 
 def _terminal_sigint():
