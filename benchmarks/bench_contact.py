@@ -708,12 +708,18 @@ def _grid_fit(args, settings, parsed, observations, truth, cell):
               "drift": fit.drift, "fit_ratio": fit.fit_ratio, "wall": wall, "cpu": cpu, "load": os.getloadavg(),
               "stages": [(st.name, st.evaluations, st.seconds) for st in fit.stages], "restarts": args.restarts,
               "model_dt": parsed.dt, "impact_substeps": settings.impact_substeps, "engine": settings.engine,
-              "unknowns": list(parsed.unknowns)}
+              "unknowns": list(parsed.unknowns), "consistency": _consistency_record(fit.estimate.consistency)}
     with open(args.log, "a") as log:
         log.write(json.dumps(record) + "\n")
     print(f"scene {index} seed {seed} mu0 {mu0:g} mass0 {factor:g}x: mass {100 * record['mass_error']:+.1f} %, mu "
           f"{100 * record['mu_error']:+.1f} %, e {record['e_error']:+.3f}, {fit.status}, within {within}, "
           f"{wall:.0f} s wall, {cpu:.0f} s CPU, load {record['load'][0]:.1f}", flush=True)
+
+
+def _consistency_record(results):
+    """JSON form of an ObjectEstimate's consistency checks (split name -> figures)."""
+    return {split: {"statistic": r.statistic, "dof": r.dof, "p_value": r.p_value, "z": r.z, "by_channel": r.by_channel}
+            for split, r in results.items()}
 
 
 def _grid_rows(records):

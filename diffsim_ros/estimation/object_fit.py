@@ -20,6 +20,8 @@
    departs from the data steadily, even within the noise in plain rms, biases its
    estimates). A fit more than QUALITY_LIMIT times above the noise, or drifting more than
    DRIFT_LIMIT, did not explain the data and is reported as ``"poor_fit"``, never as a result.
+   So is a fit whose position and orientation data alone disagree on the parameters
+   (:mod:`~diffsim_ros.estimation.consistency`): a model error the parameters absorb.
 
 Why scans rather than the user's starting values (measured on MuJoCo collisions, see
 ``benchmarks/RESULTS.md``, contact-estimation): a collision moves in time with the
@@ -36,6 +38,7 @@ import numpy as np
 import torch
 
 from diffsim_ros.dynamics.spatial import quat_conjugate, quat_log, quat_multiply
+from diffsim_ros.estimation.consistency import CONSISTENCY_P_VALUE
 from diffsim_ros.estimation.object_events import at_rest_at_start, contact_events, move_time, pose_noise
 from diffsim_ros.estimation.objects import (
     MIN_POSES,
@@ -97,6 +100,9 @@ class FitSettings:
             (see IMPACT_SUBSTEPS; 1: none).
         engine: Rollouts and sensitivities by the compiled step where it covers the world
             ("auto") or always by torch's ("torch"; see objects.ENGINES).
+        consistency_p_value: A fit whose position and orientation data disagree on the
+            parameters at a p-value below this is poor (see
+            :func:`~diffsim_ros.estimation.consistency.channel_consistency`; 0: not checked).
     """
 
     friction_grid: tuple = tuple(np.geomspace(0.03, 1.5, 12).round(4))
@@ -111,6 +117,7 @@ class FitSettings:
     cost_tolerance: float = COST_TOLERANCE
     impact_substeps: int = IMPACT_SUBSTEPS
     engine: str = "auto"
+    consistency_p_value: float = CONSISTENCY_P_VALUE
 
 
 @dataclass(frozen=True)
@@ -291,10 +298,10 @@ def _pre_contact(world, observations, relevant, at_rest, end, settings, stages, 
     return dict(estimate.values), estimate.initial_state
 
 
-def _final_fit(world, observations, relevant, at_rest, values, state, settings):
+def _final_fit(world, observations, relevant, at_rest, values, state, settings, split_time=None):
     estimate = estimate_object_parameters(world.with_parameters(values), observations, relevant, at_rest=at_rest,
                                           max_evaluations=settings.max_evaluations, initial_state=state,
-                                          cost_tolerance=settings.cost_tolerance, engine=settings.engine)
+                                          cost_tolerance=settings.cost_tolerance, engine=settings.engine, split_time=split_time)
     final = world.with_parameters(estimate.values)
     return estimate, fitted_poses(final, estimate, observations, settings.engine)
 
@@ -328,6 +335,15 @@ def residual_drift(observations, fitted, noise, block=DRIFT_BLOCK):
     return out
 
 
+def _split_time(observations, events):
+    """Where the data are split to check that both sides agree [s]: just before the first
+    contact between objects (the model's hit is where a model error enters), else midway."""
+    if events:
+        return events[0].last_apart
+    start = min(float(o.times[0]) for o in observations.values())
+    return 0.5 * (start + max(float(o.times[-1]) for o in observations.values()))
+
+
 def _judge(estimate, identifiable, drift, settings):
     """``(status, message)`` from the fit's residual ratios, their drift and identifiability."""
     verdict = quality_verdict(estimate.fit_ratio, estimate.noise, settings.quality_limit)
@@ -339,6 +355,16 @@ def _judge(estimate, identifiable, drift, settings):
         return "poor_fit", (f"poor fit: the {channel} residuals of '{name}' drift ({DRIFT_BLOCK}-pose means {value:.1f}x what "
                             f"camera noise leaves; limit {settings.drift_limit:g}x) although their rms is "
                             f"{estimate.worst_ratio:.2f}x the noise: the model departs from the data systematically and its "
+                            "estimates would be biased (check the known values, the scene and the model's time step)")
+    failed = [c for c in estimate.consistency.values() if not c.agrees(settings.consistency_p_value / len(estimate.consistency))]
+    if failed:
+        check = min(failed, key=lambda c: c.p_value)
+        name = max(check.z, key=lambda n: abs(check.z[n]))
+        (a, by_a), (b, by_b) = check.by_channel.items()
+        return "poor_fit", (f"poor fit: the {a} and {b} data disagree on the parameters beyond camera noise (chi-square "
+                            f"{check.statistic:.1f} on {check.dof} dof, p = {check.p_value:.1e} < {settings.consistency_p_value:g}; "
+                            f"'{name}' is {by_a[name]:.4g} from the {a} data alone and {by_b[name]:.4g} from the {b} data, "
+                            f"{abs(check.z[name]):.1f} std apart): a model error is absorbed by the parameters and the "
                             "estimates would be biased (check the known values, the scene and the model's time step)")
     missing = [n for n, ok in identifiable.items() if not ok]
     if missing:
@@ -419,7 +445,7 @@ def _joint(world, observations, relevant, skipped, at_rest, values, state, candi
     for attempt, start_values in enumerate(starts):
         progress("joint fit" if attempt == 0 else f"joint fit, restart {attempt}")
         start = time.perf_counter()
-        estimate, fitted = _final_fit(world, observations, relevant, at_rest, start_values, state, settings)
+        estimate, fitted = _final_fit(world, observations, relevant, at_rest, start_values, state, settings, _split_time(observations, events))
         _stage(stages, "joint fit" if attempt == 0 else f"joint fit, restart {attempt}", relevant, None, estimate, start)
         if best is None or estimate.cost < best[0].cost:
             best = (estimate, fitted)

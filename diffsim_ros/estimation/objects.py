@@ -29,6 +29,7 @@ from scipy.optimize import least_squares
 
 from diffsim_ros.dynamics.spatial import quat_conjugate, quat_log, quat_multiply, quat_normalize
 from diffsim_ros.estimation.data import DataError
+from diffsim_ros.estimation.consistency import channel_consistency
 from diffsim_ros.estimation.object_events import pose_noise
 from diffsim_ros.estimation.streams import PoseSeries
 from diffsim_ros.sim.contact.errors import ContactError
@@ -49,6 +50,7 @@ __all__ = [
     "object_pose_residuals",
     "scan_parameters",
     "parameter_uncertainty",
+    "row_noise",
 ]
 
 # Bounds of the physical parameters (friction > 0 keeps its gradient alive).
@@ -118,6 +120,10 @@ class ObjectEstimate:
             object_events.pose_noise`); about 1 for a model that explains the data. Empty
             when the series are too short to estimate the noise.
         noise: The camera noise (PoseNoise) those ratios use, or None.
+        consistency: Split name -> Consistency: whether the position and orientation data
+            alone ("position/orientation"), and the data before and after ``split_time``
+            ("before/after"), agree on the parameters
+            (:func:`~diffsim_ros.estimation.consistency.channel_consistency`).
     """
 
     values: dict
@@ -131,6 +137,7 @@ class ObjectEstimate:
     evaluations: int
     fit_ratio: dict = field(default_factory=dict)
     noise: object = None
+    consistency: dict = field(default_factory=dict)
 
     @property
     def worst_ratio(self):
@@ -270,6 +277,28 @@ class _Problem:
         poses = sum(len(series) for series in self.observations)
         data = np.tile(np.repeat([0, 1], 3), poses)
         return np.concatenate([data, np.full(3 * len(self.nuisance), PRIOR_CHANNEL)])
+
+    def row_times(self):
+        """Observation time [s] of every pose residual row (the prior rows excluded), (R,)."""
+        return np.concatenate([np.repeat(series.times, 6) for series in self.observations])
+
+    def consistency(self, jac, residual, x, split_time=None):
+        """Channel consistency at the solution: position against orientation rows, and rows up
+        to ``split_time`` [s] against the later ones (when given and both sides have rows)."""
+        channels = self.channels()
+        # No camera is better than NOISE_FLOOR: a noise-free channel must not weigh infinitely.
+        floor = np.concatenate([np.tile(np.repeat([NOISE_FLOOR[0], NOISE_FLOOR[1] * bounding_radius(obj.shape)], 3), len(series))
+                                for obj, series in zip(self.world.objects, self.observations)] + [np.full(3 * len(self.nuisance), PRIOR_RESIDUAL)])
+        sigma = np.maximum(row_noise(jac, residual, channels, {PRIOR_CHANNEL: PRIOR_RESIDUAL}), floor)
+        out = {"position/orientation": channel_consistency(jac, residual, sigma, channels, self.names, x, shared=PRIOR_CHANNEL)}
+        if split_time is not None:
+            segments = np.where(channels == PRIOR_CHANNEL, PRIOR_CHANNEL, 0)
+            later = np.concatenate([self.row_times() > split_time, np.zeros(3 * len(self.nuisance), bool)])
+            segments[later] = 1
+            if later.any() and (segments == 0).any():
+                out["before/after"] = channel_consistency(jac, residual, sigma, segments, self.names, x,
+                                                          labels=("before", "after"), shared=PRIOR_CHANNEL)
+        return out
 
     def bounds(self):
         lower, upper = [], []
@@ -559,6 +588,24 @@ def _channel_sigmas(residual, channels, basis, fixed):
     return sigma
 
 
+def _column_space(jac):
+    """Column norms (P,), non-zero columns (P,), SVD of the column-normalized Jacobian and the
+    singular values kept (above SINGULAR_RCOND of the largest)."""
+    norms = np.linalg.norm(jac, axis=0)
+    seen = norms > ZERO_COLUMN
+    svd = np.linalg.svd(jac[:, seen] / norms[seen], full_matrices=False)
+    singular = svd[1]
+    keep = singular > SINGULAR_RCOND * singular[0] if singular.size else np.zeros(0, bool)
+    return norms, seen, svd, keep
+
+
+def row_noise(jac, residual, channels, fixed_sigma=None):
+    """Noise standard deviation of every residual row, estimated per channel as in
+    :func:`parameter_uncertainty` (same arguments), shape (R,)."""
+    _, _, (u, _, _), keep = _column_space(jac)
+    return _channel_sigmas(residual, np.asarray(channels), u[:, keep], dict(fixed_sigma or {}))
+
+
 def parameter_uncertainty(jac, residual, channels=None, fixed_sigma=None):
     """Standard deviations of least-squares unknowns and which ones the data determine.
 
@@ -585,14 +632,10 @@ def parameter_uncertainty(jac, residual, channels=None, fixed_sigma=None):
     channels = np.zeros(rows, int) if channels is None else np.asarray(channels)
     if channels.shape != (rows,):
         raise ValueError(f"channels must have shape ({rows},), got {channels.shape}")
-    norms = np.linalg.norm(jac, axis=0)
-    seen = norms > ZERO_COLUMN
-    scaled = jac[:, seen] / norms[seen]
-    u, singular, vt = np.linalg.svd(scaled, full_matrices=False)
-    keep = singular > SINGULAR_RCOND * singular[0] if singular.size else np.zeros(0, bool)
+    norms, seen, (u, singular, vt), keep = _column_space(jac)
     sigma = _channel_sigmas(residual, channels, u[:, keep], dict(fixed_sigma or {}))
     null = vt[~keep]
-    participation = np.linalg.norm(null, axis=0) if null.size else np.zeros(scaled.shape[1])
+    participation = np.linalg.norm(null, axis=0) if null.size else np.zeros(int(seen.sum()))
     # Pseudo-inverse rows V S⁻¹ Uᵀ applied to the row noise: cov = P Σ Pᵀ.
     weighted = (vt[keep].T / singular[keep]) @ (u[:, keep].T * sigma)
     cov_diag = (weighted**2).sum(1)
@@ -605,8 +648,21 @@ def parameter_uncertainty(jac, residual, channels=None, fixed_sigma=None):
     return std, seen
 
 
+def _checked_initial(problem, initial):
+    """The initial guesses as a dict; ContactError for names not estimated or values out of bounds."""
+    initial = dict(initial or {})
+    lower, upper = problem.bounds()
+    for name, value in initial.items():
+        if name not in problem.names:
+            raise ContactError(f"initial guess for '{name}', which is not estimated; estimated: {problem.names}")
+        i = problem.names.index(name)
+        if not (math.isfinite(float(value)) and lower[i] <= float(value) <= upper[i]):
+            raise ContactError(f"initial guess {name} = {value} outside [{lower[i]}, {upper[i]}]")
+    return initial
+
+
 def estimate_object_parameters(world, observations, parameters, initial=None, at_rest=(), max_evaluations=60, verbose=0,
-                               initial_state=None, cost_tolerance=1e-8, engine="auto"):
+                               initial_state=None, cost_tolerance=1e-8, engine="auto", split_time=None):
     """Fit object parameters to camera pose observations.
 
     Args:
@@ -626,6 +682,8 @@ def estimate_object_parameters(world, observations, parameters, initial=None, at
         cost_tolerance: scipy's ``ftol``: stop when a step lowers the cost by less than this
             fraction of it.
         engine: "auto" (the compiled step where it covers the world) or "torch" (see ENGINES).
+        split_time: Optional time [s] (e.g. just before a first contact): the data up to it
+            and after it are also checked for agreement on the parameters (``consistency``).
 
     Returns:
         ObjectEstimate.
@@ -637,14 +695,8 @@ def estimate_object_parameters(world, observations, parameters, initial=None, at
             per object, or too few poses in total for the unknowns).
     """
     problem = _Problem(world, observations, parameters, at_rest, engine)
-    initial = dict(initial or {})
+    initial = _checked_initial(problem, initial)
     lower, upper = problem.bounds()
-    for name, value in initial.items():
-        if name not in problem.names:
-            raise ContactError(f"initial guess for '{name}', which is not estimated; estimated: {problem.names}")
-        i = problem.names.index(name)
-        if not (math.isfinite(float(value)) and lower[i] <= float(value) <= upper[i]):
-            raise ContactError(f"initial guess {name} = {value} outside [{lower[i]}, {upper[i]}]")
     x0 = problem.initial_guess(initial, initial_state)
     x0 = np.clip(x0, lower + 1e-12, upper - 1e-12)
     guess = x0.copy()
@@ -672,6 +724,7 @@ def estimate_object_parameters(world, observations, parameters, initial=None, at
         state0 = problem.initial_state(fields, torch.zeros(1, dtype=world.dtype, device=world.device))
     noise, ratio = _fit_ratio(problem, residual)
     verdict = quality_verdict(ratio, noise)
+    consistency = problem.consistency(jac, residual, result.x, split_time)
     return ObjectEstimate(
         values=values,
         std=std,
@@ -684,6 +737,7 @@ def estimate_object_parameters(world, observations, parameters, initial=None, at
         evaluations=int(result.nfev),
         fit_ratio=ratio,
         noise=noise,
+        consistency=consistency,
     )
 
 

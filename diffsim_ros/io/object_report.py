@@ -13,7 +13,8 @@
       box/ground.restitution: "..."
     not_estimated:              # unknowns the data cannot involve, with the reason
     known: {target.mass: 0.6, ...}
-    quality: {noise: {...}, fit_ratio: {box: {position: 1.05, orientation: 1.01}, ...}, drift: {box: {...}, ...}}
+    quality: {noise: {...}, fit_ratio: {box: {position: 1.05, orientation: 1.01}, ...}, drift: {box: {...}, ...},
+              consistency: {before/after: {chi_square: 0.7, dof: 1, p_value: 0.39, estimates: {before: {...}, after: {...}}}, ...}}
     events: [{pair: [box, target], time: 0.2, last_apart: 0.167}]
     stages: [{name: ..., parameters: [...], seconds: 3.1, ...}]
     data: {box: {poses: 25, start: 0.0, end: 0.8}, ...}
@@ -47,6 +48,9 @@ def estimates_document(fit, scene, data):
             "noise": {"position_m": fit.noise.position, "orientation_rad": fit.noise.orientation, "windows": fit.noise.windows},
             "fit_ratio": {k: {c: round(float(v), 4) for c, v in r.items()} for k, r in fit.fit_ratio.items()},
             "drift": {k: {c: round(float(v), 4) for c, v in r.items()} for k, r in fit.drift.items()},
+            "consistency": {split: {"chi_square": round(c.statistic, 4), "dof": c.dof, "p_value": float(f"{c.p_value:.4g}"),
+                                    "estimates": {side: {n: float(v) for n, v in values.items()} for side, values in c.by_channel.items()}}
+                            for split, c in fit.estimate.consistency.items()},
         },
         "events": [{"pair": list(e.pair), "time": round(e.time, 6), "last_apart": round(e.last_apart, 6)} for e in fit.events],
         "at_rest": list(fit.at_rest),
@@ -79,5 +83,7 @@ def summary_table(fit, scene):
     ratios = ", ".join(f"{k} {max(r.values()):.2f}x" for k, r in fit.fit_ratio.items())
     lines += ["", f"status: {fit.status}: {fit.message}",
               f"camera noise from the data: {fit.noise.position * 1e3:.2f} mm, {math.degrees(fit.noise.orientation):.3f} deg; "
-              f"fit rms / noise: {ratios}; residual drift: {', '.join(f'{k} {max(r.values()):.2f}x' for k, r in fit.drift.items())}"]
+              f"fit rms / noise: {ratios}; residual drift: {', '.join(f'{k} {max(r.values()):.2f}x' for k, r in fit.drift.items())}",
+              "data splits agree on the parameters: " + (", ".join(f"{split} p = {c.p_value:.2g}" for split, c in fit.estimate.consistency.items())
+                                                          or "not checked")]
     return "\n".join(lines)
