@@ -6,6 +6,10 @@
 * :func:`atomic_file` and :class:`atomic_directory` — write into a hidden sibling and rename it
   into place on success, so readers never see partial outputs and a failure (or Ctrl-C) leaves
   nothing behind.
+* :func:`record_interrupts` and :func:`check_interrupted` — the Ctrl-C record: a command run
+  inside ``record_interrupts()`` remembers every SIGINT, and every atomic writer checks the
+  record before it creates anything and before it renames into place. A Ctrl-C that a library
+  catches and drops (swallows) therefore still stops every write that follows it.
 * Hidden siblings carry the writer's process id and host (``.NAME.tmp-PID@HOST.XXXX``); a
   later write to the same path removes those whose process is gone (SIGKILL, power loss) and
   restores a previous version that a killed writer had moved aside but not yet replaced.
@@ -15,12 +19,15 @@ import contextlib
 import os
 import re
 import shutil
+import signal
 import socket
 import tempfile
+import threading
 import uuid
 from pathlib import Path
 
-__all__ = ["OutputPathError", "atomic_directory", "atomic_file", "check_output_path", "clean_stale_siblings"]
+__all__ = ["OutputPathError", "atomic_directory", "atomic_file", "check_interrupted", "check_output_path",
+           "clean_stale_siblings", "record_interrupts"]
 
 
 class OutputPathError(ValueError):
@@ -28,6 +35,45 @@ class OutputPathError(ValueError):
 
 
 _HOST = socket.gethostname().replace("/", "_")
+
+_interrupts = []  # SIGINTs received inside record_interrupts(); empty outside it
+
+
+def _record_sigint(signum, frame):
+    # Python's own handler plus a record: a library that catches the KeyboardInterrupt and goes
+    # on (swallowing it) cannot make a writer commit its output after a Ctrl-C.
+    _interrupts.append(signum)
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def record_interrupts():
+    """Around a command: record its Ctrl-Cs (SIGINT) for :func:`check_interrupted`.
+
+    Only in the main thread with Python's handler in place (a SIGINT that the parent process
+    ignores, as for a background job, stays ignored). On exit, Python's handler is restored and
+    the record is forgotten, so writes after the command are not affected.
+    """
+    install = (threading.current_thread() is threading.main_thread()
+               and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+    if install:
+        _interrupts.clear()
+        signal.signal(signal.SIGINT, _record_sigint)
+    try:
+        yield
+    finally:
+        if install:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            _interrupts.clear()
+
+
+def check_interrupted():
+    """Raise KeyboardInterrupt if Ctrl-C was pressed inside :func:`record_interrupts`, even if swallowed.
+
+    Every atomic writer calls it before it creates anything and before it renames into place.
+    """
+    if _interrupts:
+        raise KeyboardInterrupt
 
 
 def _umask():
@@ -136,14 +182,20 @@ def atomic_file(path, mode="w"):
 
     The file appears at ``path`` (replacing an existing one) only when the block succeeds;
     permissions follow the umask. Missing parent directories are created.
+
+    Raises:
+        KeyboardInterrupt: Ctrl-C was recorded (:func:`check_interrupted`), before the write
+            or during it; nothing is created, or the temporary file is removed.
     """
     path = Path(path)
+    check_interrupted()  # after a Ctrl-C, not even a parent directory
     path.parent.mkdir(parents=True, exist_ok=True)
     clean_stale_siblings(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-{_tag()}.", dir=path.parent)
     try:
         with os.fdopen(fd, mode) as handle:
             yield handle
+        check_interrupted()  # one swallowed while the contents were made
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; outputs follow the umask
         os.replace(tmp, path)
     except BaseException:
@@ -162,6 +214,8 @@ class atomic_directory:
         FileExistsError: ``path`` exists and ``force`` is False (raised on construction, before
             any work).
         OutputPathError: ``path`` is a file, or its parent cannot be written (on construction).
+        KeyboardInterrupt: Ctrl-C was recorded (:func:`check_interrupted`) on entering the
+            block or before the rename at its end; the hidden directory is removed.
     """
 
     def __init__(self, path, force=False):
@@ -170,6 +224,7 @@ class atomic_directory:
         self.tmp = None
 
     def __enter__(self):
+        check_interrupted()  # after a Ctrl-C, not even a parent directory
         self.path.parent.mkdir(parents=True, exist_ok=True)
         clean_stale_siblings(self.path)
         self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.tmp-{_tag()}.", dir=self.path.parent))
@@ -181,6 +236,7 @@ class atomic_directory:
             shutil.rmtree(self.tmp, ignore_errors=True)
             return False
         try:
+            check_interrupted()  # one swallowed while the files were written
             self._swap()
         except BaseException:
             shutil.rmtree(self.tmp, ignore_errors=True)

@@ -78,6 +78,8 @@ force_over_a_file             ``--force`` does not replace a regular file with a
 force_leaves_no_old           a forced replace leaves no hidden ``.old-*`` behind
 ctrl_c                        every subcommand: exit 130, one line on stderr, no traceback, nothing
                               half-written
+ctrl_c_swallowed              a Ctrl-C that a library catches and drops: every atomic writer refuses
+                              to create or to commit anything after it; the command exits 130
 torque_map_missing_dir        ``torque-map build`` into a missing directory creates it; a parent
                               that is a file or unwritable fails before the build
 torque_map_arguments          --dt 0, --angle-points 1, --contexts 0, --threads 0, --substeps 0,
@@ -116,17 +118,19 @@ from diffsim_ros.control import (
 )
 from diffsim_ros.control.loop import ReferenceClock
 from diffsim_ros.control.torque_map import TorqueMap, TorqueMapError
+from diffsim_ros.io.bags import BagWriter
 from diffsim_ros.io.calibration import CalibrationError, apply_calibration, load_calibration
 from diffsim_ros.io.ros_messages import NS_PER_S, clock_msg
-from diffsim_ros.io.ros_types import CLOCK
+from diffsim_ros.io.ros_types import CLOCK, TypestoreMessages, default_typestore
 from diffsim_ros.model import RobotModelError, load_robot_config
 from diffsim_ros.nodes.controller_node import ControllerNode
 from diffsim_ros.nodes.estimator_node import EstimatorNode
 from diffsim_ros.nodes.sim_robot_node import SimRobotNode
-from diffsim_ros.outputs import OutputPathError, atomic_directory, atomic_file, clean_stale_siblings
+from diffsim_ros.outputs import OutputPathError, atomic_directory, atomic_file, clean_stale_siblings, record_interrupts
 from diffsim_ros.runtime.embedded import DEFAULT_START_NS, EmbeddedRuntime
 from diffsim_ros.runtime.qos import CLOCK_QOS
 from diffsim_ros.testbed.hardware import POSITION, TORQUE, BaxterLimbEmulator
+from ctrl_c import python_sigint_handler, swallow_a_ctrl_c, terminal_sigint
 from oracles import BAXTER_LEFT, REPO
 from test_nodes_faults import PARAMS, CommandMonitor, logs
 
@@ -590,6 +594,47 @@ def test_previous_version_moved_aside_by_a_killed_writer_is_restored(tmp_path):
     assert (tmp_path / "out" / "result.txt").read_text() == "previous"
 
 
+def _file_writer(target, during):
+    with atomic_file(target) as handle:
+        handle.write("new")
+        during()
+
+
+def _directory_writer(target, during):
+    with atomic_directory(target, force=True) as tmp:
+        (tmp / "result.txt").write_text("new")
+        during()
+
+
+def _bag_writer(target, during):
+    with BagWriter(target, overwrite=True) as writer:
+        writer.write("/clock", clock_msg(TypestoreMessages(default_typestore()), NS_PER_S), NS_PER_S)
+        during()
+
+
+ATOMIC_WRITERS = {"atomic_file": _file_writer, "atomic_directory": _directory_writer, "bag_writer": _bag_writer}
+
+
+def _tree(root):
+    """Every path under ``root`` (hidden ones too) with its bytes (None for a directory)."""
+    return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else None for p in sorted(root.rglob("*"))}
+
+
+@pytest.mark.parametrize("write", ATOMIC_WRITERS.values(), ids=ATOMIC_WRITERS.keys())
+def test_a_swallowed_ctrl_c_stops_every_atomic_writer(tmp_path, write):
+    target = tmp_path / "out"
+    write(target, lambda: None)  # the previous version
+    before = _tree(tmp_path)
+    with python_sigint_handler(), record_interrupts():
+        with pytest.raises(KeyboardInterrupt):
+            write(target, swallow_a_ctrl_c)  # a Ctrl-C while writing, which a library drops
+        with pytest.raises(KeyboardInterrupt):
+            write(tmp_path / "later" / "out", lambda: None)  # any write after it
+    assert _tree(tmp_path) == before  # the previous version; no temporary file, not even a parent directory
+    write(tmp_path / "next", lambda: None)  # the record ends with the command
+    assert (tmp_path / "next").exists()
+
+
 # --- confusing or raw: the command line -----------------------------------------------------------
 
 
@@ -626,21 +671,13 @@ def test_a_ctrl_c_that_a_library_swallows_still_stops_the_write(tmp_path, capsys
     from diffsim_ros.cli import torque_map as torque_map_cli
 
     def build_swallowing_a_ctrl_c(*args, **kwargs):
-        try:  # a real SIGINT, caught and dropped as some libraries do
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(5.0)
-        except KeyboardInterrupt:
-            pass
+        swallow_a_ctrl_c()
         return build_torque_map(*args, **kwargs)
 
     build_torque_map = torque_map_cli.build_torque_map
     monkeypatch.setattr(torque_map_cli, "build_torque_map", build_swallowing_a_ctrl_c)
-    # As in a terminal (a pytest-xdist worker ignores SIGINT): Python's handler, the runner's back after.
-    runner_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
+    with python_sigint_handler():  # as in a terminal (a pytest-xdist worker ignores SIGINT)
         code = _swallowed_build(tmp_path, capsys)
-    finally:
-        signal.signal(signal.SIGINT, runner_handler)
     assert code == 130
 
 
@@ -654,17 +691,12 @@ def _swallowed_build(tmp_path, capsys):
     return code
 
 
-def _terminal_sigint():
-    # As in a terminal: Python's SIGINT handling, even if the test runner's process ignores SIGINT.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def test_ctrl_c_real_sigint_during_a_torque_map_build(tmp_path):
     out = tmp_path / "maps" / "map.npz"
     command = "from diffsim_ros.cli import main; main()"
     process = subprocess.Popen([sys.executable, "-c", command, "torque-map", "build", "--config", str(BAXTER_LEFT),
                                 "--out", str(out), "--simulator", "rigid", "--contexts", "40"], stderr=subprocess.PIPE,
-                               text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=_terminal_sigint)
+                               text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=terminal_sigint)
     # 40 inertia contexts: ~30 s of building left after joint 1 (5 contexts left ~1.5 s, which a loaded
     # machine could spend before the signal was sent: the build then finished and exited 0).
     assert process.stderr.readline().strip() == "joint 1/7"

@@ -15,12 +15,13 @@ import contact_scenes as scenes
 import numpy as np
 import pytest
 import yaml
+from ctrl_c import python_sigint_handler, swallow_a_ctrl_c
 from scipy.spatial.transform import Rotation
 from test_contact_estimation import COLLISION_MASS_REL_TOL, COLLISION_MU_REL_TOL, COLLISION_RESTITUTION_TOL, MU_REL_TOL, SEED
 
 from diffsim_ros.cli import main as cli_main
 from diffsim_ros.pipelines.objects import load_inputs
-from diffsim_ros.cli.exits import OK, UNDETERMINED
+from diffsim_ros.cli.exits import INTERRUPTED, OK, UNDETERMINED
 from diffsim_ros.estimation.object_events import contact_events, pose_noise
 from diffsim_ros.estimation.object_fit import STATUSES, FitSettings, fit_objects
 from diffsim_ros.estimation.objects import MIN_POSES
@@ -192,6 +193,31 @@ def test_a_fit_that_does_not_explain_the_data_is_not_a_success(tmp_path, capsys)
     result = yaml.safe_load((out / "objects.yaml").read_text())
     assert result["status"] == "poor_fit" and result["estimates"] == {}
     assert "box/ground.friction" in result["unidentifiable"]
+
+
+def test_a_ctrl_c_that_a_library_swallows_stops_the_write(tmp_path, capsys, monkeypatch):
+    """A real SIGINT while the fit runs, caught and dropped (as some libraries do): the fit goes on,
+    but the command exits 130 and writes nothing, although --allow-partial writes any fit's outputs."""
+    from diffsim_ros.cli import estimate_objects as command
+
+    def progress_swallowing_a_ctrl_c(stage):
+        if not swallowed:
+            swallowed.append(stage)
+            swallow_a_ctrl_c()
+        progress(stage)
+
+    swallowed, progress = [], command._progress
+    monkeypatch.setattr(command, "_progress", progress_swallowing_a_ctrl_c)
+    bag, scene_path, calibration = _files(tmp_path, "slide", SCENE_SLIDE)
+    out = tmp_path / "out"
+    args = ["estimate-objects", "--bag", str(bag), "--scene", str(scene_path), "--calibration", str(calibration),
+            "--out", str(out), "--allow-partial", "--max-evaluations", str(CROPPED_EVALUATIONS)]
+    with python_sigint_handler():  # as in a terminal (a pytest-xdist worker ignores SIGINT)
+        code = cli_main(args)
+    err = capsys.readouterr().err
+    assert code == INTERRUPTED and swallowed, err
+    assert "Traceback" not in err and err.splitlines()[-1] == "diffsim-ros estimate-objects: interrupted; nothing written"
+    assert not out.exists() and not any(p.name.startswith(".out") for p in tmp_path.iterdir())
 
 
 def test_quality_verdict_names_the_worst_residual():

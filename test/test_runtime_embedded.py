@@ -407,6 +407,22 @@ def test_shutdown_callbacks_run_and_their_messages_are_recorded(tmp_path):
     assert bag_info(tmp_path / "bag").topics == {"/hold": (FLOAT64_MULTI_ARRAY, 1)}
 
 
+def test_a_ctrl_c_in_a_shutdown_callback_lets_the_others_run_and_discards_the_recording(tmp_path):
+    """Ctrl-C during shutdown (or a save that an atomic writer refuses after one): every other node
+    still gets its shutdown call (a hold command), the recording is discarded, and the interrupt goes on."""
+    def interrupted():
+        raise KeyboardInterrupt
+
+    held = []
+    with pytest.raises(KeyboardInterrupt):
+        with EmbeddedRuntime() as runtime:
+            runtime.create_node("estimator").add_on_shutdown(interrupted)
+            runtime.create_node("controller").add_on_shutdown(lambda: held.append("hold"))
+            runtime.record(tmp_path / "bag")
+            runtime.spin_for(0.05)
+    assert held == ["hold"] and list(tmp_path.iterdir()) == []
+
+
 def test_bag_replay_drives_sim_time_nodes(tmp_path):
     path = tmp_path / "recorded"
     with EmbeddedRuntime() as runtime:

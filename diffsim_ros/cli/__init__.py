@@ -3,8 +3,11 @@
 Every subcommand ends with one of the exit codes of :mod:`diffsim_ros.cli.exits`. Ctrl-C
 (SIGINT) at any point — while the subcommands' modules load, while arguments are checked, in
 the middle of a computation or a write — ends with one line on stderr and exit code 130;
-outputs are written atomically, so nothing half-written is left. An unexpected exception is
-reported in one line with exit code 1 (``DIFFSIM_ROS_TRACEBACK=1`` shows the traceback).
+outputs are written atomically, so nothing half-written is left. A Ctrl-C that a library
+catches and drops still counts: commands run inside :func:`diffsim_ros.outputs.record_interrupts`,
+and every atomic writer refuses to create or commit anything after a recorded Ctrl-C. An
+unexpected exception is reported in one line with exit code 1 (``DIFFSIM_ROS_TRACEBACK=1``
+shows the traceback).
 """
 
 import argparse
@@ -14,7 +17,8 @@ import os
 import signal
 import sys
 
-from diffsim_ros.cli.exits import FAILURE, INTERRUPTED, record_interrupts
+from diffsim_ros.cli.exits import FAILURE, INTERRUPTED
+from diffsim_ros.outputs import record_interrupts
 
 __all__ = ["SUBCOMMAND_MODULES", "TRACEBACK_VARIABLE", "build_parser", "main"]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from diffsim_ros.cli.exits import BAD_INPUT, OK, check_interrupted
+from diffsim_ros.cli.exits import BAD_INPUT, OK
 from diffsim_ros.control.errors import ControlError
 from diffsim_ros.control.torque_map import TorqueMap, TorqueMapGrid, build_torque_map, validate_torque_map
 from diffsim_ros.dynamics.fast import FastDynamics
@@ -111,8 +111,7 @@ def build_command(args):
         simulator = make_simulator(model, args.dt, substeps=args.substeps, kind=args.simulator)
         tmap = build_torque_map(simulator, grid, progress=_progress)
         report = validate_torque_map(tmap, simulator, FastDynamics.from_model(model), args.validate) if args.validate else None
-        check_interrupted()
-        tmap.save(args.out)
+        tmap.save(args.out)  # atomic: refuses to commit after a Ctrl-C, even a swallowed one
     except _ERRORS as err:
         return _error(err)
     print(f"wrote {args.out}: {_summary(tmap)}")

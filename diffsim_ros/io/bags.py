@@ -46,6 +46,7 @@ from diffsim_ros.io.ros_types import (
     default_typestore,
     normalize_type_name,
 )
+from diffsim_ros.outputs import check_interrupted
 
 __all__ = [
     "BagData",
@@ -661,7 +662,8 @@ class BagWriter:
         return topic in self._connections
 
     def open(self):
-        """Create the temporary bag."""
+        """Create the temporary bag (KeyboardInterrupt after a recorded Ctrl-C: nothing is created)."""
+        check_interrupted()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._tmp.mkdir()
         self._writer = Writer(self._tmp / self.path.name, version=_BAG_VERSION, storage_plugin=_PLUGINS[self.storage])
@@ -722,12 +724,17 @@ class BagWriter:
 
         Returns:
             The bag path.
+
+        Raises:
+            KeyboardInterrupt: Ctrl-C was recorded (:func:`diffsim_ros.outputs.check_interrupted`),
+                even one a library swallowed: the recording is discarded.
         """
         if self._writer is None:
             raise BagError(f"{self.path}: writer is not open")
         writer, self._writer = self._writer, None
         try:
             writer.close()
+            check_interrupted()
             self._install()
         finally:
             shutil.rmtree(self._tmp, ignore_errors=True)

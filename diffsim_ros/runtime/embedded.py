@@ -640,22 +640,28 @@ class EmbeddedRuntime:
     def shutdown(self, keep_recording=True):
         """Run the nodes' shutdown callbacks, then finish (or discard) the recording.
 
-        Messages published by shutdown callbacks are recorded but not delivered.
+        Messages published by shutdown callbacks are recorded but not delivered. A callback's
+        KeyboardInterrupt (Ctrl-C, or a save that an atomic writer refused after one) is raised
+        after every other callback ran, and the recording is discarded.
         """
         if self._shut_down:
             return
-        errors = []
+        errors, interrupt = [], None
         for node in self.nodes:
             for callback in node._shutdown_callbacks:
                 try:
                     callback()
+                except KeyboardInterrupt as err:  # Ctrl-C, or a save refused after one: the others still run
+                    interrupt = err
                 except Exception as err:  # every node must get its shutdown call
                     node.get_logger().error(f"shutdown callback failed: {type(err).__name__}: {err}")
                     errors.append(err)
         self._shut_down = self._shutdown_requested = True
         recorder, self._recorder = self._recorder, None
         if recorder is not None:
-            recorder.finish(keep_recording and not errors)
+            recorder.finish(keep_recording and not errors and interrupt is None)
+        if interrupt is not None:
+            raise interrupt
         if errors:
             raise errors[0]
 
