@@ -3,7 +3,9 @@
 The complex step differentiates the computed step, the function autograd differentiates
 through the torch PBD step: the two agree to the rounding of the two implementations (the
 steps themselves agree to ~1e-12 here), at any iteration count. Central differences through
-the compiled step confirm it independently, to their truncation and round-off error.
+the compiled step confirm it independently, to their truncation and round-off error; the
+forward-mode tangents (``method="tangents"``, test_pbd_fast_tangents.py) match it to rounding.
+The one test file that runs the complex kernel (not compiled ahead by pipelines.kernels).
 """
 
 import numpy as np
@@ -18,11 +20,17 @@ from test_pbd_references import baxter
 DT = 0.01  # [s]
 AUTOGRAD_RTOL = 1e-9  # compiled complex-step Jacobians vs autograd through the torch step, relative to the largest entry
 STEP_TOL = 1e-10  # [rad, rad/s] the step the Jacobians come with vs the compiled rollout
+TANGENTS_RTOL = 1e-9  # forward-mode tangents vs the complex step, relative to the largest entry
 FD_RTOL = 1e-6  # central differences through the compiled step (step below) vs the complex step
 FD_STEP = 1e-5  # [rad, rad/s, N·m]
 Q = np.array([0.2, -0.4, 0.3, 0.9, -0.2, 0.7, 0.4])
 QD = np.array([0.5, -0.3, 0.4, 0.6, -0.8, 0.3, 0.9])
 TAU = np.array([2.0, -25.0, 3.0, 8.0, 1.0, 2.0, 0.5])
+CASES = {
+    "1x2": (dict(substeps=1, iterations=2), Q),  # the MPC predictor's settings
+    "3x4": (dict(substeps=3, iterations=4), Q),
+    "1x2-on-limit": (dict(substeps=1, iterations=2), np.array([0.2, -0.4, 0.3, 0.9, -0.2, 2.093, 0.4])),  # w1 runs onto its upper limit
+}
 
 
 @pytest.fixture(scope="module")
@@ -50,15 +58,7 @@ def _relative(actual, expected):
     return float(np.abs(actual - expected).max() / np.abs(expected).max())
 
 
-@pytest.mark.parametrize(
-    "settings, q",
-    [
-        (dict(substeps=1, iterations=2), Q),  # the MPC predictor's settings
-        (dict(substeps=3, iterations=4), Q),
-        (dict(substeps=1, iterations=2), np.array([0.2, -0.4, 0.3, 0.9, -0.2, 2.093, 0.4])),  # w1 runs onto its upper limit
-    ],
-    ids=["1x2", "3x4", "1x2-on-limit"],
-)
+@pytest.mark.parametrize("settings, q", CASES.values(), ids=list(CASES))
 def test_jacobians_match_autograd(model, settings, q):
     simulator = PBDSimulator(model, DT, **settings)
     pbd = FastPBD.from_model(model)
@@ -68,6 +68,16 @@ def test_jacobians_match_autograd(model, settings, q):
     a_ref, b_ref = _autograd(model, settings, q, QD, TAU)
     assert _relative(a, a_ref) < AUTOGRAD_RTOL
     assert _relative(b, b_ref) < AUTOGRAD_RTOL
+
+
+@pytest.mark.parametrize("settings, q", CASES.values(), ids=list(CASES))
+def test_tangents_match_the_complex_step(model, settings, q):
+    simulator = PBDSimulator(model, DT, **settings)
+    pbd = FastPBD.from_model(model)
+    complex_step = pbd_step_jacobians(pbd, q, QD, TAU, DT, simulator.settings, method="complex_step")
+    tangents = pbd_step_jacobians(pbd, q, QD, TAU, DT, simulator.settings, method="tangents")
+    for name, actual, expected in zip(("q_next", "qd_next", "A", "B"), tangents, complex_step):
+        assert _relative(actual, expected) < TANGENTS_RTOL, name
 
 
 def test_jacobians_match_central_differences(model):

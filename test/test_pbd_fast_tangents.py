@@ -1,10 +1,12 @@
-"""Vector forward-mode Jacobians of the compiled PBD step (sim.pbd.fast_tangents) against the complex step and autograd.
+"""Vector forward-mode Jacobians of the compiled PBD step (sim.pbd.fast_tangents) against autograd.
 
-All three differentiate the same computed step (the same projection sweeps, the active limit
-set decided on the values): the tangents propagated beside one float64 run must equal the
-complex step through the compiled kernel (one run per direction) and autograd through the
-torch PBD step to the rounding of the implementations, through friction, every spring law, a
-payload, compliant and rigid joint rows, and joint-limit rows active and inactive.
+Both differentiate the same computed step (the same projection sweeps, the active limit set
+decided on the values): the tangents propagated beside one float64 run must equal autograd
+through the torch PBD step to the rounding of the two implementations, through friction, every
+spring law, a payload, compliant and rigid joint rows, and joint-limit rows active and inactive.
+The complex step through the compiled kernel, a third reference, is compared with the tangents
+in test_pbd_fast_jacobians.py (the one test file that compiles the complex kernel, minutes of
+CPU: pytest-xdist may run two files that need it at once, each compiling it).
 """
 
 import numpy as np
@@ -12,14 +14,12 @@ import pytest
 
 from diffsim_ros.sim import PBDSimulator
 from diffsim_ros.sim.pbd.fast import FastPBD, kernel_options
-from diffsim_ros.sim.pbd.fast_jacobians import step_jacobians_into
 from diffsim_ros.sim.pbd.fast_tangents import step_tangents_into
 from test_pbd_fast_jacobians import _autograd
 from test_pbd_references import baxter, random_state
 from test_springs import sprung_baxter
 
 DT = 0.01  # [s]
-COMPLEX_STEP_RTOL = 1e-9  # tangents vs complex-step Jacobians, relative to the largest entry
 AUTOGRAD_RTOL = 1e-9  # tangents vs autograd through the torch step, relative to the largest entry
 STEP_TOL = 1e-10  # [rad, rad/s] the step the tangents come with vs the compiled rollout
 SAME_COLUMNS_RTOL = 1e-13  # B from the n torque directions alone vs from all 3n
@@ -69,15 +69,12 @@ def _relative(actual, expected):
 
 
 def _check(model, settings, q, qd, tau):
-    """Tangents vs the compiled rollout (the step), the complex step and autograd (A and B)."""
+    """Tangents vs the compiled rollout (the step) and autograd (A and B)."""
     simulator = PBDSimulator(model, DT, **settings)
     pbd, options = FastPBD.from_model(model), kernel_options(DT, simulator.settings)
     q_next, qd_next, a, b = _jacobians(step_tangents_into, pbd, options, q, qd, tau)
     q_roll, qd_roll, _ = pbd.rollout(q[None], qd[None], tau[None, None], DT, simulator.settings)
     assert np.abs(q_next - q_roll[0, 0]).max() < STEP_TOL and np.abs(qd_next - qd_roll[0, 0]).max() < STEP_TOL
-    _, _, a_cs, b_cs = _jacobians(step_jacobians_into, pbd, options, q, qd, tau)
-    assert _relative(a, a_cs) < COMPLEX_STEP_RTOL
-    assert _relative(b, b_cs) < COMPLEX_STEP_RTOL
     a_ref, b_ref = _autograd(model, settings, q, qd, tau)
     assert _relative(a, a_ref) < AUTOGRAD_RTOL
     assert _relative(b, b_ref) < AUTOGRAD_RTOL
@@ -85,7 +82,7 @@ def _check(model, settings, q, qd, tau):
 
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("settings", list(SETTINGS))
-def test_tangents_match_complex_step_and_autograd(model, settings, seed):
+def test_tangents_match_autograd(model, settings, seed):
     _check(model, SETTINGS[settings], *_inputs(model, seed))
 
 

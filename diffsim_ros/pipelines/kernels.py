@@ -2,11 +2,12 @@
 
 numba compiles a kernel at its first call and keeps the machine code in ``__pycache__`` beside
 the source (``cache=True``); later processes load it in milliseconds. On a fresh install the
-first calls cost minutes of CPU (the PBD step, in real arithmetic, with its forward-mode tangents and
-in complex arithmetic for its exact Jacobians, most). A node would spend them at start-up on the robot, and each worker of
+first calls cost minutes of CPU (the PBD step, in real arithmetic and with its forward-mode tangents,
+most). A node would spend them at start-up on the robot, and each worker of
 ``make test`` would spend them again for the same kernels. This calls each kernel family once,
 on the Baxter arm and a box on the ground, in parallel processes, so that every later process
-loads them from the cache.
+loads them from the cache. Not the complex-step Jacobians of the PBD step (``pbd_step_jacobians(...,
+method="complex_step")``, the tangents' test reference; no node calls them): they compile on first use.
 """
 
 import argparse
@@ -59,22 +60,20 @@ def _mpc(model, q, qd, **simulator):
 
 
 def _pbd_mpc():
-    """The MPC through PBD: the PBD step with its exact Jacobians (forward-mode tangents) inside the Riccati solver."""
-    model = _baxter()
-    q, qd, _ = _start(model)
-    _mpc(model, q, qd, kind="pbd", substeps=1)
+    """The MPC through PBD, and the PBD step's exact Jacobians (forward-mode tangents) called alone.
 
-
-def _pbd_jacobians():
-    """The PBD step's exact Jacobians called alone: forward-mode tangents and the complex step (their reference)."""
+    One family: both call the one compiled tangent step (``fast_tangents.step_tangents_with``),
+    which the first compiles and the second links. The complex step (``method="complex_step"``,
+    the tangents' test reference) is left to compile on first use: no node calls it.
+    """
     from diffsim_ros.sim import PBDSimulator
     from diffsim_ros.sim.pbd.fast import FastPBD
     from diffsim_ros.sim.pbd.fast_jacobians import pbd_step_jacobians
 
     model = _baxter()
-    pbd, settings = FastPBD.from_model(model), PBDSimulator(model, _DT).settings
-    for method in ("tangents", "complex_step"):
-        pbd_step_jacobians(pbd, *_start(model), _DT, settings, method=method)
+    q, qd, tau = _start(model)
+    _mpc(model, q, qd, kind="pbd", substeps=1)
+    pbd_step_jacobians(FastPBD.from_model(model), q, qd, tau, _DT, PBDSimulator(model, _DT).settings, method="tangents")
 
 
 def _rigid():
@@ -112,7 +111,7 @@ def _contact():
     fast.jacobians(*args)
 
 
-FAMILIES = {"pbd_jacobians": _pbd_jacobians, "pbd_mpc": _pbd_mpc, "pbd": _pbd, "rigid": _rigid, "large_step": _large_step, "contact": _contact}
+FAMILIES = {"pbd_mpc": _pbd_mpc, "pbd": _pbd, "rigid": _rigid, "large_step": _large_step, "contact": _contact}
 """Kernel families, the costliest first (they are handed out in this order)."""
 
 

@@ -842,7 +842,10 @@ def _t_integrate(phys, fk, springs, w, t, tau, settings):
     _t_finish(phys, fk, springs, w, t, tau, h, _KICK_FINISH + 0 * substeps, substeps < 0)
 
 
-@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
+# Not inlined: compiled once, then linked into both callers (the PBD MPC's solver,
+# control/mpc_fast.py, and step_tangents_into) instead of compiled again inside each (124 s of
+# CPU on a fresh install, measured under load). numba's default flags, the solver's.
+@njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def step_tangents_with(fk, phys, springs, settings, w, t, q, qd, tau, q_next, qd_next, a, b):
     """One PBD step and its exact Jacobians in vector forward mode, in given work areas.
 
