@@ -47,7 +47,7 @@ from benchmarks.common import machine_line, markdown_table, median, time_call, w
 from diffsim_ros.model import RobotModel
 from diffsim_ros.sim.rigid import RigidBodySimulator
 from diffsim_ros.sim.contact import Box, ContactWorld, LinkProxy, RigidObject, Sphere
-from diffsim_ros.sim.contact.world import WorldState
+from diffsim_ros.sim.contact.state import WorldState
 
 PARTS = ("gradients", "warmstart", "estimation", "objects")
 SOLVERS = ("lcp", "cone")

@@ -32,9 +32,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from diffsim_ros.dynamics.spatial import matvec, quat_normalize, quat_to_matrix
+from diffsim_ros.dynamics.spatial import matvec
+from diffsim_ros.sim.contact import step as stepping
 from diffsim_ros.sim.contact.frames import contact_frames
-from diffsim_ros.sim.contact.world import ContactWorld, StepInfo
+from diffsim_ros.sim.contact.state import StepInfo
+from diffsim_ros.sim.contact.world import ContactWorld
 
 __all__ = ["HitWorld", "damping_ratio", "replay", "hit_only", "main"]
 
@@ -74,12 +76,14 @@ class HitWorld(ContactWorld):
         return torch.tensor(mask, dtype=torch.bool, device=self.device)
 
     def step(self, state, tau=None, wrench=None, warm=None):
-        # A coarse step is ContactWorld's (which takes its impact substeps through this method).
-        if not self.soft or self.impact_substeps > 1:
+        # A coarse step is ContactWorld's; its impact substeps are taken through this method.
+        if not self.soft:
             return super().step(state, tau, wrench, warm)
         if self.micro:
             return self._soft_step(state, wrench, warm)
-        contacts = self.detect(state, self.margin + 2.0 * self.dt * self._speed_bound(state), skip_apart=True)
+        contacts = self.detect(state, self.options.margin + 2.0 * self.dt * stepping.speed_bound(self, state), skip_apart=True)
+        if self.options.impact_substeps > 1 and stepping.objects_may_touch(self, contacts):
+            return stepping.impact_substeps(self, state, tau, wrench, warm, step_fn=HitWorld.step)
         if not self._hit_within(state, contacts):
             return super().step(state, tau, wrench, warm)
         count = max(1, int(math.ceil(self.dt / self.micro_dt - 1e-9)))
@@ -95,9 +99,9 @@ class HitWorld(ContactWorld):
             return False
         with torch.no_grad():
             frames = contact_frames(contacts.normal)
-            jac = self._contact_jacobian(state, contacts, frames)
+            jac = stepping.contact_jacobian(self, state, contacts, frames)
             batch = contacts.gap.shape[:-1]
-            normal = matvec(jac[..., 0::3, :], self._velocity_vector(state, batch))
+            normal = matvec(jac[..., 0::3, :], stepping.velocity_vector(self, state, batch))
             closing = (contacts.gap < 0) | (contacts.gap + 2.0 * self.dt * normal < 0)
             return bool((oo & closing).any())
 
@@ -112,30 +116,43 @@ class HitWorld(ContactWorld):
         return omega**2, damping
 
     def _soft_step(self, state, wrench, warm):
-        """One micro-step: ContactWorld.step with the object-object normal rows compliant (see module)."""
+        """One micro-step: the contact step's stages with the object-object normal rows compliant (see module)."""
         h = self.dt
-        contacts = self.detect(state, self.margin + 2.0 * h * self._speed_bound(state), skip_apart=True)
-        batch = torch.broadcast_shapes(contacts.gap.shape[:-1], *(v.shape[:-1] for v in (*self.params.values(), *self.pair_params.values())))
+        contacts = self.detect(state, self.options.margin + 2.0 * h * stepping.speed_bound(self, state), skip_apart=True)
+        batch = stepping.step_batch(self, state, contacts)
         k = contacts.count
-        frames = contact_frames(contacts.normal)
-        inv_inertia, inertia = self._object_inertia(quat_to_matrix(quat_normalize(state.orientation)), batch)
-        jac = self._contact_jacobian(state, contacts, frames).expand(*batch, 3 * k, -1)
-        minv_jt = self._inverse_mass_apply(None, inv_inertia, jac.transpose(-1, -2))
+        inv_inertia, inertia = stepping.object_inertia(self, state.orientation, batch)
+        jac = stepping.contact_jacobian(self, state, contacts, contact_frames(contacts.normal)).expand(*batch, 3 * k, -1)
+        minv_jt = stepping.inverse_mass_apply(self, None, inv_inertia, jac.transpose(-1, -2))
         delassus = jac @ minv_jt
-        v_free = self._free_velocity(state, None, wrench, inv_inertia, inertia).expand(*batch, -1)
+        v_free = stepping.free_velocity(self, state, None, wrench, inv_inertia, inertia).expand(*batch, -1)
+        terms = self._soft_terms(state, contacts, jac, v_free, batch)
+        solution = stepping.solve(self, delassus, terms.bias, terms.mu, terms.active, warm)
+        impulse = solution.impulse.reshape(*batch, 3 * k)
+        v_next = v_free + matvec(minv_jt, impulse)
+        correction = stepping.bounce_correction(self, terms, jac, minv_jt, delassus, v_next, impulse)
+        next_state = stepping.integrate(self, state, None, v_next, h * v_next + correction, batch)
+        penetration = torch.where(terms.active, -terms.gap, torch.zeros_like(terms.gap)).amax(-1).clamp_min(0.0).detach()
+        return next_state, StepInfo(contacts, solution.impulse, solution, terms.bouncing, penetration)
+
+    def _soft_terms(self, state, contacts, jac, v_free, batch):
+        """:func:`~diffsim_ros.sim.contact.step.contact_terms` with the penetrating object-object
+        normal rows tracking MuJoCo's reference ``a = -b v_n - k gap`` (and, with ``soft_friction``,
+        the tangent rows ``a_t = -b v_t``); those rows never bounce."""
+        h = self.dt
+        k = contacts.count
         free_contact = matvec(jac, v_free)
-        now = matvec(jac, self._velocity_vector(state, batch)).reshape(*batch, k, 3)
+        now = matvec(jac, stepping.velocity_vector(self, state, batch)).reshape(*batch, k, 3)
         approach = free_contact[..., 0::3]
         gap = contacts.gap.expand(*batch, k)
         oo = self._pair_mask()
         soft = oo & contacts.active.expand(*batch, k) & (gap < 0)
         active = contacts.active.expand(*batch, k) & (~oo | soft)
-        restitution = self._slot_values("restitution", batch)
-        mu = self._slot_values("friction", batch)
+        restitution = self.slot_values("restitution", batch)
         stiffness, damping = self._soft_rates(restitution)
         bouncing = active & ~oo & (restitution > 0) & (gap + h * approach < 0)
-        bouncing = bouncing & (self._impact_speed(state, jac, gap, approach, batch) < -self.bounce_threshold)
-        stabilize = torch.where(gap > 0, gap, self.baumgarte * gap) / h
+        bouncing = bouncing & (stepping.impact_speed(self, state, jac, gap, approach, batch) < -self.options.bounce_threshold)
+        stabilize = torch.where(gap > 0, gap, self.options.baumgarte * gap) / h
         rigid_bias = torch.where(bouncing, restitution * approach, stabilize)
         target = now[..., 0] * (1.0 - h * damping) - h * stiffness * gap
         normal_bias = torch.where(soft, -target, rigid_bias)
@@ -143,15 +160,7 @@ class HitWorld(ContactWorld):
         if self.soft_friction:
             tangent = torch.where(soft[..., None], -now[..., 1:] * (1.0 - h * damping[..., None]), tangent)
         bias = free_contact + torch.cat([normal_bias[..., None], tangent], -1).reshape(*batch, 3 * k)
-        solution = self._solve(delassus, bias, mu, active, warm)
-        impulse = solution.impulse.reshape(*batch, 3 * k)
-        v_next = v_free + matvec(minv_jt, impulse)
-        correction = torch.zeros_like(v_next)
-        if bool(bouncing.any()):
-            correction = self._bounce_correction(jac, minv_jt, delassus, v_next, gap, approach, bouncing, impulse, active)
-        next_state = self._integrate(state, None, v_next, h * v_next + correction, batch)
-        penetration = torch.where(active, -gap, torch.zeros_like(gap)).amax(-1).clamp_min(0.0).detach()
-        return next_state, StepInfo(contacts, solution.impulse, solution, bouncing, penetration)
+        return stepping.ContactTerms(gap, active, approach, self.slot_values("friction", batch), bouncing, bias)
 
 
 # name -> (label, options): the world's impact substeps, then HitWorld's options ("mujoco": the

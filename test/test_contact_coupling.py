@@ -11,6 +11,7 @@ from diffsim_ros.dynamics import forward_kinematics, frame_jacobian, gravity_tor
 from diffsim_ros.model import RobotModel, load_robot_config
 from diffsim_ros.sim import PBDSimulator, RigidBodySimulator
 from diffsim_ros.sim.contact import Box, ContactWorld, LinkProxy, Plane, RigidObject, Sphere, StaticShape
+from diffsim_ros.sim.contact.step import contact_jacobian, velocity_vector
 from oracles import BAXTER_LEFT
 
 DTYPE = torch.float64
@@ -130,8 +131,8 @@ def test_robot_contact_jacobian_matches_gap_rates():
     state = type(state)(state.position, state.orientation, box_velocity, torch.zeros_like(box_velocity), state.q, qd)
     contacts = world.detect(state, margin=0.05)
     frames = torch.stack([contacts.normal, contacts.normal, contacts.normal], -2)  # only row 0 is used
-    jac = world._contact_jacobian(state, contacts, frames)
-    velocity = world._velocity_vector(state, ())
+    jac = contact_jacobian(world, state, contacts, frames)
+    velocity = velocity_vector(world, state, ())
     rate = (jac @ velocity)[0::3]
 
     def gaps(t):

@@ -23,7 +23,8 @@ from diffsim_ros.sim.contact import fast as fast_kernels
 from diffsim_ros.sim.contact.fast import OK, FastContactStep, fast_support, warm_info
 from diffsim_ros.sim.contact.layout import ContactLayout
 from diffsim_ros.dynamics.spatial import quat_multiply, quat_normalize, quat_to_matrix
-from diffsim_ros.sim.contact.world import WorldState
+from diffsim_ros.sim.contact.state import WorldState
+from diffsim_ros.sim.contact.step import objects_may_touch, speed_bound
 
 VALUE_TOL = 1e-9  # next state, compiled vs torch, both solvers converged [m, -, m/s, rad/s]
 JACOBIAN_TOL = 1e-9  # relative to max(1, max |J|): compiled vs torch autograd
@@ -117,7 +118,7 @@ def _start(world, height):
 
 def _before_the_hit(world, height):
     """The state of :func:`_start` whose step bounces."""
-    state, single = _start(world, height), replace(world, impact_substeps=1)
+    state, single = _start(world, height), world.with_impact_substeps(1)
     with torch.no_grad():
         for _ in range(20):
             following, info = single.step(state)
@@ -247,7 +248,7 @@ def test_jacobians_match_autograd(scene):
 def test_jacobians_match_central_differences(name):
     world, state, _ = SCENES[name]()
     if name == "stack":  # resting contacts sit at gap ~0, where the bias's slope changes unless baumgarte is 1
-        world = replace(world, baumgarte=1.0)
+        world = replace(world, options=replace(world.options, baumgarte=1.0))
     names = _parameter_names(world)
     fast = FastContactStep(world, names)
     fields = [f.numpy().copy() for f in _fields(state)]
@@ -308,7 +309,7 @@ def test_algorithm1_matches_torch():
     """The staggered projections with the Newton polish (the fallback when the modes' repairs
     fail) give torch's modes and impulses, on the contact problem of the ground hit."""
     world, state, _ = _ground_hit_substeps()
-    fast = FastContactStep(replace(world, impact_substeps=1))
+    fast = FastContactStep(world.with_impact_substeps(1))
     fields = [f.numpy() for f in _fields(state)]
     work = fast_kernels._forward(*fields, np.zeros((2, 6)), fast.scene, fast.options, np.zeros(0, dtype=np.int8))[4]
     a, b, mu = work[10], work[11], work[12]
@@ -351,8 +352,8 @@ def test_two_box_scenes_cover_what_they_name():
     for world, state, _ in (_hit(), _edge_hit()):
         assert bool(world.step(state)[1].bouncing[:8].any())
     world, state, _ = _ground_hit_substeps()
-    contacts = world.detect(state, world.margin + 2 * DT * world._speed_bound(state), skip_apart=True)
-    assert world._objects_may_touch(contacts)
+    contacts = world.detect(state, world.options.margin + 2 * DT * speed_bound(world, state), skip_apart=True)
+    assert objects_may_touch(world, contacts)
     world, state, _ = _edge_hit()
     contacts = world.detect(state)
     assert contacts.active[:8].tolist() == [True] + [False] * 7

@@ -37,7 +37,7 @@ from diffsim_ros.sim.contact.fast import OK as FAST_OK
 from diffsim_ros.sim.contact.fast import FastContactStep, fast_support, warm_info
 from diffsim_ros.sim.contact.frames import integrate_orientation
 from diffsim_ros.sim.contact.shapes import bounding_radius
-from diffsim_ros.sim.contact.world import WorldState
+from diffsim_ros.sim.contact.state import WorldState
 
 __all__ = [
     "ObjectEstimate",

@@ -3,14 +3,15 @@
 Covers the scenes of :class:`~diffsim_ros.sim.contact.world.ContactWorld` with ``solver="cone"``,
 no robot, and free boxes, spheres and capsules whose contacts are static planes or other boxes
 (a box has 8 corner slots on a plane and 8 slots with another box, a sphere 1, a capsule 2).
-The step is the torch one, operation for operation (detection with the speculative margin and
-the broad phase, box-box slots by :mod:`~diffsim_ros.sim.contact.fast_boxes`, contact frames,
-Delassus matrix, Baumgarte / speculative / restitution bias, the regularized cone problem,
-semi-implicit integration, the position correction of contacts bouncing within the step, and
-the world's impact substeps); the cone problem is solved as :mod:`~diffsim_ros.sim.contact.cone`
-solves it (mode-wise Newton with mode repairs, then the staggered projections of Algorithm 1
-with the Newton polish), whose converged solution is unique (the regularized problem), so both
-agree to round-off. Where no solution passes the KKT check (torch then keeps Algorithm 1's
+The step is the torch one (:func:`~diffsim_ros.sim.contact.step.step`), operation for
+operation (detection with the speculative margin and the broad phase, box-box slots by
+:mod:`~diffsim_ros.sim.contact.fast_boxes`, contact frames, Delassus matrix, Baumgarte /
+speculative / restitution bias, the regularized cone problem, semi-implicit integration, the
+position correction of contacts bouncing within the step, and the world's impact substeps);
+the cone problem is solved as :mod:`~diffsim_ros.sim.contact.cone` solves it (mode-wise Newton
+with mode repairs, then the staggered projections of Algorithm 1 with the Newton polish), whose
+converged solution is unique (the regularized problem), so both agree to round-off. Where no
+solution passes the KKT check (torch then keeps Algorithm 1's
 approximate impulses), :attr:`FastContactStep.status` says so and the torch step (the
 reference) must be used. The search for the solution is not the same to the operation: the
 Newton steps solve their KKT systems by LU here and by an equilibrated pseudo-inverse with one
@@ -64,7 +65,7 @@ from diffsim_ros.sim.contact.cone import (
 from diffsim_ros.sim.contact.errors import ContactError
 from diffsim_ros.sim.contact.fast_boxes import BOX_BOX_SLOTS, box_box_slots, boxes_separated
 from diffsim_ros.sim.contact.shapes import Box, Capsule, Plane, Sphere, bounding_radius
-from diffsim_ros.sim.contact.world import StepInfo, WorldState
+from diffsim_ros.sim.contact.state import StepInfo, WorldState
 
 __all__ = ["OK", "NOT_CONVERGED", "FastContactStep", "fast_support", "jacobian_kernel", "solve_cone_compiled",
            "step_kernel", "warm_info"]
@@ -668,8 +669,8 @@ def _plane_slot(s, slots, rot_j, pos_j, gap, point, normal):
 
 @njit(cache=True)
 def _box_pair(a, b, start, rot, pos, scene, margin, tangents, point, normal, gap, active, d_point, d_normal, d_gap):
-    """The 8 slots of boxes a and b from ``start``: inactive placeholders (world._inactive_slots)
-    when the broad phase separates them (world._apart), else :func:`box_box_slots`."""
+    """The 8 slots of boxes a and b from ``start``: inactive placeholders (step._inactive_slots)
+    when the broad phase separates them (step._apart), else :func:`box_box_slots`."""
     obj_radius, halves = scene[7], scene[8]
     rel = np.empty(3)
     for c in range(3):
@@ -691,7 +692,7 @@ def _box_pair(a, b, start, rot, pos, scene, margin, tangents, point, normal, gap
 @njit(cache=True)
 def _margin(lin, ang, scene, options):
     """Activation distance of the step [m]: the margin plus twice what the fastest surface point
-    (world._speed_bound: ``|v| + |w| r`` and a step of gravity) covers in a step."""
+    (step.speed_bound: ``|v| + |w| r`` and a step of gravity) covers in a step."""
     obj_radius = scene[7]
     speed = 0.0
     for j in range(lin.shape[0]):
@@ -848,7 +849,7 @@ def _bias(jac, v_free, v_now, gap_k, e_k, options):
     for a in range(k):
         approach = b[3 * a]
         if e_k[a] > 0.0 and gap_k[a] + h * approach < 0.0:
-            # Impact speed: the velocity interpolated to when the contact closes (world._impact_speed).
+            # Impact speed: the velocity interpolated to when the contact closes (step.impact_speed).
             fraction = min(max(gap_k[a] / max(-approach, _TINY), 0.0), h) / h
             bouncing[a] = current[3 * a] + fraction * (approach - current[3 * a]) < -threshold
         if bouncing[a]:
@@ -1072,7 +1073,7 @@ def _forward(pos, quat, lin, ang, wrench, scene, options, warm):
 
 @njit(cache=True)
 def _objects_may_touch(pos, quat, lin, ang, scene, options):
-    """Whether a slot between two objects is active at the step's margin (world._objects_may_touch)."""
+    """Whether a slot between two objects is active at the step's margin (step.objects_may_touch)."""
     slot_other = scene[4]
     _, rot = _unit_rotations(quat)
     _, _, _, active = _detect(pos, rot, scene, _margin(lin, ang, scene, options))
@@ -1085,7 +1086,7 @@ def _objects_may_touch(pos, quat, lin, ang, scene, options):
 @njit(cache=True)
 def _substeps(pos, quat, lin, ang, scene, options):
     """``(substeps, options of one substep)``: ``options[7]`` substeps of ``dt / options[7]`` when
-    objects may touch each other (ContactWorld.impact_substeps), else one step."""
+    objects may touch each other (ContactOptions.impact_substeps), else one step."""
     count = int(options[7])
     if count <= 1 or not _objects_may_touch(pos, quat, lin, ang, scene, options):
         return 1, options
@@ -1494,8 +1495,8 @@ def _covered_pair(pair):
 
 def fast_support(world):
     """Why ``world`` (a ContactWorld) has no compiled step, or None when it has one."""
-    if world.solver != "cone":
-        return f"solver {world.solver!r} (only 'cone' is compiled)"
+    if world.options.solver != "cone":
+        return f"solver {world.options.solver!r} (only 'cone' is compiled)"
     if world.robot is not None or world.proxies:
         return "a robot (only free objects are compiled)"
     for pair in world.pairs:
@@ -1539,8 +1540,8 @@ def _scene(world):
             other += [-1] * len(local)
         rows += [[*point, radius, *plane_row] for point, plane_row in zip(local, plane_rows)]
         owner += [pair.a.index] * len(local)
-        mu += [float(world._pair_value("friction", index))] * len(local)
-        restitution += [float(world._pair_value("restitution", index))] * len(local)
+        mu += [float(world.pair_value("friction", index))] * len(local)
+        restitution += [float(world.pair_value("restitution", index))] * len(local)
         pairs.append([BOX_PAIR if pair.b.kind == "object" else PLANE_PAIR, pair.a.index,
                       pair.b.index if pair.b.kind == "object" else -1, pair.start, pair.count])
     halves = [o.shape.half_extents if isinstance(o.shape, Box) else (0.0, 0.0, 0.0) for o in world.objects]
@@ -1634,8 +1635,9 @@ class FastContactStep:
         self.scene = _scene(world)
         self.parameters = tuple(world.parameter_names() if parameters is None else parameters)
         self.table = _parameter_table(world, self.parameters, self.scene[2].shape[0])
-        self.options = np.array([world.dt, world.margin, world.baumgarte, world.bounce_threshold, *_numpy(world.gravity),
-                                 world.impact_substeps], dtype=np.float64)
+        options = world.options
+        self.options = np.array([world.dt, options.margin, options.baumgarte, options.bounce_threshold, *_numpy(world.gravity),
+                                 options.impact_substeps], dtype=np.float64)
         self.status, self.warm_hit = OK, False
         self.modes, self.impulse, self.multiplier = np.zeros(0, dtype=np.int8), np.zeros((0, 3)), np.zeros(0)
 
@@ -1653,7 +1655,7 @@ class FastContactStep:
         return state
 
     def step_state(self, state, wrench=None, warm=None):
-        """:meth:`step` on a :class:`~diffsim_ros.sim.contact.world.WorldState` (unbatched); returns a
+        """:meth:`step` on a :class:`~diffsim_ros.sim.contact.state.WorldState` (unbatched); returns a
         WorldState (float64 tensors, no autograd: use :meth:`jacobians` for derivatives).
 
         Raises:

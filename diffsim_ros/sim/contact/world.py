@@ -1,21 +1,10 @@
-"""A differentiable contact world: free rigid objects, static geometry and an articulated robot.
+"""A contact world's model: free rigid objects, static geometry, an articulated robot, the pair table.
 
-One time step (semi-implicit, velocity level, Stewart-Trinkle / Nimble style):
-
-1. detect contacts at the current poses (robot links carry collision proxies);
-2. free velocities: objects get gravity, applied wrenches and gyroscopic terms; the robot is
-   advanced by its own :class:`~diffsim_ros.sim.base.JointSpaceSimulator` (rigid-body or PBD);
-3. contact impulses ``x`` from ``w = A x + b`` with ``A = J M⁻¹ Jᵀ`` (robot block ``M(q)``,
-   object blocks ``diag(m I, I_world)``), ``b = J v_free + bias`` by the LCP (Nimble) or the
-   friction-cone solver (Le Lidec); the normal bias is ``e v_n`` for a bounce (Newton
-   restitution, Le Lidec's Eq. 3), ``gap / h`` for a speculative contact (``gap > 0``: it may
-   close but not cross within the step) and ``beta gap / h`` for penetration (Baumgarte);
-4. ``v+ = v_free + M⁻¹ Jᵀ x``; positions move by ``h v+``, plus, for contacts that bounce
-   within the step, a position-level correction placing the body where the continuous-time
-   bounce would have taken it (impact at ``t* = gap / -v_n``, then ``h - t*`` at the rebound
-   velocity). That correction is what makes ``dq_{t+1}/dq_t = -e`` for a ball bouncing within
-   a step (Nimble §VI) instead of the ``+1`` of plain time stepping; it is computed with the
-   same Delassus matrix, so it is differentiable like the rest.
+:class:`ContactWorld` holds what is simulated (objects, static shapes, the robot and its link
+proxies, the colliding pairs with their contact slots, the differentiable parameters) and its
+:class:`~diffsim_ros.sim.contact.options.ContactOptions`; its :meth:`~ContactWorld.step` and
+:meth:`~ContactWorld.rollout` are :func:`diffsim_ros.sim.contact.step.step` and
+:func:`~diffsim_ros.sim.contact.step.rollout`, the step as a list of stages.
 
 Contact coefficients of a pair are the larger of the two shapes' values (as MuJoCo combines
 friction; static shapes and robot proxies default to 0, so an object's own values apply),
@@ -27,21 +16,18 @@ tensors with leading batch dimensions (one value per batch element) and carry gr
 
 import functools
 import math
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 
-from diffsim_ros.dynamics.kinematics import forward_kinematics, frame_jacobian
-from diffsim_ros.dynamics.spatial import matvec, quat_normalize, quat_to_matrix, skew
-from diffsim_ros.sim.contact.cone import ConeSolution, solve_cone
-from diffsim_ros.sim.contact.detection import Contacts, boxes_apart, collide, concat_contacts, slot_count
-from diffsim_ros.sim.contact.errors import ContactError
-from diffsim_ros.sim.contact.frames import contact_frames, integrate_orientation
-from diffsim_ros.sim.contact.lcp import LCPSolution, solve_lcp
-from diffsim_ros.sim.contact.linsolve import pinv
-from diffsim_ros.sim.contact.shapes import Box, Capsule, Plane, Sphere, bounding_radius, unit_inertia
+from diffsim_ros.sim.contact import step as stepping
+from diffsim_ros.sim.contact.detection import slot_count
+from diffsim_ros.sim.contact.errors import ContactError, checked_number
+from diffsim_ros.sim.contact.options import ContactOptions
+from diffsim_ros.sim.contact.shapes import Box, Capsule, Plane, Sphere, unit_inertia
+from diffsim_ros.sim.contact.state import WorldState
 
-__all__ = ["RigidObject", "StaticShape", "LinkProxy", "WorldState", "StepInfo", "ContactWorld"]
+__all__ = ["RigidObject", "StaticShape", "LinkProxy", "ContactWorld"]
 
 OBJECT_PARAMETERS = ("mass", "friction", "restitution")
 PAIR_PARAMETERS = ("friction", "restitution")
@@ -58,15 +44,6 @@ def _check_parameter(name, kind, value):
         raise ContactError(f"parameter '{name}' must be >= 0, got {value.tolist()}")
     if kind == "restitution" and bool(((value < 0) | (value > 1)).any()):
         raise ContactError(f"parameter '{name}' must be in [0, 1], got {value.tolist()}")
-
-
-def _finite(name, value, low=-math.inf, high=math.inf, low_open=False):
-    value = float(value)
-    bad = not math.isfinite(value) or value > high or (value <= low if low_open else value < low)
-    if bad:
-        bound = f"{'>' if low_open else '>='} {low}" + (f" and <= {high}" if high < math.inf else "")
-        raise ContactError(f"{name} must be finite and {bound}, got {value}")
-    return value
 
 
 def _pose_tuple(name, position, orientation):
@@ -95,8 +72,8 @@ def _validate_placed(shape, kind, kinds):
     pos, quat = _pose_tuple(where, shape.position, shape.orientation)
     object.__setattr__(shape, "position", pos)
     object.__setattr__(shape, "orientation", quat)
-    _finite(f"{where} friction", shape.friction, 0.0)
-    _finite(f"{where} restitution", shape.restitution, 0.0, 1.0)
+    checked_number(f"{where} friction", shape.friction, 0.0)
+    checked_number(f"{where} restitution", shape.restitution, 0.0, 1.0)
 
 
 @dataclass(frozen=True)
@@ -122,9 +99,9 @@ class RigidObject:
 
     def __post_init__(self):
         _check_shape(f"object '{self.name}'", self.shape, SOLIDS)
-        _finite(f"object '{self.name}' mass [kg]", self.mass, 0.0, low_open=True)
-        _finite(f"object '{self.name}' friction", self.friction, 0.0)
-        _finite(f"object '{self.name}' restitution", self.restitution, 0.0, 1.0)
+        checked_number(f"object '{self.name}' mass [kg]", self.mass, 0.0, low_open=True)
+        checked_number(f"object '{self.name}' friction", self.friction, 0.0)
+        checked_number(f"object '{self.name}' restitution", self.restitution, 0.0, 1.0)
         if self.inertia is not None:
             values = tuple(float(v) for v in self.inertia)
             if len(values) != 3 or not all(math.isfinite(v) and v > 0 for v in values):
@@ -194,50 +171,6 @@ class LinkProxy(_Placed, _OnLink):
 
 
 @dataclass(frozen=True)
-class WorldState:
-    """State of the world (leading batch shape ``...``, J objects, n robot joints).
-
-    Attributes:
-        position: Object COM positions [m], shape (..., J, 3).
-        orientation: Object orientations, unit quaternions (w, x, y, z), shape (..., J, 4).
-        linear_velocity: COM velocities in the world [m/s], shape (..., J, 3).
-        angular_velocity: Angular velocities in the world [rad/s], shape (..., J, 3).
-        q: Robot joint positions [rad or m], shape (..., n), or None without a robot.
-        qd: Robot joint velocities, shape (..., n), or None.
-    """
-
-    position: torch.Tensor
-    orientation: torch.Tensor
-    linear_velocity: torch.Tensor
-    angular_velocity: torch.Tensor
-    q: torch.Tensor | None = None
-    qd: torch.Tensor | None = None
-
-    def map(self, fn):
-        """Apply ``fn`` to every tensor field (None stays None)."""
-        return WorldState(**{f.name: (None if getattr(self, f.name) is None else fn(getattr(self, f.name))) for f in fields(self)})
-
-
-@dataclass(frozen=True)
-class StepInfo:
-    """Diagnostics of one step.
-
-    Attributes:
-        contacts: Detected contact slots (:class:`~diffsim_ros.sim.contact.detection.Contacts`).
-        impulse: Contact impulses ``[n, t1, t2]`` [N·s], shape (..., K, 3).
-        solution: The solver's LCPSolution or ConeSolution (pass as ``warm`` to the next step).
-        bouncing: Contacts treated as bounces this step, bool (..., K).
-        max_penetration: Largest penetration of an active contact at the start of the step [m], (...).
-    """
-
-    contacts: object
-    impulse: torch.Tensor
-    solution: object
-    bouncing: torch.Tensor
-    max_penetration: torch.Tensor
-
-
-@dataclass(frozen=True)
 class _Geom:
     kind: str  # "object" | "proxy" | "static"
     index: int
@@ -263,27 +196,24 @@ class _Pair:
 class ContactWorld:
     """Objects, static shapes and an optional robot stepped together with contact.
 
-    Build with :meth:`create`. Immutable: :meth:`with_parameters` returns a new world.
+    Build with :meth:`create`. Immutable: :meth:`with_parameters` returns a new world. The world
+    is the model the step's stages read (:mod:`diffsim_ros.sim.contact.step`); :meth:`step`,
+    :meth:`rollout`, :meth:`detect` and :meth:`check_state` are those stages.
 
     Attributes:
         objects: The :class:`RigidObject` tuple (J objects, in state order).
         static: :class:`StaticShape` tuple.
         robot: JointSpaceSimulator of the robot (``robot.dt`` must equal ``dt``) or None.
         proxies: :class:`LinkProxy` tuple on the robot's links.
-        dt: Time step [s].
-        solver: ``"lcp"`` (Nimble boxed LCP, 4-sided pyramid) or ``"cone"`` (Coulomb cone).
-        margin: Speculative contact distance [m].
-        baumgarte: Fraction of a penetration removed per step.
-        bounce_threshold: Impact speed [m/s] below which contacts do not bounce (resting).
-        complementarity_aware: LCP only: Nimble's complementarity-aware gradients.
-        cone_method: Cone only: ``"auto"`` or ``"staggered"`` (see :func:`solve_cone`).
+        dt: Time step [s] (the robot simulator's).
+        options: :class:`~diffsim_ros.sim.contact.options.ContactOptions`: solver, margin,
+            Baumgarte fraction, bounce threshold, solver variants, impact substeps.
+        gravity: Gravity [m/s²], shape (3,).
+        unit_inertia: Principal inertias per unit mass [m²], shape (J, 3).
         params: ``{"mass", "friction", "restitution"}`` -> tensor (..., J).
         pair_params: ``{"friction", "restitution"}`` -> tensor (..., P), one column per pair
             (used for the pairs whose coefficient is set explicitly, see :meth:`create`).
-        gravity: Gravity [m/s²], shape (3,).
-        impact_substeps: Without a robot: a step in which two objects may touch (a slot of
-            an object-object pair active at the speculative margin) is taken as this many
-            substeps of ``dt / impact_substeps`` (see :meth:`with_impact_substeps`); 1: never.
+        pairs: The colliding pairs, each with its slots ``start .. start + count`` of the K slots.
     """
 
     objects: tuple
@@ -291,18 +221,12 @@ class ContactWorld:
     robot: object
     proxies: tuple
     dt: float
-    solver: str
-    margin: float
-    baumgarte: float
-    bounce_threshold: float
-    complementarity_aware: bool
-    cone_method: str
-    params: dict = field(repr=False)
-    pair_params: dict = field(repr=False)
+    options: ContactOptions
     gravity: torch.Tensor = field(repr=False)
     unit_inertia: torch.Tensor = field(repr=False)
+    params: dict = field(repr=False)
+    pair_params: dict = field(repr=False)
     pairs: tuple = field(repr=False)
-    impact_substeps: int = 1
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -327,6 +251,9 @@ class ContactWorld:
         device=None,
     ):
         """Build a world.
+
+        ``solver``, ``margin``, ``baumgarte``, ``bounce_threshold``, ``complementarity_aware`` and
+        ``cone_method`` become its :attr:`options` (:class:`~diffsim_ros.sim.contact.options.ContactOptions`).
 
         Args:
             objects: Sequence of :class:`RigidObject`.
@@ -355,8 +282,8 @@ class ContactWorld:
         objects, proxies = tuple(objects), tuple(proxies)
         static = (StaticShape("ground", Plane()),) if static is None else tuple(static)
         names = _checked_names(objects, static, proxies)
-        dt, margin, baumgarte, bounce_threshold = _checked_options(solver, cone_method, dt, margin, baumgarte,
-                                                                   bounce_threshold)
+        options = ContactOptions(solver, margin, baumgarte, bounce_threshold, complementarity_aware, cone_method)
+        dt = checked_number("dt [s]", dt, 0.0, low_open=True)
         dtype, device, gravity = _frame_of(robot, proxies, dt, dtype, device, gravity)
         tensor = functools.partial(torch.tensor, dtype=dtype, device=device)
         unit, params = _object_tensors(objects, tensor)
@@ -373,12 +300,7 @@ class ContactWorld:
             robot=robot,
             proxies=proxies,
             dt=dt,
-            solver=solver,
-            margin=margin,
-            baumgarte=baumgarte,
-            bounce_threshold=bounce_threshold,
-            complementarity_aware=bool(complementarity_aware),
-            cone_method=cone_method,
+            options=options,
             params=params,
             pair_params={kind: tensor(column) for kind, column in pair_values.items()},
             gravity=tensor(list(gravity)),
@@ -389,14 +311,17 @@ class ContactWorld:
     # ------------------------------------------------------------------ basic properties
     @property
     def dtype(self):
+        """The world's tensor dtype (its gravity's)."""
         return self.gravity.dtype
 
     @property
     def device(self):
+        """The world's tensor device (its gravity's)."""
         return self.gravity.device
 
     @property
     def object_names(self):
+        """The objects' names, in state order."""
         return tuple(o.name for o in self.objects)
 
     @property
@@ -406,6 +331,7 @@ class ContactWorld:
 
     @property
     def robot_dof(self):
+        """Robot joints n (0 without a robot)."""
         return 0 if self.robot is None else self.robot.model.nq
 
     # ------------------------------------------------------------------ parameters
@@ -443,7 +369,7 @@ class ContactWorld:
         table, kind, index = self._locate(name)
         if table == "object":
             return self.params[kind][..., index]
-        return self._pair_value(kind, index)
+        return self.pair_value(kind, index)
 
     def with_parameters(self, values):
         """New world with parameters replaced, differentiably; values may be batched tensors (...).
@@ -483,16 +409,10 @@ class ContactWorld:
             ContactError: ``substeps`` not a positive integer, or a world with a robot (its
                 simulator's step is fixed).
         """
-        if int(substeps) != substeps or substeps < 1:
-            raise ContactError(f"impact_substeps must be a positive integer, got {substeps!r}")
-        if self.robot is not None and substeps > 1:
+        options = replace(self.options, impact_substeps=substeps)
+        if self.robot is not None and options.impact_substeps > 1:
             raise ContactError("impact substeps need a world without a robot (the robot's simulator has its own time step)")
-        return replace(self, impact_substeps=int(substeps))
-
-    def _objects_may_touch(self, contacts):
-        slots = [i for pair in self.pairs if pair.a.kind == "object" and pair.b.kind == "object"
-                 for i in range(pair.start, pair.start + pair.count)]
-        return bool(slots) and bool(contacts.active[..., slots].any())
+        return replace(self, options=options)
 
     # ------------------------------------------------------------------ states
     def initial_state(self, position=None, orientation=None, linear_velocity=None, angular_velocity=None, q=None, qd=None):
@@ -521,76 +441,19 @@ class ContactWorld:
             qd=robot_qd,
         )
 
-    def _validate_state(self, state):
-        count = len(self.objects)
-        for name, tail in (("position", 3), ("orientation", 4), ("linear_velocity", 3), ("angular_velocity", 3)):
-            value = getattr(state, name)
-            if value.shape[-2:] != (count, tail):
-                raise ContactError(f"state.{name} must have shape (..., {count}, {tail}), got {tuple(value.shape)}")
-            if value.dtype != self.dtype or value.device != self.device:
-                raise ContactError(f"state.{name} is {value.dtype} on {value.device}; the world uses {self.dtype} on {self.device}")
-            if not bool(torch.isfinite(value.detach()).all()):
-                raise ContactError(f"state.{name} contains NaN or inf")
-        if self.robot is not None and (state.q is None or state.qd is None):
-            raise ContactError("the world has a robot: state.q and state.qd are required")
-
-    # ------------------------------------------------------------------ geometry
-    def _poses(self, state):
-        """World (rot, pos) of every object, proxy and static shape."""
-        obj_rot = quat_to_matrix(quat_normalize(state.orientation))
-        poses = {("object", i): (obj_rot[..., i, :, :], state.position[..., i, :]) for i in range(len(self.objects))}
-        if self.proxies:
-            links = [p.link for p in self.proxies]
-            frames = forward_kinematics(self.robot.model, state.q, links)
-            for i, proxy in enumerate(self.proxies):
-                offset_rot = quat_to_matrix(torch.tensor(proxy.orientation, dtype=self.dtype, device=self.device))
-                offset_pos = torch.tensor(proxy.position, dtype=self.dtype, device=self.device)
-                rot = frames[..., i, :3, :3]
-                poses[("proxy", i)] = (rot @ offset_rot, frames[..., i, :3, 3] + matvec(rot, offset_pos))
-        for i, shape in enumerate(self.static):
-            rot = quat_to_matrix(torch.tensor(shape.orientation, dtype=self.dtype, device=self.device))
-            poses[("static", i)] = (rot, torch.tensor(shape.position, dtype=self.dtype, device=self.device))
-        return poses
-
+    # ------------------------------------------------------------------ geometry (stages of the step)
     def detect(self, state, margin=None, skip_apart=False):
-        """All contact slots at a state (:class:`Contacts`, K = :attr:`slot_count`).
+        """All contact slots at a state: :func:`diffsim_ros.sim.contact.step.detect` of this world.
 
         Args:
             state: WorldState.
-            margin: Activation distance [m]; default :attr:`margin`.
-            skip_apart: Skip the narrow phase of pairs whose bounding spheres are farther
-                apart than ``margin`` everywhere in the batch: their slots are inactive either
-                way, but their points, normals and gaps are then placeholders (only for
-                callers that use inactive slots for nothing, as :meth:`step`).
-        """
-        margin = self.margin if margin is None else margin
-        poses = self._poses(state)
-        parts = []
-        for pair in self.pairs:
-            rot_a, pos_a = poses[(pair.a.kind, pair.a.index)]
-            rot_b, pos_b = poses[(pair.b.kind, pair.b.index)]
-            if skip_apart and _apart(pair, rot_a, pos_a, rot_b, pos_b, margin):
-                parts.append(_inactive_slots(pair, pos_a, pos_b))
-            else:
-                parts.append(collide(pair.a.shape, rot_a, pos_a, pair.b.shape, rot_b, pos_b, margin))
-        return concat_contacts(parts)
+            margin: Activation distance [m]; default ``options.margin``.
+            skip_apart: Placeholders for pairs apart everywhere in the batch (see the stage).
 
-    def _speed_bound(self, state):
-        """Upper bound of any surface point's speed [m/s] over the batch (for speculative contacts)."""
-        with torch.no_grad():
-            speeds = [torch.zeros((), dtype=self.dtype, device=self.device)]
-            if self.objects:
-                radius = torch.tensor([bounding_radius(o.shape) for o in self.objects], dtype=self.dtype, device=self.device)
-                v = torch.linalg.vector_norm(state.linear_velocity, dim=-1)
-                w = torch.linalg.vector_norm(state.angular_velocity, dim=-1)
-                speeds.append((v + w * radius).amax())
-            for proxy in self.proxies:
-                jac = frame_jacobian(self.robot.model, state.q, proxy.link)
-                twist = matvec(jac, state.qd)
-                reach = math.sqrt(sum(c * c for c in proxy.position)) + bounding_radius(proxy.shape)
-                point = torch.linalg.vector_norm(twist[..., :3], dim=-1) + reach * torch.linalg.vector_norm(twist[..., 3:], dim=-1)
-                speeds.append(point.amax())
-            return float(torch.stack(speeds).amax()) + self.dt * float(torch.linalg.vector_norm(self.gravity))
+        Returns:
+            Contacts, K = :attr:`slot_count` slots.
+        """
+        return stepping.detect(self, state, margin, skip_apart)
 
     def settle(self, state, names=None, max_shift=0.01):
         """Translate objects along the gravity direction onto the static shapes they nearly touch.
@@ -629,27 +492,19 @@ class ContactWorld:
         return replace(state, position=position)
 
     def check_state(self, state, tolerance=1e-3):
-        """Raise if shapes interpenetrate by more than ``tolerance`` [m] (a bad start state).
+        """Raise if shapes interpenetrate by more than ``tolerance`` [m] (a bad start state);
+        :func:`diffsim_ros.sim.contact.step.check_state` of this world.
 
         Raises:
             ContactError: Naming the deepest pair and its penetration.
         """
-        self._validate_state(state)
-        contacts = self.detect(state)
-        gap = torch.where(contacts.active, contacts.gap, torch.full_like(contacts.gap, math.inf)).detach()
-        worst = gap.reshape(-1, gap.shape[-1]).amin(0)
-        for pair in self.pairs:
-            depth = float(worst[pair.start : pair.start + pair.count].min()) if pair.count else math.inf
-            if depth < -tolerance:
-                raise ContactError(
-                    f"'{pair.a.name}' and '{pair.b.name}' interpenetrate by {-depth * 1000:.1f} mm "
-                    f"(tolerance {tolerance * 1000:.1f} mm); move them apart in the start state"
-                )
+        stepping.check_state(self, state, tolerance)
 
     # ------------------------------------------------------------------ coefficients per slot
-    def _pair_value(self, kind, index):
-        """Coefficient of pair ``index``, shape (...): its own value if set, else the larger of
-        the two shapes' (static shapes and proxies: their constants)."""
+    def pair_value(self, kind, index):
+        """Coefficient ``kind`` ("friction" or "restitution") of pair ``index``, shape (...): its
+        own value if set, else the larger of the two shapes' (static shapes and proxies: their
+        constants)."""
         pair = self.pairs[index]
         if kind in pair.explicit:
             return self.pair_params[kind][..., index]
@@ -663,17 +518,17 @@ class ContactWorld:
                 sides.append(torch.full(values.shape[:-1], float(getattr(owner, kind)), dtype=self.dtype, device=self.device))
         return torch.maximum(*sides)
 
-    def _slot_values(self, kind, batch):
-        """Per-slot coefficient (the pair's, see :meth:`_pair_value`), shape (..., K)."""
+    def slot_values(self, kind, batch):
+        """Per-slot coefficient ``kind`` (the pair's, see :meth:`pair_value`), shape (*batch, K)."""
         columns = []
         for index, pair in enumerate(self.pairs):
-            value = self._pair_value(kind, index)
+            value = self.pair_value(kind, index)
             columns.append(value[..., None].expand(*value.shape, pair.count))
         lead = torch.broadcast_shapes(*(c.shape[:-1] for c in columns))
         out = torch.cat([c.expand(*lead, c.shape[-1]) for c in columns], -1)
         return out.expand(*batch, out.shape[-1])
 
-    def _slot_signs(self, kind, index):
+    def slot_signs(self, kind, index):
         """+1 where the slot's shape a is (kind, index), -1 for shape b, 0 elsewhere, shape (K,)."""
         signs = []
         for pair in self.pairs:
@@ -683,369 +538,24 @@ class ContactWorld:
             signs += [value] * pair.count
         return torch.tensor(signs, dtype=self.dtype, device=self.device)
 
-    # ------------------------------------------------------------------ dynamics pieces
-    def _object_inertia(self, rot, batch):
-        """World inverse inertia (..., J, 3, 3) and inertia (..., J, 3, 3)."""
-        principal = self.params["mass"][..., None] * self.unit_inertia
-        principal = principal.expand(*batch, *principal.shape[-2:])
-        inverse = rot @ torch.diag_embed(1.0 / principal) @ rot.transpose(-1, -2)
-        inertia = rot @ torch.diag_embed(principal) @ rot.transpose(-1, -2)
-        return inverse, inertia
-
-    def _contact_jacobian(self, state, contacts, frames):
-        """Contact-frame Jacobian (..., 3K, nv), columns [robot joints, object 0 (v, w), ...]."""
-        point = contacts.point
-        batch = point.shape[:-2]
-        k = point.shape[-2]
-        blocks = []
-        if self.robot is not None:
-            robot_block = torch.zeros(*batch, k, 3, self.robot_dof, dtype=self.dtype, device=self.device)
-            for i, proxy in enumerate(self.proxies):
-                sign = self._slot_signs("proxy", i)
-                if not bool(sign.any()):
-                    continue
-                jac = frame_jacobian(self.robot.model, state.q, proxy.link)
-                origin = forward_kinematics(self.robot.model, state.q, proxy.link)[..., :3, 3]
-                lever = point - origin[..., None, :]
-                point_jac = jac[..., None, :3, :] - skew(lever) @ jac[..., None, 3:, :]
-                robot_block = robot_block + sign[:, None, None] * point_jac
-            blocks.append(robot_block)
-        eye = torch.eye(3, dtype=self.dtype, device=self.device)
-        for j in range(len(self.objects)):
-            sign = self._slot_signs("object", j)
-            lever = point - state.position[..., j, None, :]
-            block = torch.cat([eye.expand(*batch, k, 3, 3), -skew(lever)], -1) * sign[:, None, None]
-            blocks.append(block)
-        jac = torch.cat(blocks, -1)
-        return (frames @ jac).reshape(*batch, 3 * k, jac.shape[-1])
-
-    def _robot_free_step(self, state, tau):
-        """The robot's free step and its impulse response ``W = (d qd_next / d tau) / h``.
-
-        ``W`` is the robot's effective inverse inertia *as its own simulator integrates it*
-        (``(M + h B)⁻¹`` for implicit damping, PBD's for PBD): using ``M(q)⁻¹`` instead would
-        let the contact solve predict velocities the simulator does not produce (a damped
-        wrist responds far less than ``M⁻¹`` says), and the hand would sink into what it
-        pushes. It comes from one reverse pass vmapped over the joints and is symmetrized.
-        It is treated as locally constant for gradients (its derivative with respect to the
-        state and parameters would need second derivatives of the simulator).
-
-        Returns:
-            ``(q_free, qd_free, W)`` with shapes (..., n), (..., n), (..., n, n).
-        """
-        n = self.robot_dof
-        tau = torch.zeros_like(state.q) if tau is None else tau
-        with torch.enable_grad():
-            probe = torch.zeros(torch.broadcast_shapes(tau.shape, state.q.shape), dtype=self.dtype, device=self.device, requires_grad=True)
-            q_free, qd_free = self.robot.joint_step(state.q, state.qd, tau + probe)
-            eye = torch.eye(n, dtype=self.dtype, device=self.device)
-            (response,) = torch.autograd.grad(
-                qd_free, probe, eye.reshape(n, *([1] * (probe.ndim - 1)), n).expand(n, *probe.shape),
-                is_grads_batched=True, retain_graph=torch.is_grad_enabled(),
-            )
-        response = response.movedim(0, -2).detach() / self.dt
-        mobility = 0.5 * (response + response.transpose(-1, -2))
-        if not torch.is_grad_enabled():
-            q_free, qd_free = q_free.detach(), qd_free.detach()
-        return q_free, qd_free, mobility
-
-    def _inverse_mass_apply(self, mobility, inv_inertia, mat):
-        """M⁻¹ applied to the columns of ``mat`` (..., nv, c): robot block ``mobility``, objects exact."""
-        parts = []
-        n = self.robot_dof
-        if self.robot is not None:
-            parts.append(mobility @ mat[..., :n, :])
-        mass = self.params["mass"]
-        for j in range(len(self.objects)):
-            lin = mat[..., n + 6 * j : n + 6 * j + 3, :]
-            ang = mat[..., n + 6 * j + 3 : n + 6 * j + 6, :]
-            parts.append(lin / mass[..., j, None, None])
-            parts.append(inv_inertia[..., j, :, :] @ ang)
-        return torch.cat(parts, -2)
-
-    def _free_velocity(self, state, robot_free, wrench, inv_inertia, inertia):
-        """Velocities without contact (..., nv) (robot part from its free step)."""
-        h = self.dt
-        parts = []
-        if robot_free is not None:
-            parts.append(robot_free[1])
-        shape = inv_inertia.shape[:-1]  # (..., J, 3) with the full batch
-        v, w = state.linear_velocity.expand(shape), state.angular_velocity.expand(shape)
-        force = torch.zeros_like(v) if wrench is None else wrench[..., :3]
-        torque = torch.zeros_like(w) if wrench is None else wrench[..., 3:]
-        mass = self.params["mass"][..., None]
-        v_free = v + h * (self.gravity + force / mass)
-        gyro = torch.cross(w, matvec(inertia, w), dim=-1)
-        w_free = w + h * matvec(inv_inertia, torque - gyro)
-        obj = torch.cat([v_free, w_free], -1)
-        parts.append(obj.reshape(*obj.shape[:-2], -1))
-        batch = torch.broadcast_shapes(*(p.shape[:-1] for p in parts))
-        return torch.cat([p.expand(*batch, p.shape[-1]) for p in parts], -1)
-
-    def _velocity_vector(self, state, batch):
-        parts = []
-        if self.robot is not None:
-            parts.append(state.qd.expand(*batch, self.robot_dof))
-        obj = torch.cat([state.linear_velocity, state.angular_velocity], -1)
-        obj = obj.expand(*batch, *obj.shape[-2:])
-        parts.append(obj.reshape(*batch, -1))
-        return torch.cat(parts, -1)
-
     # ------------------------------------------------------------------ stepping
     def step(self, state, tau=None, wrench=None, warm=None):
-        """Advance one time step.
-
-        Args:
-            state: WorldState.
-            tau: Robot joint torques [N·m], shape (..., n) (default zero).
-            wrench: Applied object wrenches ``[force (N), torque (N·m)]`` in the world,
-                shape (..., J, 6) (default zero).
-            warm: Previous step's :class:`StepInfo` (warm start by contact slot).
-
-        Returns:
-            ``(next_state, info)``.
+        """Advance one time step ``dt``: :func:`diffsim_ros.sim.contact.step.step` of this world
+        (state, robot torques [N·m] (..., n), object wrenches [N, N·m] (..., J, 6), the previous
+        StepInfo as warm start); returns ``(next_state, info)``.
 
         Raises:
             ContactError: Malformed states, or a non-finite result (reported, never returned).
         """
-        self._validate_state(state)
-        h = self.dt
-        # Two shapes closing at most at twice the fastest point speed may touch within the step.
-        contacts = self.detect(state, self.margin + 2.0 * h * self._speed_bound(state), skip_apart=True)
-        if self.impact_substeps > 1 and self._objects_may_touch(contacts):
-            fine = replace(self, dt=h / self.impact_substeps, impact_substeps=1)
-            for _ in range(self.impact_substeps):
-                state, warm = fine.step(state, tau, wrench, warm)
-            return state, warm
-        batch = contacts.gap.shape[:-1]
-        if self.robot is not None:
-            batch = torch.broadcast_shapes(batch, state.q.shape[:-1])
-        batch = torch.broadcast_shapes(batch, *(value.shape[:-1] for value in (*self.params.values(), *self.pair_params.values())))
-        k = contacts.count
-        frames = contact_frames(contacts.normal)
-        obj_rot = quat_to_matrix(quat_normalize(state.orientation))
-        inv_inertia, inertia = self._object_inertia(obj_rot, batch)
-        jac = self._contact_jacobian(state, contacts, frames).expand(*batch, 3 * k, -1)
-        robot_free = None if self.robot is None else self._robot_free_step(state, tau)
-        mobility = None if robot_free is None else robot_free[2]
-        minv_jt = self._inverse_mass_apply(mobility, inv_inertia, jac.transpose(-1, -2))
-        delassus = jac @ minv_jt
-        v_free = self._free_velocity(state, robot_free, wrench, inv_inertia, inertia)
-        v_free = v_free.expand(*batch, v_free.shape[-1])
-        free_contact = matvec(jac, v_free)
-        approach = free_contact[..., 0::3]
-        gap = contacts.gap.expand(*batch, k)
-        active = contacts.active.expand(*batch, k)
-        restitution = self._slot_values("restitution", batch)
-        mu = self._slot_values("friction", batch)
-        bouncing = active & (restitution > 0) & (gap + h * approach < 0)
-        bouncing = bouncing & (self._impact_speed(state, jac, gap, approach, batch) < -self.bounce_threshold)
-        stabilize = torch.where(gap > 0, gap, self.baumgarte * gap) / h
-        normal_bias = torch.where(bouncing, restitution * approach, stabilize)
-        bias = free_contact + torch.stack([normal_bias, torch.zeros_like(gap), torch.zeros_like(gap)], -1).reshape(*batch, 3 * k)
-        solution = self._solve(delassus, bias, mu, active, warm)
-        impulse = solution.impulse.reshape(*batch, 3 * k)
-        v_next = v_free + matvec(minv_jt, impulse)
-        correction = torch.zeros_like(v_next)
-        if bool(bouncing.any()):
-            correction = self._bounce_correction(jac, minv_jt, delassus, v_next, gap, approach, bouncing, impulse, active)
-        robot_next = self._robot_response(state, tau, jac, impulse, robot_free)
-        next_state = self._integrate(state, robot_next, v_next, h * v_next + correction, batch)
-        penetration = torch.where(active, -gap, torch.zeros_like(gap)).amax(-1).clamp_min(0.0).detach()
-        self._check_finite(next_state)
-        info = StepInfo(contacts, solution.impulse, solution, bouncing, penetration)
-        return next_state, info
-
-    def _solve(self, delassus, bias, mu, active, warm):
-        """Contact impulses for the slots active anywhere in the batch (the others get zero).
-
-        Compacting to the active slots keeps the solves small (a box on a plane has 8 corner
-        slots of which 4 touch); results are scattered back to every slot, so warm starts and
-        diagnostics stay indexed by slot.
-        """
-        k = active.shape[-1]
-        keep = active.reshape(-1, k).any(0).nonzero().flatten()
-        rows = (3 * keep[:, None] + torch.arange(3, device=keep.device)).flatten()
-        batch = bias.shape[:-1]
-        if self.solver == "lcp":
-            empty = LCPSolution(torch.zeros(*batch, k, 3, dtype=self.dtype, device=self.device),
-                                torch.zeros(*batch, k, 3, dtype=torch.int8, device=self.device),
-                                *(torch.ones(batch, dtype=torch.bool, device=self.device),) * 2,
-                                torch.zeros(batch, dtype=torch.bool, device=self.device))
-        else:
-            empty = ConeSolution(torch.zeros(*batch, k, 3, dtype=self.dtype, device=self.device),
-                                 torch.zeros(*batch, k, dtype=self.dtype, device=self.device),
-                                 torch.zeros(*batch, k, dtype=torch.int8, device=self.device),
-                                 *(torch.ones(batch, dtype=torch.bool, device=self.device),) * 2,
-                                 torch.zeros(batch, dtype=torch.bool, device=self.device))
-        if keep.numel() == 0:
-            return empty
-        sub_a = delassus[..., rows, :][..., :, rows]
-        sub_b, sub_mu, sub_active = bias[..., rows], mu[..., keep], active[..., keep]
-        prior = None if warm is None else warm.solution
-        if self.solver == "lcp":
-            codes = None if prior is None else prior.codes[..., keep, :]
-            sub = solve_lcp(sub_a, sub_b, sub_mu, sub_active, warm_codes=codes, complementarity_aware=self.complementarity_aware)
-            codes = empty.codes.index_copy(-2, keep, sub.codes.expand(*batch, keep.numel(), 3))
-            return LCPSolution(empty.impulse.index_copy(-2, keep, sub.impulse), codes, sub.warm_hit, sub.converged, sub.fallback)
-        if prior is not None:
-            prior = ConeSolution(prior.impulse[..., keep, :], prior.multiplier[..., keep], prior.modes[..., keep],
-                                 prior.warm_hit, prior.converged, prior.fallback)
-        sub = solve_cone(sub_a, sub_b, sub_mu, sub_active, warm=prior, method=self.cone_method)
-        return ConeSolution(
-            empty.impulse.index_copy(-2, keep, sub.impulse),
-            empty.multiplier.index_copy(-1, keep, sub.multiplier.expand(*batch, keep.numel())),
-            empty.modes.index_copy(-1, keep, sub.modes.expand(*batch, keep.numel())),
-            sub.warm_hit, sub.converged, sub.fallback,
-        )
-
-    def _impact_speed(self, state, jac, gap, approach, batch):
-        """Normal velocity at the impact [m/s], (..., K), for the bounce threshold (no gradient).
-
-        The free velocity ``approach`` carries a whole step of gravity (``h g`` ~ 0.1 m/s at
-        10 ms, the default threshold itself): tested against it, a resting stack settling at
-        a few cm/s bounced, rose and landed at the speed it bounced with, hopping forever.
-        A contact touching at the start of the step hits with its current velocity; one
-        closing within the step at ``t* = gap / -approach``, with the velocity interpolated
-        to ``t*``.
-        """
-        with torch.no_grad():
-            current = matvec(jac[..., 0::3, :], self._velocity_vector(state, batch))
-            closing = (-approach).clamp_min(torch.finfo(gap.dtype).tiny)
-            fraction = (gap / closing).clamp(0.0, self.dt) / self.dt
-            return current + fraction * (approach - current)
-
-    def _bounce_correction(self, jac, minv_jt, delassus, v_next, gap, approach, bouncing, impulse, active):
-        """Position correction so that bounces within the step follow the continuous-time path.
-
-        A contact closing at ``approach`` < 0 from ``gap`` > 0 hits at ``t* = gap / -approach``
-        and then separates at its post-step normal velocity, ending at ``v_n (h - t*)`` instead
-        of ``gap + h v_n``. The missing normal displacement is applied in the mass-weighted
-        least-squares sense through the Delassus matrix, with the normal displacement of every
-        other loaded contact (positive normal impulse this step) held at zero: a correction free
-        to rotate a box that rests on the ground (a hit above its centre) tilted it by 0.3 deg
-        at 10 ms; it then stood on three corners, two diagonal ones carrying the load, and the
-        sliding box lost its spin twice as fast as MuJoCo's (issue 19).
-        """
-        h = self.dt
-        normal_rows = slice(0, None, 3)
-        moving = bouncing & (gap > 0)
-        v_normal = matvec(jac[..., normal_rows, :], v_next)
-        impact = (gap / (-approach).clamp_min(torch.finfo(gap.dtype).tiny)).clamp(0.0, h)
-        target = torch.where(moving, -gap - v_normal * impact, torch.zeros_like(gap))
-        with torch.no_grad():
-            pressed = impulse[..., normal_rows]
-            loaded = active & (pressed > torch.finfo(gap.dtype).eps ** 0.5 * pressed.abs().amax(-1, keepdim=True))
-        mask = (moving | loaded).to(gap.dtype)
-        a_nn = delassus[..., normal_rows, normal_rows]
-        reduced = a_nn * mask[..., :, None] * mask[..., None, :] + torch.diag_embed(1.0 - mask)
-        multipliers = matvec(pinv(reduced), target) * mask
-        return matvec(minv_jt[..., :, normal_rows], multipliers)
-
-    def _robot_response(self, state, tau, jac, impulse, robot_free):
-        """Robot (q, qd) after the step, by its own simulator with the contact forces as torques.
-
-        The contact solve sees the robot through its linearized impulse response; the robot is
-        then advanced by its JointSpaceSimulator with ``tau + Jᵀ x / h``, so its dynamics (PBD
-        substeps, implicit damping, nonlinearity) stay its own. Without robot contact impulses
-        the free step is reused.
-        """
-        if self.robot is None:
-            return None
-        n = self.robot_dof
-        generalized = matvec(jac.transpose(-1, -2)[..., :n, :], impulse)
-        if not bool((generalized != 0).any()):
-            return robot_free[0], robot_free[1]
-        tau = torch.zeros_like(state.q) if tau is None else tau
-        return self.robot.joint_step(state.q, state.qd, tau + generalized / self.dt)
-
-    def _integrate(self, state, robot_next, v_next, displacement, batch):
-        n = self.robot_dof
-        count = len(self.objects)
-        q = qd = None
-        if robot_next is not None:
-            # Bounce corrections (displacement beyond h v) also move the robot.
-            q = robot_next[0] + (displacement[..., :n] - self.dt * v_next[..., :n])
-            qd = robot_next[1]
-        obj_v = v_next[..., n:].reshape(*batch, count, 6)
-        obj_d = displacement[..., n:].reshape(*batch, count, 6)
-        position = state.position + obj_d[..., :3]
-        orientation = integrate_orientation(state.orientation.expand(*batch, count, 4), obj_d[..., 3:])
-        return WorldState(position, orientation, obj_v[..., :3], obj_v[..., 3:], q, qd)
-
-    @staticmethod
-    def _check_finite(state):
-        for f in fields(state):
-            value = getattr(state, f.name)
-            if value is not None and not bool(torch.isfinite(value.detach()).all()):
-                raise ContactError(f"the step produced a non-finite {f.name}; check masses, inertias and the time step")
+        return stepping.step(self, state, tau, wrench, warm)
 
     def rollout(self, state, steps, tau=None, wrench=None, check_start=True, penetration_tolerance=1e-3):
-        """Simulate ``steps`` steps, warm-starting each solve from the previous one.
-
-        Args:
-            state: Initial WorldState.
-            steps: Number of steps T.
-            tau: Robot torques, shape (..., T, n), or None.
-            wrench: Object wrenches, shape (..., T, J, 6), or None.
-            check_start: Raise on an interpenetrating start state (see :meth:`check_state`).
-            penetration_tolerance: Allowed start penetration [m].
-
-        Returns:
-            ``(states, infos)``: WorldState with a time dimension before the per-object one
-            (e.g. position (..., T, J, 3), q (..., T, n)) and the list of StepInfo.
+        """Simulate ``steps`` steps of :meth:`step` (a subclass's own, if it has one), warm-starting
+        each solve from the previous one: :func:`diffsim_ros.sim.contact.step.rollout` of this
+        world (torques (..., T, n), wrenches (..., T, J, 6)); returns ``(states, infos)`` with a
+        time dimension before the per-object one (position (..., T, J, 3)).
         """
-        if check_start:
-            self.check_state(state, penetration_tolerance)
-        states, infos, info = [], [], None
-        for t in range(int(steps)):
-            tau_t = None if tau is None else tau[..., t, :]
-            wrench_t = None if wrench is None else wrench[..., t, :, :]
-            state, info = self.step(state, tau_t, wrench_t, warm=info)
-            states.append(state)
-            infos.append(info)
-        return _stack_time(states), infos
-
-
-def _apart(pair, rot_a, pos_a, rot_b, pos_b, margin):
-    """Whether no slot of a pair can be active in the whole batch (then its narrow phase is
-    skipped): bounding spheres more than ``margin`` apart, or for two boxes a separating face
-    axis (:func:`~diffsim_ros.sim.contact.detection.boxes_apart`)."""
-    shape_a, shape_b = pair.a.shape, pair.b.shape
-    reach = bounding_radius(shape_a) + bounding_radius(shape_b) + float(margin)
-    if not math.isfinite(reach):
-        return False
-    with torch.no_grad():
-        if bool((torch.linalg.vector_norm(pos_a - pos_b, dim=-1) > reach).all()):
-            return True
-    return isinstance(shape_a, Box) and isinstance(shape_b, Box) and boxes_apart(shape_a, rot_a, pos_a, shape_b, rot_b, pos_b, float(margin))
-
-
-def _inactive_slots(pair, pos_a, pos_b):
-    """Contacts of the pair's inactive slots, without gradient: points at shape a's centre,
-    vertical normals, and as gap the bounding spheres' distance (finite: a gap enters the
-    step's arithmetic on every slot before the active ones are picked)."""
-    with torch.no_grad():
-        spheres = torch.linalg.vector_norm(pos_a - pos_b, dim=-1) - bounding_radius(pair.a.shape) - bounding_radius(pair.b.shape)
-        batch = spheres.shape
-        point = pos_a.expand(*batch, 3)[..., None, :].expand(*batch, pair.count, 3).clone()
-        normal = torch.zeros_like(point)
-        normal[..., 2] = 1.0
-        inactive = torch.zeros(*batch, pair.count, dtype=torch.bool, device=pos_a.device)
-        return Contacts(point, normal, spheres[..., None].expand(*batch, pair.count).clone(), inactive, inactive.clone())
-
-
-def _stack_time(states):
-    """Stack states over time: object fields at dim -3, robot fields at dim -2."""
-    first = states[0]
-    out = {}
-    for f in fields(first):
-        if getattr(first, f.name) is None:
-            out[f.name] = None
-        else:
-            dim = -2 if f.name in ("q", "qd") else -3
-            out[f.name] = torch.stack([getattr(s, f.name) for s in states], dim)
-    return WorldState(**out)
+        return stepping.rollout(self, state, steps, tau, wrench, check_start, penetration_tolerance, step_fn=type(self).step)
 
 
 def _object_tensors(objects, tensor):
@@ -1057,17 +567,6 @@ def _object_tensors(objects, tensor):
     ]) if objects else torch.zeros(0, 3, dtype=like.dtype, device=like.device)
     params = {name: tensor([getattr(o, name) for o in objects]) for name in ("mass", "friction", "restitution")}
     return unit, params
-
-
-def _checked_options(solver, cone_method, dt, margin, baumgarte, bounce_threshold):
-    """The numeric options as floats, checked (ContactError names the bad one)."""
-    if solver not in ("lcp", "cone"):
-        raise ContactError(f"solver must be 'lcp' or 'cone', got {solver!r}")
-    if cone_method not in ("auto", "staggered"):
-        raise ContactError(f"cone_method must be 'auto' or 'staggered', got {cone_method!r}")
-    return (_finite("dt [s]", dt, 0.0, low_open=True), _finite("margin [m]", margin, 0.0),
-            _finite("baumgarte", baumgarte, 0.0, 1.0, low_open=True),
-            _finite("bounce_threshold [m/s]", bounce_threshold, 0.0))
 
 
 def _checked_names(objects, static, proxies):
@@ -1106,7 +605,7 @@ def _pair_overrides(names, pair_friction, pair_restitution):
             unknown = set(key) - set(names)
             if len(key) != 2 or unknown:
                 raise ContactError(f"pair_{kind} key {key!r} must name two shapes of the world; unknown {sorted(unknown)}")
-            overrides[(kind, frozenset(key))] = _finite(f"pair_{kind}[{key}]", value, 0.0, high)
+            overrides[(kind, frozenset(key))] = checked_number(f"pair_{kind}[{key}]", value, 0.0, high)
     return overrides
 
 
