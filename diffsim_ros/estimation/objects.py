@@ -468,20 +468,15 @@ def _split(flat, count):
 
 
 def _compiled_states(world, fast, state0, steps):
-    """Object-major flat states (S+1, 13J) of an unbatched rollout by the compiled step (the torch
-    step, the reference, warm-started as a torch rollout would be, for a step it reports unconverged)."""
+    """Object-major flat states (S+1, 13J) of an unbatched rollout by the compiled step. A step
+    whose contact problem did not converge (status APPROXIMATE) is kept: its state is the torch
+    step's (Algorithm 1's approximate impulses), only its Jacobians would not be valid."""
     count = len(world.objects)
     flat = _flatten_state(state0).detach().cpu().numpy().reshape(-1)
-    out, solution = [flat], None
+    out, modes = [flat], None
     for _ in range(int(steps)):
-        fields = fast.step(*_split(flat, count), warm=None if solution is None else solution[0])
-        if fast.status == FAST_OK:
-            flat, solution = np.concatenate(fields, 1).reshape(-1), fast.solution
-        else:
-            with torch.no_grad():
-                state = _unflatten_state(torch.as_tensor(flat, dtype=world.dtype, device=world.device), count)
-                state, info = world.step(state, warm=None if solution is None else warm_info(solution))
-            flat, solution = _flatten_state(state).cpu().numpy().reshape(-1), _torch_solution(info)
+        fields = fast.step(*_split(flat, count), warm=modes)
+        flat, modes = np.concatenate(fields, 1).reshape(-1), fast.modes
         out.append(flat)
     return torch.as_tensor(np.stack(out), dtype=world.dtype, device=world.device)
 
