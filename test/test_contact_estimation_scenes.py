@@ -150,8 +150,9 @@ def test_collision_fit_is_never_ok_outside_the_targets(worst_start_collision):
     "the target 1.44 deg off in yaw (camera noise 0.2 deg), our rigid impulsive hit against MuJoCo's soft 1.4 ms contact. "
     "The joint fit moves mu from the pre-hit slide's +0.3 % to +5.6 % to absorb it; holding that friction (commit 6a8d541, "
     "not kept) gives +2.8 % / +0.3 % here, but over camera-noise seeds 11-13 of scenes 0-2 a 13 % rms mu error against "
-    "6.6 % refitted; fitting the box/target friction too ends ok at +14.5 % / +10.2 %. Needs a hit model that matches a "
-    "soft contact. "
+    "6.6 % refitted; fitting the box/target friction too ends ok at +14.5 % / +10.2 %. Needs a compliant contact model: "
+    "MuJoCo's soft ground also rocks a sliding box and yaws it with no initial spin (slide 3: -18 deg), which rigid "
+    "Coulomb friction cannot (a translating box's centre of pressure lies on its velocity line). "
     "See benchmarks/RESULTS.md, contact-objects"))
 def test_collision_from_the_worst_initial_guess_meets_the_targets(worst_start_collision):
     fit, truth = worst_start_collision
