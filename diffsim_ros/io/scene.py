@@ -37,11 +37,11 @@ from pathlib import Path
 import yaml
 
 from diffsim_ros.sim.contact import Box, Capsule, ContactError, ContactWorld, Plane, RigidObject, Sphere, StaticShape
+from diffsim_ros.sim.contact.options import SOLVERS
 
 __all__ = ["ObjectScene", "SceneError", "UNKNOWN", "load_scene", "parse_scene"]
 
 UNKNOWN = "unknown"
-SOLVERS = ("cone", "lcp")
 DEFAULT_DT = 0.01  # [s]
 # Values of unknowns inside the world before the estimation sets them (never reported):
 # the middle of the documented starting ranges.
