@@ -392,7 +392,7 @@ class FastPBDModelPredictiveController(FastModelPredictiveController):
     initializations, warm start, box limits, smoothness term, diagnostics and failures)
     with per-step ``A_k``, ``B_k`` of the PBD step by forward-mode tangents beside one run of the
     compiled kernel (:mod:`diffsim_ros.sim.pbd.fast_tangents`: the derivative of the computed step
-    to rounding, as the complex step and autograd through the torch PBD step give it). The holding torque is the
+    to rounding, as autograd through the torch PBD step gives it). The holding torque is the
     model's (as the torch controller's).
 
     Args:

@@ -76,13 +76,11 @@ def fast_rollout_supported(model, settings, base=None):
     return None
 
 
-# ---------------------------------------------------------------- complex-step arithmetic
-# Every kernel below also runs on complex128 arrays: with the inputs' imaginary parts a tiny
-# multiple h of a tangent, the imaginary parts of the outputs are h times their directional
-# derivative to rounding (the complex step; fast_jacobians.py). Branches and pivots therefore
-# look at real parts, and the non-polynomial functions are complex-analytic (numpy's) or
-# extended to first order, f(x + i y) = f(x) + i y f'(x), exact to O(y^2) (_atan2,
-# _rodrigues, _tanh: cheaper than their complex forms).
+# ---------------------------------------------------------------- complex-safe arithmetic
+# The kernels below can still run on complex128 arrays (left from the complex-step Jacobians,
+# now removed: fast_tangents.py differentiates the step): branches and pivots look at real
+# parts, and _atan2, _rodrigues and _tanh have first-order complex extensions. Not removed
+# yet: doing so changes the float64 results at rounding level (fastmath reassociation).
 
 
 def _atan2(y, x):
@@ -1019,7 +1017,7 @@ def _integrate(phys, fk, springs, w, tau, dt, substeps, iterations, compliance, 
 def joint_step_into(fk, phys, springs, settings, w, targets, q, qd, tau, q_out, qd_out):
     """One step from a joint state, particles rebuilt from ``(q, qd)`` (PBDSimulator.joint_step).
 
-    Any dtype: float64, or complex128 for complex-step tangents (fast_jacobians.py).
+    Any dtype (float64 in use; complex128 still compiles).
 
     Args:
         fk, phys, springs: The arrays of a :class:`FastPBD`.
