@@ -178,17 +178,17 @@ def _solver_iteration(mpc, q, qd):
 
 
 def pbd_profile(mpc, per_call, mean_iterations):
-    """Where a PBD MPC call's time goes: one solver iteration, and the step with its exact Jacobians called alone
-    by tangents and by the complex step [text]."""
+    """Where a PBD MPC call's time goes: one solver iteration, and the step with its exact Jacobians
+    (forward-mode tangents) called alone [text]."""
     q, qd, settings, n, horizon = Q0 + 0.1, np.full(7, 0.2), mpc.simulator.settings, 7, mpc.settings.horizon
     tau = mpc.fast.gravity_torques(q)
-    times = {(method, with_state): [] for method in ("tangents", "complex_step") for with_state in (True, False)}
+    times = {with_state: [] for with_state in (True, False)}
     for _ in range(PROFILE_REPEATS):  # interleaved: load from other jobs affects all alike
-        for (method, with_state), series in times.items():
+        for with_state, series in times.items():
             begin = time.perf_counter()
-            pbd_step_jacobians(mpc.pbd, q, qd, tau, DT, settings, with_state=with_state, method=method)
+            pbd_step_jacobians(mpc.pbd, q, qd, tau, DT, settings, with_state=with_state)
             series.append(time.perf_counter() - begin)
-    jac, jac_b, cs, cs_b = (median(times[key]) for key in times)
+    jac, jac_b = (median(times[key]) for key in times)
     iteration = _solver_iteration(mpc, q, qd)
     return (f"Through PBD, where the time goes: the calls made {mean_iterations:.2f} Gauss-Newton iterations on average; "
             f"one iteration inside the compiled solver (rollout of the {horizon} steps with their exact Jacobians, B alone "
@@ -196,9 +196,7 @@ def pbd_profile(mpc, per_call, mean_iterations):
             f"(calls of 2 minus 1 iterations from one state), against {per_call * 1e3:.2f} ms per call. Called alone from "
             f"Python (argument conversion and work areas included, which the solver pays once per call), one PBD step with "
             f"A and B by forward-mode tangents (one float64 run, all {3 * n} input directions propagated beside it) takes "
-            f"{jac * 1e3:.3f} ms, with B alone ({n} directions) {jac_b * 1e3:.3f} ms; by the complex step (one complex run "
-            f"of the compiled step per direction, the method before) {cs * 1e3:.3f} ms and {cs_b * 1e3:.3f} ms in the same "
-            f"run (ratio {cs / jac:.2f} and {cs_b / jac_b:.2f}).")
+            f"{jac * 1e3:.3f} ms, with B alone ({n} directions) {jac_b * 1e3:.3f} ms.")
 
 
 def through_pbd(config_model, reference, shipped):

@@ -4,9 +4,8 @@ Both differentiate the same computed step (the same projection sweeps, the activ
 decided on the values): the tangents propagated beside one float64 run must equal autograd
 through the torch PBD step to the rounding of the two implementations, through friction, every
 spring law, a payload, compliant and rigid joint rows, and joint-limit rows active and inactive.
-The complex step through the compiled kernel, a third reference, is compared with the tangents
-in test_pbd_fast_jacobians.py (the one test file that compiles the complex kernel, minutes of
-CPU: pytest-xdist may run two files that need it at once, each compiling it).
+Central differences through the compiled step, an independent reference, are compared with them
+in test_pbd_fast_jacobians.py.
 """
 
 import numpy as np

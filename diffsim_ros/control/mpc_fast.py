@@ -56,7 +56,7 @@ def _rollout(model, work, pbd, x0, u, xs, a_mats, b_mats, jacobians):
     q_out, qd_out = np.empty(n), np.empty(n)
     empty = np.empty((0, 0))
     if pbd is not None:  # work areas for the whole rollout; B alone at the first step (its start state is given)
-        pbd_work, torque_only, full = work_area(n, x0), tangent_area(n, False), tangent_area(n, True)
+        pbd_work, torque_only, full = work_area(n), tangent_area(n, False), tangent_area(n, True)
         a_mats[0, :, :] = 0.0
     for k in range(u.shape[0]):
         if pbd is None:
@@ -392,7 +392,7 @@ class FastPBDModelPredictiveController(FastModelPredictiveController):
     initializations, warm start, box limits, smoothness term, diagnostics and failures)
     with per-step ``A_k``, ``B_k`` of the PBD step by forward-mode tangents beside one run of the
     compiled kernel (:mod:`diffsim_ros.sim.pbd.fast_tangents`: the derivative of the computed step
-    to rounding, as the complex step and autograd through the torch PBD step give it). The holding torque is the
+    to rounding, as autograd through the torch PBD step gives it). The holding torque is the
     model's (as the torch controller's).
 
     Args:

@@ -6,8 +6,7 @@ first calls cost minutes of CPU (the PBD step, in real arithmetic and with its f
 most). A node would spend them at start-up on the robot, and each worker of
 ``make test`` would spend them again for the same kernels. This calls each kernel family once,
 on the Baxter arm and a box on the ground, in parallel processes, so that every later process
-loads them from the cache. Not the complex-step Jacobians of the PBD step (``pbd_step_jacobians(...,
-method="complex_step")``, the tangents' test reference; no node calls them): they compile on first use.
+loads them from the cache.
 """
 
 import argparse
@@ -63,8 +62,7 @@ def _pbd_mpc():
     """The MPC through PBD, and the PBD step's exact Jacobians (forward-mode tangents) called alone.
 
     One family: both call the one compiled tangent step (``fast_tangents.step_tangents_with``),
-    which the first compiles and the second links. The complex step (``method="complex_step"``,
-    the tangents' test reference) is left to compile on first use: no node calls it.
+    which the first compiles and the second links.
     """
     from diffsim_ros.sim import PBDSimulator
     from diffsim_ros.sim.pbd.fast import FastPBD
@@ -73,7 +71,7 @@ def _pbd_mpc():
     model = _baxter()
     q, qd, tau = _start(model)
     _mpc(model, q, qd, kind="pbd", substeps=1)
-    pbd_step_jacobians(FastPBD.from_model(model), q, qd, tau, _DT, PBDSimulator(model, _DT).settings, method="tangents")
+    pbd_step_jacobians(FastPBD.from_model(model), q, qd, tau, _DT, PBDSimulator(model, _DT).settings)
 
 
 def _rigid():

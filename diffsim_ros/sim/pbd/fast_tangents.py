@@ -1,10 +1,8 @@
 """Exact Jacobians of the compiled PBD step in vector forward mode: one primal run, all tangents.
 
-The complex step (:mod:`.fast_jacobians`) runs the whole kernel once per input direction, and
-each run recomputes the primal step in complex arithmetic. Here the step runs once, in float64
-(the very phases of :mod:`.fast`), and beside every phase the tangents of its state along all
-``D`` input directions are propagated at once (``D = 3n`` for ``A`` and ``B``, ``n`` for ``B``
-alone). Tangent arrays are direction-first, ``(D, ...)``.
+The step runs once, in float64 (the very phases of :mod:`.fast`), and beside every phase the
+tangents of its state along all ``D`` input directions are propagated at once (``D = 3n`` for
+``A`` and ``B``, ``n`` for ``B`` alone). Tangent arrays are direction-first, ``(D, ...)``.
 
 Representation: a position or velocity has a plain tangent; an orientation ``R`` has a world
 rotation vector ``theta`` with ``dR = [theta]x R`` (so a rotated vector ``v = R v_local`` has
@@ -16,10 +14,11 @@ the compliant factorizations) has the tangent ``dx = A^-1 (db - dA x)``: the pri
 solve for it, and ``dA x`` is formed from the tangents of the levers, axes, inertias and row
 constants, so the factorization itself is never differentiated.
 
-This is the derivative of the step as computed, the one the complex step and autograd through
-the torch step give (same projection sweeps, the active limit set decided on the values); the
-tests hold it to both to 1e-9 (test/test_pbd_fast_tangents.py). Scope: that of the compiled
-kernel (fixed-base serial chains of revolute joints, every spring law).
+This is the derivative of the step as computed, the one autograd through the torch step gives
+(same projection sweeps, the active limit set decided on the values); the tests hold it to that
+to 1e-9 and to central differences through the compiled step (test/test_pbd_fast_tangents.py,
+test/test_pbd_fast_jacobians.py). Scope: that of the compiled kernel (fixed-base serial chains
+of revolute joints, every spring law).
 """
 
 import math
@@ -878,12 +877,12 @@ def step_tangents_with(fk, phys, springs, settings, w, t, q, qd, tau, q_next, qd
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH)
 def step_tangents_into(fk, phys, springs, settings, q, qd, tau, with_state, q_next, qd_next, a, b):
-    """:func:`step_tangents_with` in work areas of its own (same contract as
-    :func:`~diffsim_ros.sim.pbd.fast_jacobians.step_jacobians_into`).
+    """:func:`step_tangents_with` in work areas of its own (called from Python by
+    :func:`~diffsim_ros.sim.pbd.fast_jacobians.pbd_step_jacobians`).
 
     Args:
         with_state: Whether to fill ``a`` as well as ``b`` (``3n`` directions instead of ``n``).
         Others: As :func:`step_tangents_with`.
     """
     n = q.shape[0]
-    step_tangents_with(fk, phys, springs, settings, work_area(n, q), tangent_area(n, with_state), q, qd, tau, q_next, qd_next, a, b)
+    step_tangents_with(fk, phys, springs, settings, work_area(n), tangent_area(n, with_state), q, qd, tau, q_next, qd_next, a, b)
