@@ -44,11 +44,11 @@ def _placements(parents, origin_rot, origin_xyz, axis, is_revolute, q):
 def placements_into(parents, origin_rot, origin_xyz, axis, is_revolute, q, rot_local, pos_local, rot_world, pos_world):
     """:func:`_placements` into given arrays (no allocation in loops that call it every step)."""
     n = q.shape[0]
-    joint_rot = np.empty((3, 3))
+    joint_rot = np.empty((3, 3), rot_local.dtype)  # complex for the PBD kernel's complex-step tangents
     for i in range(n):
         if is_revolute[i]:
             x, y, z = axis[i, 0], axis[i, 1], axis[i, 2]
-            c, s = math.cos(q[i]), math.sin(q[i])
+            c, s = np.cos(q[i]), np.sin(q[i])
             v = 1.0 - c
             joint_rot[0, 0], joint_rot[0, 1], joint_rot[0, 2] = c + x * x * v, x * y * v - z * s, x * z * v + y * s
             joint_rot[1, 0], joint_rot[1, 1], joint_rot[1, 2] = x * y * v + z * s, c + y * y * v, y * z * v - x * s
@@ -324,8 +324,8 @@ def spring_torques_into(springs, fk, q, qd, tau, slope, placements, grad):
         j = springs.lever_joints[s]
         l1, l2 = springs.lever_l1[s], springs.lever_l2[s]
         phi = math.pi - springs.lever_alpha1[s] - springs.lever_offset[s] + q[j]
-        length = math.sqrt(l1**2 + l2**2 - 2.0 * l1 * l2 * math.cos(phi))
-        tau[j] += -springs.lever_stiffness[s] * (length - springs.lever_rest_length[s]) * l1 * l2 * math.sin(phi) / length
+        length = np.sqrt(l1**2 + l2**2 - 2.0 * l1 * l2 * np.cos(phi))
+        tau[j] += -springs.lever_stiffness[s] * (length - springs.lever_rest_length[s]) * l1 * l2 * np.sin(phi) / length
     for s in range(springs.torsion_joints.shape[0]):
         j = springs.torsion_joints[s]
         tau[j] += -springs.torsion_stiffness[s] * (q[j] - springs.torsion_offset[s])
@@ -335,13 +335,13 @@ def spring_torques_into(springs, fk, q, qd, tau, slope, placements, grad):
     parents, origin_rot, origin_xyz, axis, is_revolute = fk
     rot_local, pos_local, rot_w, pos_w = placements
     placements_into(parents, origin_rot, origin_xyz, axis, is_revolute, q, rot_local, pos_local, rot_w, pos_w)
-    end_a, end_b, unit = np.empty(3), np.empty(3), np.empty(3)
+    end_a, end_b, unit = np.empty(3, tau.dtype), np.empty(3, tau.dtype), np.empty(3, tau.dtype)
     for s in range(springs.point_body_a.shape[0]):
         _point_end(springs, 0, s, rot_w, pos_w, end_a)
         _point_end(springs, 1, s, rot_w, pos_w, end_b)
-        length = math.sqrt((end_b[0] - end_a[0]) ** 2 + (end_b[1] - end_a[1]) ** 2 + (end_b[2] - end_a[2]) ** 2)
+        length = np.sqrt((end_b[0] - end_a[0]) ** 2 + (end_b[1] - end_a[1]) ** 2 + (end_b[2] - end_a[2]) ** 2)
         stretch = length - springs.point_rest_length[s]
-        if springs.point_tension_only[s] and not stretch > 0.0:
+        if springs.point_tension_only[s] and not stretch.real > 0.0:
             continue  # a slack cable
         for r in range(3):
             unit[r] = (end_b[r] - end_a[r]) / length

@@ -31,6 +31,12 @@ import numpy as np
 import torch
 
 from diffsim_ros._compiled import njit, prange
+
+try:
+    from numba import types as _types
+    from numba.extending import overload as _overload
+except ImportError:  # pragma: no cover - numba is a declared dependency
+    _overload = None
 from diffsim_ros.dynamics.fast import FastDynamics, placements_into, spring_torques_into
 from diffsim_ros.dynamics.passive import DEFAULT_FRICTION_VELOCITY_SCALE
 from diffsim_ros.model.robot_model import REVOLUTE
@@ -70,6 +76,85 @@ def fast_rollout_supported(model, settings, base=None):
     return None
 
 
+# ---------------------------------------------------------------- complex-safe arithmetic
+# The kernels below can still run on complex128 arrays (left from the complex-step Jacobians,
+# now removed: fast_tangents.py differentiates the step): branches and pivots look at real
+# parts, and _atan2, _rodrigues and _tanh have first-order complex extensions. Not removed
+# yet: doing so changes the float64 results at rounding level (fastmath reassociation).
+
+
+def _atan2(y, x):
+    """``math.atan2`` (real arguments); on complex ones the first-order complex-step extension."""
+    return math.atan2(y, x)
+
+
+if _overload is not None:
+
+    @_overload(_atan2, jit_options={"fastmath": FASTMATH})
+    def _atan2_typed(y, x):
+        if isinstance(y, _types.Complex) or isinstance(x, _types.Complex):
+
+            def complex_step(y, x):
+                yr, xr = y.real, x.real
+                return complex(math.atan2(yr, xr), (xr * y.imag - yr * x.imag) / (xr * xr + yr * yr))
+
+            return complex_step
+        return lambda y, x: math.atan2(y, x)
+
+
+def _rodrigues(theta2):
+    """Rodrigues coefficients ``(sin t / t, (1 - cos t) / t^2)`` of ``t^2 = theta2`` (not small).
+
+    On complex arguments the first-order complex-step extension (one real sine and cosine
+    instead of complex ones: the kernel's costliest complex operation).
+    """
+    theta = math.sqrt(theta2)
+    return math.sin(theta) / theta, (1.0 - math.cos(theta)) / theta2
+
+
+if _overload is not None:
+
+    @_overload(_rodrigues, jit_options={"fastmath": FASTMATH})
+    def _rodrigues_typed(theta2):
+        if isinstance(theta2, _types.Complex):
+
+            def complex_step(theta2):
+                t = theta2.real
+                theta = math.sqrt(t)
+                sine, cosine = math.sin(theta), math.cos(theta)
+                a, b = sine / theta, (1.0 - cosine) / t
+                da = (theta * cosine - sine) / (2.0 * theta * t)  # d/dt of sin(sqrt t) / sqrt t
+                db = (theta * sine - 2.0 * (1.0 - cosine)) / (2.0 * t * t)  # d/dt of (1 - cos sqrt t) / t
+                return complex(a, da * theta2.imag), complex(b, db * theta2.imag)
+
+            return complex_step
+
+        def real(theta2):
+            theta = math.sqrt(theta2)
+            return math.sin(theta) / theta, (1.0 - math.cos(theta)) / theta2
+
+        return real
+
+
+def _tanh(x):
+    """``math.tanh`` (real argument); on a complex one the first-order complex-step extension."""
+    return math.tanh(x)
+
+
+if _overload is not None:
+
+    @_overload(_tanh, jit_options={"fastmath": FASTMATH})
+    def _tanh_typed(x):
+        if isinstance(x, _types.Complex):
+
+            def complex_step(x):
+                t = math.tanh(x.real)
+                return complex(t, (1.0 - t * t) * x.imag)
+
+            return complex_step
+        return lambda x: math.tanh(x)
+
+
 # ---------------------------------------------------------------- small linear algebra
 
 
@@ -84,11 +169,10 @@ def _rotate(rot, local, k, out):
 def _so3_exp(phi, out):
     """Rotation matrix of the rotation vector ``phi`` (3,) into ``out`` (3, 3) (Rodrigues)."""
     theta2 = phi[0] * phi[0] + phi[1] * phi[1] + phi[2] * phi[2]
-    if theta2 < _SMALL_ANGLE_SQUARED:
+    if theta2.real < _SMALL_ANGLE_SQUARED:
         a, b = 1.0 - theta2 / 6.0, 0.5 - theta2 / 24.0
     else:
-        theta = math.sqrt(theta2)
-        a, b = math.sin(theta) / theta, (1.0 - math.cos(theta)) / theta2
+        a, b = _rodrigues(theta2)
     x, y, z = phi[0], phi[1], phi[2]
     out[0, 0] = 1.0 - b * (y * y + z * z)
     out[1, 1] = 1.0 - b * (x * x + z * z)
@@ -133,7 +217,7 @@ def _lu(mat, pivots, inv_diagonal):
     for col in range(size):
         pivot = col
         for r in range(col + 1, size):
-            if abs(mat[r, col]) > abs(mat[pivot, col]):
+            if abs(mat[r, col].real) > abs(mat[pivot, col].real):
                 pivot = r
         pivots[col] = pivot
         if pivot != col:
@@ -266,7 +350,7 @@ def _angle(w, j):
     """Signed joint angle ``atan2(a . (u_p x u_c), u_p . u_c)`` [rad] from the frames."""
     up, uc, a = w.ref_p[j], w.ref_c[j], w.axis_c[j]
     sine = a[0] * (up[1] * uc[2] - up[2] * uc[1]) + a[1] * (up[2] * uc[0] - up[0] * uc[2]) + a[2] * (up[0] * uc[1] - up[1] * uc[0])
-    return math.atan2(sine, up[0] * uc[0] + up[1] * uc[1] + up[2] * uc[2])
+    return _atan2(sine, up[0] * uc[0] + up[1] * uc[1] + up[2] * uc[2])
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
@@ -320,10 +404,10 @@ _Work = namedtuple(
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH)
-def work_area(n):
-    """Work area (float64 arrays) for ``n`` joints."""
+def work_area(n, like):
+    """Work area for ``n`` joints in the dtype of the array ``like`` (float64, or complex128 for tangents)."""
     particles = n + 1
-    z = np.float64
+    z = like.dtype
     return _Work(
         np.zeros((particles, 3), z), np.zeros((particles, 3, 3), z), np.zeros((particles, 3), z), np.zeros((particles, 3), z),
         np.zeros((particles, 3), z), np.zeros((particles, 3, 3), z), np.zeros((particles, 3), z),
@@ -406,9 +490,9 @@ def _joint_load(phys, w, tau, j, phase):
     """
     rate, coulomb, scale = w.rate[j], phys.friction[j], phys.friction_scale
     torque, damping = tau[j] + w.spring[j], phys.damping[j]
-    t = slope = 0.0
+    t = slope = 0.0 * rate
     if coulomb != 0.0:
-        t = math.tanh(rate / scale)
+        t = _tanh(rate / scale)
         slope = coulomb / scale * (1.0 - t * t)
         damping += slope
         torque += slope * rate - coulomb * t
@@ -435,7 +519,7 @@ def _blocks(phys, w, h, limits, active_targets):
             w.lever_parent[j, r] = w.pos[j + 1, r] + w.lever_c[j, r] - w.pos[j, r]
             w.free[j, r] = w.axis_c[j, r]
         w.sigma[j], w.offset[j], w.row_compliance[j] = h * w.damping[j], 0.0, 1.0
-        if limits and not math.isnan(active_targets[j]):
+        if limits and not math.isnan(active_targets[j].real):
             w.sigma[j], w.offset[j], w.row_compliance[j] = 1.0, active_targets[j], 0.0
 
 
@@ -827,7 +911,7 @@ def _limit_targets(phys, w, h, out):
         turn = h * (
             d[0] * (w.omega[j + 1, 0] - w.omega[j, 0]) + d[1] * (w.omega[j + 1, 1] - w.omega[j, 1]) + d[2] * (w.omega[j + 1, 2] - w.omega[j, 2])
         )
-        predicted = w.q[j] + turn
+        predicted = (w.q[j] + turn).real  # the active set is decided on values, not tangents
         clamped = min(max(predicted, lower[j]), upper[j])
         out[j] = clamped - w.q[j] if predicted != clamped else np.nan
 
@@ -933,10 +1017,12 @@ def _integrate(phys, fk, springs, w, tau, dt, substeps, iterations, compliance, 
 def joint_step_into(fk, phys, springs, settings, w, targets, q, qd, tau, q_out, qd_out):
     """One step from a joint state, particles rebuilt from ``(q, qd)`` (PBDSimulator.joint_step).
 
+    Any dtype (float64 in use; complex128 still compiles).
+
     Args:
         fk, phys, springs: The arrays of a :class:`FastPBD`.
         settings: ``(dt [s], substeps, iterations, compliance, limits)``.
-        w: Work area (:func:`work_area`); ``targets``: (n,) scratch.
+        w: Work area (:func:`work_area`, the dtype of ``q``); ``targets``: (n,) scratch.
         q, qd, tau: Joint positions [rad], velocities [rad/s], torques [N·m], each (n,).
         q_out, qd_out: (n,) receive the joint state after the step; the frames of the
             final poses are left in ``w``.
@@ -953,7 +1039,7 @@ def _joint_state(w, q, q_out, qd_out):
     """Joint positions [rad] (the turn from ``q`` unwrapped) and rates [rad/s] from the frames in ``w``."""
     for j in range(q.shape[0]):
         turn = _angle(w, j) - q[j]
-        q_out[j] = q[j] + turn - 2.0 * math.pi * np.rint(turn / (2.0 * math.pi))
+        q_out[j] = q[j] + turn - 2.0 * math.pi * np.rint(turn.real / (2.0 * math.pi))
         qd_out[j] = _rate(w, w.omega, j)
 
 
@@ -967,7 +1053,7 @@ def _rollout(fk, phys, springs, settings, q0, qd0, tau, out_q, out_qd, residual)
     """
     batch, steps, n = tau.shape
     for b in prange(batch):
-        w = work_area(n)
+        w = work_area(n, q0)
         targets = np.full(n, np.nan)
         q, qd = q0[b].copy(), qd0[b].copy()
         for t in range(steps):

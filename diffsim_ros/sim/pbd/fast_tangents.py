@@ -885,4 +885,4 @@ def step_tangents_into(fk, phys, springs, settings, q, qd, tau, with_state, q_ne
         Others: As :func:`step_tangents_with`.
     """
     n = q.shape[0]
-    step_tangents_with(fk, phys, springs, settings, work_area(n), tangent_area(n, with_state), q, qd, tau, q_next, qd_next, a, b)
+    step_tangents_with(fk, phys, springs, settings, work_area(n, q), tangent_area(n, with_state), q, qd, tau, q_next, qd_next, a, b)
