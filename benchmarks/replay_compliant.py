@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from diffsim_ros.dynamics.spatial import matvec
+from diffsim_ros.sim.contact import broadphase
 from diffsim_ros.sim.contact import step as stepping
 from diffsim_ros.sim.contact.frames import contact_frames
 from diffsim_ros.sim.contact.state import StepInfo
@@ -81,8 +82,8 @@ class HitWorld(ContactWorld):
             return super().step(state, tau, wrench, warm)
         if self.micro:
             return self._soft_step(state, wrench, warm)
-        contacts = self.detect(state, self.options.margin + 2.0 * self.dt * stepping.speed_bound(self, state), skip_apart=True)
-        if self.options.impact_substeps > 1 and stepping.objects_may_touch(self, contacts):
+        contacts = self.detect(state, self.options.margin + 2.0 * self.dt * broadphase.speed_bound(self, state), skip_apart=True)
+        if self.options.impact_substeps > 1 and broadphase.objects_may_touch(self, contacts):
             return stepping.impact_substeps(self, state, tau, wrench, warm, step_fn=HitWorld.step)
         if not self._hit_within(state, contacts):
             return super().step(state, tau, wrench, warm)
@@ -118,7 +119,7 @@ class HitWorld(ContactWorld):
     def _soft_step(self, state, wrench, warm):
         """One micro-step: the contact step's stages with the object-object normal rows compliant (see module)."""
         h = self.dt
-        contacts = self.detect(state, self.options.margin + 2.0 * h * stepping.speed_bound(self, state), skip_apart=True)
+        contacts = self.detect(state, self.options.margin + 2.0 * h * broadphase.speed_bound(self, state), skip_apart=True)
         batch = stepping.step_batch(self, state, contacts)
         k = contacts.count
         inv_inertia, inertia = stepping.object_inertia(self, state.orientation, batch)

@@ -25,7 +25,7 @@ from diffsim_ros.sim.contact.fast import OK, FastContactStep, fast_support, warm
 from diffsim_ros.sim.contact.layout import ContactLayout
 from diffsim_ros.dynamics.spatial import quat_multiply, quat_normalize, quat_to_matrix
 from diffsim_ros.sim.contact.state import WorldState
-from diffsim_ros.sim.contact.step import objects_may_touch, speed_bound
+from diffsim_ros.sim.contact.broadphase import objects_may_touch, speed_bound
 
 VALUE_TOL = 1e-9  # next state, compiled vs torch, both solvers converged [m, -, m/s, rad/s]
 JACOBIAN_TOL = 1e-9  # relative to max(1, max |J|): compiled vs torch autograd

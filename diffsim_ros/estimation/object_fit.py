@@ -395,7 +395,7 @@ def fit_objects(world, observations, unknowns, initial=None, at_rest=None, setti
     progress = progress or (lambda stage: None)
     unknowns = list(dict.fromkeys(unknowns))
     for name in list(unknowns) + list(initial or {}):
-        world._locate(name)  # raises for unknown names
+        world.locate_parameter(name)  # raises for unknown names
     observations = {name: as_pose_series(name, value) for name, value in observations.items()}
     missing = [o for o in world.object_names if o not in observations]
     if missing:

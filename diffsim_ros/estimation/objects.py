@@ -164,7 +164,7 @@ class _Problem:
         if repeated:
             raise ContactError(f"parameters named more than once: {repeated}")
         for name in self.names:
-            world._locate(name)  # raises for unknown names
+            world.locate_parameter(name)  # raises for unknown names
         missing = [o for o in world.object_names if o not in observations]
         if missing:
             raise ContactError(f"every object needs pose observations; missing {missing}")

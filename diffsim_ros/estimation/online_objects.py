@@ -201,7 +201,7 @@ class OnlineObjectEstimator:
         self.world, self.unknowns = world, tuple(unknowns)
         self.config = config or OnlineObjectEstimatorConfig()
         for name in (*self.unknowns, *(initial or {})):
-            world._locate(name)  # raises ContactError naming an unknown parameter
+            world.locate_parameter(name)  # raises ContactError naming an unknown parameter
         if not self.unknowns:
             raise ContactError("no unknown parameters to estimate")
         self.initial = dict(initial or {})

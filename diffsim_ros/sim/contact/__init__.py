@@ -9,7 +9,8 @@ Public pieces:
 * :class:`ContactWorld`: free objects, static shapes and a robot (any
   :class:`~diffsim_ros.sim.base.JointSpaceSimulator`) stepped together; the model (objects,
   shapes, pair table, parameters) with its :class:`ContactOptions` (solver and step settings);
-  its step is :mod:`diffsim_ros.sim.contact.step`, a list of stages (detect, contact Jacobian,
+  its step is :mod:`diffsim_ros.sim.contact.step`, a list of stages (detect, in
+  :mod:`diffsim_ros.sim.contact.broadphase`, contact Jacobian,
   free velocity, Delassus, solve, bounce correction, robot response, integrate);
   :class:`WorldState` and :class:`StepInfo` are what a step reads and returns.
 """

@@ -702,7 +702,7 @@ def _box_pair(a, b, start, rot, pos, scene, margin, tangents, point, normal, gap
 @njit(cache=True)
 def _margin(lin, ang, scene, options):
     """Activation distance of the step [m]: the margin plus twice what the fastest surface point
-    (step.speed_bound: ``|v| + |w| r`` and a step of gravity) covers in a step."""
+    (broadphase.speed_bound: ``|v| + |w| r`` and a step of gravity) covers in a step."""
     obj_radius = scene[7]
     speed = 0.0
     for j in range(lin.shape[0]):
@@ -1083,7 +1083,7 @@ def _forward(pos, quat, lin, ang, wrench, scene, options, warm):
 
 @njit(cache=True)
 def _objects_may_touch(pos, quat, lin, ang, scene, options):
-    """Whether a slot between two objects is active at the step's margin (step.objects_may_touch)."""
+    """Whether a slot between two objects is active at the step's margin (broadphase.objects_may_touch)."""
     slot_other = scene[4]
     _, rot = _unit_rotations(quat)
     _, _, _, active = _detect(pos, rot, scene, _margin(lin, ang, scene, options))
@@ -1593,7 +1593,7 @@ def _parameter_table(world, names, slot_count):
     slot_d = np.zeros((slot_count, len(names)))
     codes = {"mass": 0, "friction": 1, "restitution": 2}
     for col, name in enumerate(names):
-        table, kind, index = world._locate(name)
+        table, kind, index = world.locate_parameter(name)
         kinds[col] = codes[kind]
         if table == "pair":
             pair = world.pairs[index]

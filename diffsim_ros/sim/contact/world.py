@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from diffsim_ros.sim.contact import broadphase
 from diffsim_ros.sim.contact import step as stepping
 from diffsim_ros.sim.contact.detection import slot_count
 from diffsim_ros.sim.contact.errors import ContactError, checked_number
@@ -348,8 +349,19 @@ class ContactWorld:
         """
         return [f"{pair.name}.{kind}" for pair in self.pairs for kind in PAIR_PARAMETERS]
 
-    def _locate(self, name):
-        """``(table, kind, index)``: ``table`` is "object" (index of the object) or "pair"."""
+    def locate_parameter(self, name):
+        """Where a parameter name points: ``(table, kind, index)``.
+
+        Args:
+            name: ``<object>.<mass|friction|restitution>`` or ``<a>/<b>.<friction|restitution>``.
+
+        Returns:
+            ``table`` "object" (``index`` of the object) or "pair" (``index`` in ``pairs``), and
+            ``kind`` the parameter ("mass", "friction" or "restitution").
+
+        Raises:
+            ContactError: An unknown name (listing the known ones).
+        """
         owner, _, kind = name.rpartition(".")
         if kind in OBJECT_PARAMETERS and owner in self.object_names:
             return "object", kind, self.object_names.index(owner)
@@ -366,7 +378,7 @@ class ContactWorld:
     def get_parameter(self, name):
         """Value of ``<object>.<mass|friction|restitution>`` or ``<a>/<b>.<friction|restitution>``
         (the pair's coefficient as the step uses it), shape (...) (keeps autograd)."""
-        table, kind, index = self._locate(name)
+        table, kind, index = self.locate_parameter(name)
         if table == "object":
             return self.params[kind][..., index]
         return self.pair_value(kind, index)
@@ -383,7 +395,7 @@ class ContactWorld:
         """
         params, pair_params, pairs = dict(self.params), dict(self.pair_params), list(self.pairs)
         for name, value in values.items():
-            table, kind, index = self._locate(name)
+            table, kind, index = self.locate_parameter(name)
             value = torch.as_tensor(value, dtype=self.dtype, device=self.device)
             _check_parameter(name, kind, value.detach())
             target = params if table == "object" else pair_params
@@ -443,7 +455,7 @@ class ContactWorld:
 
     # ------------------------------------------------------------------ geometry (stages of the step)
     def detect(self, state, margin=None, skip_apart=False):
-        """All contact slots at a state: :func:`diffsim_ros.sim.contact.step.detect` of this world.
+        """All contact slots at a state: :func:`diffsim_ros.sim.contact.broadphase.detect` of this world.
 
         Args:
             state: WorldState.
@@ -453,7 +465,7 @@ class ContactWorld:
         Returns:
             Contacts, K = :attr:`slot_count` slots.
         """
-        return stepping.detect(self, state, margin, skip_apart)
+        return broadphase.detect(self, state, margin, skip_apart)
 
     def settle(self, state, names=None, max_shift=0.01):
         """Translate objects along the gravity direction onto the static shapes they nearly touch.
