@@ -161,3 +161,17 @@ def test_motion_without_a_recent_command_is_not_used(tmp_path):
     for traj in dataset.trajectories:
         assert not np.any((traj.stamps_ns + T0_NS >= gap[0]) & (traj.stamps_ns + T0_NS < gap[1]))
     assert any("no commanded torque within 0.25 s" in note for note in summary.notes)
+
+
+def test_a_window_shorter_than_the_filter_is_no_trajectory_not_an_error(tmp_path):
+    """An online window of 23 samples, fewer than the derivative filter spans (31 at 100 Hz),
+    with commanded torques: no trajectory and a note, not a crash (the demo's first updates)."""
+    count = 23
+    stamps = T0_NS + PERIOD_NS * np.arange(count, dtype=np.int64)
+    # The first commands come 0.1 s in: the samples before them have no command (stale).
+    path = _bag(tmp_path / "bag", stamps, stamps[10:], np.ones((count - 10, 2)), positions=_motion(count))
+    streams = read_bag(path, JOINTS, topics=TOPICS).streams()
+    options = DatasetOptions(torque_source="commanded", torque_hold="zoh")
+    dataset, summary = prepare_dataset(streams, options=options)
+    assert dataset.trajectories == () and summary.trajectories == 0
+    assert any("no run of valid filtered samples" in note for note in summary.notes)

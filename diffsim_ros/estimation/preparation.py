@@ -220,7 +220,9 @@ def _dilated(mask, half):
     """``mask`` widened by ``half`` samples each side (what a centred filter window sees)."""
     if half <= 0 or not np.any(mask):
         return mask
-    return np.convolve(mask.astype(float), np.ones(2 * half + 1), mode="same") > 0
+    # The centred slice of the full convolution: mode="same" returns max(len(mask), window)
+    # samples, not len(mask), when the window is the longer (a short online window).
+    return np.convolve(mask.astype(float), np.ones(2 * half + 1), mode="full")[half : half + len(mask)] > 0
 
 
 def _trajectory_runs(streams, options, notes, limits):
