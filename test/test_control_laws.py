@@ -11,6 +11,7 @@ from diffsim_ros.control import (
     SetPoint,
     joint_inertias,
 )
+from diffsim_ros.control.impedance import DAMPING_MARGIN, stable_damping
 from diffsim_ros.dynamics.fast import FastDynamics
 from diffsim_ros.model import load_robot_config
 from diffsim_ros.testbed.mujoco_plant import MujocoPlant
@@ -20,6 +21,16 @@ from oracles import BAXTER_LEFT, BAXTER_URDF, PinocchioOracle
 PIN_TOL = 1e-9  # [N·m], [kg·m²]: same law, independent dynamics
 FD_TOL = 1e-6  # [rad/s, rad/s²] finite differences of the reference
 POSES = 8
+EIG_TOL = 1e-12  # relative: the damping limit's eigenvalue against its margin
+# The demo's impedance gains and Baxter's 100 Hz joint states (config/baxter_sim.params.yaml).
+DEMO_STIFFNESS = np.array([80.0, 80.0, 30.0, 30.0, 10.0, 10.0, 5.0])  # [N·m/rad]
+DEMO_DAMPING = np.array([30.0, 30.0, 8.0, 10.0, 0.1, 0.1, 0.05])  # [N·m·s/rad]
+STATE_PERIOD = 0.01  # [s]
+# Near where the nominal-model gravity hold of the demo leaves the arm (s1 and e1 near their
+# limits; e1 just inside its 2.618 rad): s0's effective inertia is 0.1 kg·m² there, 0.8 at home.
+FOLDED = np.array([-0.06, -2.04, 0.18, 2.55, 0.1, 0.96, 0.02])  # [rad]
+RUNAWAY_SPEED = 1.0  # [rad/s] from a 0.01 rad/s nudge: the loop amplifies it
+STABLE_SPEED = 0.05  # [rad/s]
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +94,54 @@ def test_joint_inertias_match_pinocchio(setup):
         np.testing.assert_allclose(joint_inertias(fast, q), expected, atol=PIN_TOL, rtol=0)
 
 
+def test_mass_matrix_matches_pinocchio(setup):
+    model, oracle, _, states = setup
+    fast = FastDynamics.from_model(model)
+    for q, _, _ in states:
+        expected = oracle.sel2(oracle.pin.crba(oracle.model, oracle.data, oracle.q(q)))
+        np.testing.assert_allclose(fast.mass_matrix(q), expected, atol=PIN_TOL, rtol=0)
+
+
+def test_stable_damping_keeps_stable_gains_and_limits_the_rest(setup):
+    model = setup[0]
+    fast = FastDynamics.from_model(model)
+    rng = np.random.default_rng(5)
+    for q in [FOLDED, *random_poses(model, 6, rng)]:
+        inverse = np.linalg.inv(fast.mass_matrix(q))
+        damping = stable_damping(DEMO_DAMPING, inverse, STATE_PERIOD)
+        assert np.all(damping <= DEMO_DAMPING) and np.all(damping >= 0)
+        root = np.sqrt(damping)
+        largest = STATE_PERIOD * np.linalg.eigvalsh(root[:, None] * inverse * root[None, :])[-1]
+        assert largest <= DAMPING_MARGIN * (1 + EIG_TOL)
+        small = 0.01 * DEMO_DAMPING  # stable everywhere: left as given
+        np.testing.assert_array_equal(stable_damping(small, inverse, STATE_PERIOD), small)
+    assert stable_damping(DEMO_DAMPING, np.linalg.inv(fast.mass_matrix(FOLDED)), STATE_PERIOD)[0] < 0.5 * DEMO_DAMPING[0]
+
+
+def _hold_on_mujoco(model, state_period, seconds=1.0):
+    """Largest joint speed [rad/s] while impedance holds FOLDED on the MuJoCo arm, commands and
+    joint states every 10 ms (zero-order hold), from a 0.01 rad/s nudge of every joint."""
+    plant = MujocoPlant(model, BAXTER_URDF, noise=None)
+    plant.reset(FOLDED, np.full(7, 0.01))
+    controller = JointImpedanceController(model, DEMO_STIFFNESS, DEMO_DAMPING, SetPoint(FOLDED), state_period=state_period)
+    fastest, steps = 0.0, int(round(STATE_PERIOD / plant.mj_model.opt.timestep))
+    for k in range(int(round(seconds / STATE_PERIOD))):
+        q, qd = plant.true_state()
+        fastest = max(fastest, float(np.abs(qd).max()))
+        if fastest > 10 * RUNAWAY_SPEED:
+            break
+        plant.step(controller.compute(k * STATE_PERIOD, q, qd), steps)
+    return fastest
+
+
+def test_damping_limited_where_it_would_destabilize_the_arm(setup):
+    # The demo's gains at the pose its gravity test leaves the arm in: with D as given the arm
+    # ran away on MuJoCo (e0 at 54 rad/s); limited for 100 Hz states it holds.
+    model = setup[0]
+    assert _hold_on_mujoco(model, None) > RUNAWAY_SPEED
+    assert _hold_on_mujoco(model, STATE_PERIOD) < STABLE_SPEED
+
+
 def test_references():
     move = MinimumJerkMove(np.zeros(2), np.array([1.0, -2.0]), t_start=1.0, duration=2.0)
     np.testing.assert_allclose(move(0.0)[0], 0.0)
@@ -110,6 +169,9 @@ def test_bad_controller_settings(setup):
         JointImpedanceController(model, 1.0, 1.0, reference, model_term="pid")
     with pytest.raises(ControlError, match="needs a torque_map"):
         JointImpedanceController(model, 1.0, 1.0, reference, model_term="map")
+    for period in (0.0, -0.01, float("nan")):
+        with pytest.raises(ControlError, match="state_period"):
+            JointImpedanceController(model, 1.0, 1.0, reference, state_period=period)
     with pytest.raises(ControlError, match="unknown joints"):
         JointImpedanceController(model, {"s0": 1.0}, 1.0, reference)
     other = load_robot_config(BAXTER_LEFT.parent / "baxter_right.yaml").build_model()

@@ -436,6 +436,14 @@ class FastDynamics:
             self.mass, self.first_moment, self.inertia_o, self._vector(q),
         )
 
+    def mass_matrix(self, q):
+        """Joint-space inertia M(q) [kg·m² or kg], shape (n, n): column j is the RNEA of a unit
+        acceleration of joint j at rest, less the gravity term (n + 1 compiled RNEA calls)."""
+        q = self._vector(q)
+        zero = np.zeros_like(q)
+        gravity = self.rnea(q, zero, zero)
+        return np.stack([self.rnea(q, zero, unit) - gravity for unit in np.eye(q.shape[0])], axis=1)
+
     def rnea(self, q, qd, qdd):
         """Rigid-body inverse dynamics M(q) qdd + C(q, qd) qd + g(q) [N·m], shape (n,)."""
         return _rnea(

@@ -104,6 +104,9 @@ class ControllerNodeConfig(RobotNodeConfig):
     gravity_scale: float = param(1.0, "gravity compensation factor")
     stiffness: list[float] = param([50.0], "impedance stiffness K [N·m/rad]", name="impedance.stiffness")
     damping: list[float] = param([5.0], "impedance damping D [N·m·s/rad]", name="impedance.damping")
+    state_period: float = param(0.01, "joint-state period [s] the damping acts on: D is limited where it would "
+                                "destabilize the arm (0.01: Baxter's 100 Hz states; 0: D as given)",
+                                name="impedance.state_period")
     model_term: str = param("analytic", "impedance model term: analytic, map, map_servo, gravity or none",
                             name="impedance.model_term")
     model_scale: float = param(1.0, "impedance model-term factor", name="impedance.model_scale")
@@ -139,6 +142,8 @@ class ControllerNodeConfig(RobotNodeConfig):
             raise ValueError(f"rate_hz {self.rate_hz} < {_BAXTER_MIN_RATE}: Baxter leaves torque mode without commands")
         if not self.rate_hz > 0:
             raise ValueError("rate_hz must be positive")
+        if not self.state_period >= 0:
+            raise ValueError(f"impedance.state_period must be >= 0 s, got {self.state_period!r}")
 
 
 # Parameters that may change while the node runs (gains and limits); the others need a restart.
@@ -222,7 +227,8 @@ class ControllerNode:
             if tmap is None and cfg.torque_map:
                 tmap = TorqueMap.load(resolve_resource(cfg.torque_map), model)
             return JointImpedanceController(model, per_joint_value(cfg.stiffness), per_joint_value(cfg.damping),
-                                            self.reference, cfg.model_term, cfg.model_scale, tmap)
+                                            self.reference, cfg.model_term, cfg.model_scale, tmap,
+                                            state_period=cfg.state_period or None)
         # the compiled Riccati solver, predicting with the rigid step (shipped default) or the compiled PBD step
         return make_mpc(make_simulator(model, cfg.mpc_dt, cfg.mpc_simulator, substeps=1), self.reference, cfg.mpc)
 

@@ -60,9 +60,10 @@ GRAVITY_SECONDS, GRAVITY_SETTLE = 3.0, 0.5  # [s] test, and the start held by ha
 CALIBRATION_SEGMENT = 4.0  # [s] per calibration move: continuous motion, no rests
 PAYLOAD_TRACKED = 0.02  # relative payload mass error the summary calls "tracked"
 SWITCH_PAUSE = 0.5  # [s] between controllers: Baxter falls back to position mode after 0.2 s
-# [kg·m²] Smallest effective inertia 1 / (M^-1)_jj of s0, s1, e0, e1 at a rest pose: the fixed
-# impedance damping (30, 30, 8, 10 N·m·s/rad) acting on 100 Hz joint states destabilizes a joint
-# whose effective inertia is much smaller (near the shoulder singularity).
+# [kg·m²] Smallest effective inertia 1 / (M^-1)_jj of s0, s1, e0, e1 along the moves: near the
+# shoulder singularity the controller must limit the impedance damping (30, 30, 8, 10 N·m·s/rad)
+# far below its set value to stay stable on 100 Hz joint states (control.impedance.stable_damping),
+# and the arm would track the moves loosely there.
 MIN_EFFECTIVE_INERTIA = np.array([0.2, 0.2, 0.05, 0.1])
 
 
@@ -223,8 +224,8 @@ def motion_poses(model, count, seed, checks=12):
     """Random poses to move through without rests, shape (count, n) [rad].
 
     Unlike rest poses, the arm never stops at them, so every move's whole joint-space path
-    (checked at ``checks`` points) stays away from the shoulder singularity, where the fixed
-    impedance damping on 100 Hz joint states would destabilize a joint of small inertia.
+    (checked at ``checks`` points) stays away from the shoulder singularity, where the
+    impedance damping must be limited far below its set value (see MIN_EFFECTIVE_INERTIA).
     """
     rng = np.random.default_rng(seed)
     poses, previous = [], HOME
