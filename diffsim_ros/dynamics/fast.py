@@ -438,7 +438,12 @@ class FastDynamics:
 
     def mass_matrix(self, q):
         """Joint-space inertia M(q) [kg·m² or kg], shape (n, n): column j is the RNEA of a unit
-        acceleration of joint j at rest, less the gravity term (n + 1 compiled RNEA calls)."""
+        acceleration of joint j at rest, less the gravity term (n + 1 compiled RNEA calls).
+
+        Built on :meth:`rnea`, which the impedance controller's model term has already compiled,
+        rather than on the compiled CRBA of the step derivatives
+        (:func:`~diffsim_ros.dynamics.derivatives.mass_matrix_into`): that would be one more
+        kernel to compile, on a controller's first cycle of a fresh install."""
         q = self._vector(q)
         zero = np.zeros_like(q)
         gravity = self.rnea(q, zero, zero)

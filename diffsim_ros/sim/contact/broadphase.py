@@ -57,7 +57,7 @@ def detect(world, state, margin=None, skip_apart=False):
         skip_apart: Skip the narrow phase of pairs whose bounding spheres are farther
             apart than ``margin`` everywhere in the batch: their slots are inactive either
             way, but their points, normals and gaps are then placeholders (only for
-            callers that use inactive slots for nothing, as :func:`step`).
+            callers that use inactive slots for nothing, as :func:`~diffsim_ros.sim.contact.step.step`).
 
     Returns:
         Contacts with points [m] (..., K, 3), normals (..., K, 3), gaps [m] (..., K).
