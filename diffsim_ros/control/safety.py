@@ -45,7 +45,7 @@ from typing import NamedTuple
 import numpy as np
 
 from diffsim_ros.control.errors import ControlError
-from diffsim_ros.control.vectors import per_joint, to_numpy
+from diffsim_ros.control.vectors import PerJoint, per_joint, to_numpy
 
 from diffsim_ros._compiled import njit
 
@@ -113,13 +113,13 @@ class SafetyConfig:
     """
 
     output: str = "baxter"
-    effort_limit: object = None
-    torque_rate_limit: object = 200.0
+    effort_limit: PerJoint | None = None
+    torque_rate_limit: PerJoint = 200.0
     limit_margin: float = 0.1
     limit_stiffness: float = 50.0
     limit_damping: float = 5.0
     state_timeout: float = 0.05
-    hold_command: object = None
+    hold_command: PerJoint | None = None
     position_slack: float = 0.25
     speed_factor: float = 4.0
 

@@ -1,10 +1,16 @@
 """Joint vectors for the control layer: per-joint settings and checked float64 arrays."""
 
+from collections.abc import Mapping, Sequence
+
 import numpy as np
 
 from diffsim_ros.control.errors import ControlError
 
-__all__ = ["per_joint", "to_numpy"]
+__all__ = ["PerJoint", "per_joint", "to_numpy"]
+
+PerJoint = float | Sequence[float] | Mapping[str, float]
+"""A per-joint setting: one value for all joints, one per joint in model order, or a mapping
+``joint name -> value`` (joints not named keep the setting's default); see :func:`per_joint`."""
 
 
 def to_numpy(x):

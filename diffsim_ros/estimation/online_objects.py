@@ -114,9 +114,9 @@ class EventOutcome:
     end: float
     status: str
     reason: str
-    poses: dict = field(default_factory=dict)
-    values: dict = field(default_factory=dict)
-    std: dict = field(default_factory=dict)
+    poses: dict[str, PoseSeries] = field(default_factory=dict)
+    values: dict[str, float] = field(default_factory=dict)
+    std: dict[str, float] = field(default_factory=dict)
     fit_status: str = ""
     seconds: float = 0.0
     evaluations: int = 0

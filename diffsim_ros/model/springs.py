@@ -59,12 +59,12 @@ class LeverSpring(_OnJoint):
     """Baxter's series-elastic spring on one revolute joint (law ``lever``); defaults are Baxter's."""
 
     joint: str
-    stiffness: float = 8000.0
-    offset: float = 0.10
-    alpha1: float = 0.20
-    l1: float = 0.30
-    l2: float = 0.07
-    rest_length: float = 0.20
+    stiffness: float = 8000.0  # [N/m]
+    offset: float = 0.10  # alpha2 [rad]
+    alpha1: float = 0.20  # [rad]
+    l1: float = 0.30  # [m]
+    l2: float = 0.07  # [m]
+    rest_length: float = 0.20  # [m]
 
     law: ClassVar[str] = "lever"
 

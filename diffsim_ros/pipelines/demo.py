@@ -83,19 +83,19 @@ class DemoResult:
         payload_change: (time [s] since the start, mass before, mass after [kg]) or None.
     """
 
-    paths: dict
-    nominal: dict
-    truth: dict
-    estimates: dict
-    stddev: dict
-    tracking: dict
-    traces: dict = field(default_factory=dict)
-    history: list = field(default_factory=list)
-    update_log: list = field(default_factory=list)
+    paths: dict[str, Path]
+    nominal: dict[str, float | np.ndarray]
+    truth: dict[str, float | np.ndarray]
+    estimates: dict[str, float | np.ndarray]
+    stddev: dict[str, float | np.ndarray]
+    tracking: dict[str, tuple[float, float]]
+    traces: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = field(default_factory=dict)
+    history: list[tuple[float, dict, dict]] = field(default_factory=list)
+    update_log: list[tuple[float, float, float, bool]] = field(default_factory=list)
     updates: int = 0
     sim_seconds: float = 0.0
     wall_seconds: float = 0.0
-    payload_change: tuple | None = None
+    payload_change: tuple[float, float, float] | None = None
 
 
 # --- the graph -------------------------------------------------------------------------------

@@ -102,7 +102,7 @@ def group(config_cls, prefix="", *, exclude=(), kinds=None, convert=None):
         prefix: Parameter name prefix (``"mpc"`` -> ``mpc.horizon``; ``""``: the field names).
         exclude: Members that are not parameters (set by the node, e.g. from other parameters).
         kinds: Member -> parameter type where the annotation does not say (e.g. ``list[float]``
-            for ``object``-typed per-joint values, ``list[str]`` for a ``tuple``).
+            for per-joint values typed ``PerJoint``, ``list[str]`` for a ``tuple``).
         convert: Member -> ``f(parameter value) -> library value`` (default: tuples for tuple
             defaults, else unchanged), e.g. :func:`per_joint_value`.
     """

@@ -71,7 +71,7 @@ class RecordingScenario:
     settle: float = 2.5
     hold: float = 0.5
     excitation: float = 0.0
-    excitation_amplitude: object = 1.0
+    excitation_amplitude: float | np.ndarray = 1.0
     joint_rate: float = 100.0
     camera_rate: float = 30.0
     camera_frame: str | None = None

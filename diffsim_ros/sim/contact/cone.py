@@ -48,7 +48,7 @@ REGULARIZATION = 1e-6
 # Warm-started sliding contacts slower than this fraction of the problem's velocity scale are
 # tried as sticking first.
 SLIP_TOL = 1e-4
-REPAIR_ROUNDS = 8
+REPAIR_ROUNDS = 8  # mode fixes of a Newton solve that fails its KKT check, before giving up
 # Relative accuracy at which Algorithm 1 stops (the Newton polish then finishes the job).
 STAGGERED_TOL = 1e-9
 
