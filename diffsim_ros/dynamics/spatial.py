@@ -1,4 +1,5 @@
-"""Small rotation, quaternion and spatial-vector helpers (torch, batched, differentiable).
+"""Small rotation, quaternion and spatial-vector helpers (torch, batched, differentiable); a NumPy
+companion with the same names for per-sample code is :mod:`~diffsim_ros.dynamics.spatial_np`.
 
 Quaternions are ``(w, x, y, z)`` (scalar first, as MuJoCo); ROS messages use ``(x, y, z, w)``
 and are converted at the I/O boundary. Spatial vectors are 3-vector pairs, angular first.

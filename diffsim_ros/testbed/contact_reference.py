@@ -9,6 +9,7 @@ effective restitution from the returned true velocities.
 
 import numpy as np
 
+from diffsim_ros.dynamics.spatial_np import quat_exp, quat_multiply, quat_to_matrix
 from diffsim_ros.sim.contact.errors import ContactError
 from diffsim_ros.sim.contact.shapes import Box, Capsule, Plane, Sphere
 
@@ -117,7 +118,7 @@ def simulate_mujoco(world, state, duration, timestep=0.001, sample_period=0.01, 
     ang = state.angular_velocity.detach().cpu().numpy().reshape(count, 3)
     for j in range(count):
         data.qpos[7 * j : 7 * j + 7] = np.concatenate([pos[j], quat[j]])
-        rot = quat_matrix(quat[j])
+        rot = quat_to_matrix(quat[j])
         # MuJoCo's free-joint angular velocity is in the body frame.
         data.qvel[6 * j : 6 * j + 6] = np.concatenate([lin[j], rot.T @ ang[j]])
     stride = int(round(sample_period / timestep))
@@ -135,7 +136,7 @@ def simulate_mujoco(world, state, duration, timestep=0.001, sample_period=0.01, 
                 record["position"].append(p)
                 record["orientation"].append(q)
                 record["linear_velocity"].append(data.qvel[6 * j : 6 * j + 3].copy())
-                record["angular_velocity"].append(quat_matrix(q) @ data.qvel[6 * j + 3 : 6 * j + 6])
+                record["angular_velocity"].append(quat_to_matrix(q) @ data.qvel[6 * j + 3 : 6 * j + 6])
                 if (step - skip_steps) % stride == 0:
                     samples[obj.name][0].append(data.time)
                     samples[obj.name][1].append(p)
@@ -146,41 +147,7 @@ def simulate_mujoco(world, state, duration, timestep=0.001, sample_period=0.01, 
     observations = {}
     for name, (times, positions, quats) in samples.items():
         positions = np.array(positions) + rng.normal(0.0, position_noise, (len(times), 3))
-        quats = np.array([quat_multiply_np(rotvec_quat(rng.normal(0.0, orientation_noise, 3)), q) for q in quats])
+        quats = np.array([quat_multiply(quat_exp(rng.normal(0.0, orientation_noise, 3)), q) for q in quats])
         observations[name] = {"times": np.array(times), "position": positions, "orientation": quats}
     truth = {name: {k: np.array(v) for k, v in record.items()} for name, record in truth.items()}
     return observations, truth
-
-
-def quat_matrix(q):
-    """Rotation matrix of a (w, x, y, z) quaternion (numpy)."""
-    w, x, y, z = q / np.linalg.norm(q)
-    return np.array(
-        [
-            [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
-            [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
-            [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
-        ]
-    )
-
-
-def rotvec_quat(rotvec):
-    """(w, x, y, z) quaternion of a rotation vector (numpy)."""
-    angle = np.linalg.norm(rotvec)
-    if angle < 1e-12:
-        return np.array([1.0, *(0.5 * rotvec)])
-    return np.concatenate([[np.cos(angle / 2)], np.sin(angle / 2) * rotvec / angle])
-
-
-def quat_multiply_np(a, b):
-    """Hamilton product of (w, x, y, z) quaternions (numpy)."""
-    aw, ax, ay, az = a
-    bw, bx, by, bz = b
-    return np.array(
-        [
-            aw * bw - ax * bx - ay * by - az * bz,
-            aw * bx + ax * bw + ay * bz - az * by,
-            aw * by - ax * bz + ay * bw + az * bx,
-            aw * bz + ax * by - ay * bx + az * bw,
-        ]
-    )

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from diffsim_ros.dynamics.spatial_np import so3_exp
 from diffsim_ros.model.springs import SPRING_LAWS
 
 __all__ = ["SensorNoise", "PlantTruth", "MujocoPlant", "random_camera_pose"]
@@ -342,7 +343,7 @@ class MujocoPlant:
         in_camera = np.linalg.inv(camera) @ self.link_pose(link)
         position = in_camera[:3, 3] + self.noise.camera_position * self._rng.standard_normal(3)
         rotvec = self.noise.camera_rotation * self._rng.standard_normal(3)
-        rotation = _axis_angle(rotvec) @ in_camera[:3, :3]
+        rotation = so3_exp(rotvec) @ in_camera[:3, :3]
         return position, _matrix_to_quat(rotation)
 
 
@@ -389,15 +390,6 @@ def _add_tendons(spec, springs):
         )
         tendon.wrap_site(_site_name(spring, "a"))
         tendon.wrap_site(_site_name(spring, "b"))
-
-
-def _axis_angle(rotvec):
-    angle = np.linalg.norm(rotvec)
-    if angle < 1e-15:
-        return np.eye(3)
-    k = rotvec / angle
-    kx = np.array([[0, -k[2], k[1]], [k[2], 0, -k[0]], [-k[1], k[0], 0]])
-    return np.eye(3) + math.sin(angle) * kx + (1 - math.cos(angle)) * kx @ kx
 
 
 def _matrix_to_quat(rot):
