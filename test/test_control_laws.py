@@ -11,7 +11,9 @@ from diffsim_ros.control import (
     SetPoint,
     joint_inertias,
 )
-from diffsim_ros.control.impedance import DAMPING_MARGIN, stable_damping
+from diffsim_ros.control.impedance import DAMPING_MARGIN, PERIOD_CHANGE, stable_damping
+from diffsim_ros.control.loop import ControlLoop, StatePeriod
+from diffsim_ros.control.safety import SafetyConfig, SafetyLayer
 from diffsim_ros.dynamics.fast import FastDynamics
 from diffsim_ros.model import load_robot_config
 from diffsim_ros.testbed.mujoco_plant import MujocoPlant
@@ -118,28 +120,73 @@ def test_stable_damping_keeps_stable_gains_and_limits_the_rest(setup):
     assert stable_damping(DEMO_DAMPING, np.linalg.inv(fast.mass_matrix(FOLDED)), STATE_PERIOD)[0] < 0.5 * DEMO_DAMPING[0]
 
 
-def _hold_on_mujoco(model, state_period, seconds=1.0):
+def _hold_on_mujoco(model, state_period, period=STATE_PERIOD, through_loop=False, seconds=1.0):
     """Largest joint speed [rad/s] while impedance holds FOLDED on the MuJoCo arm, commands and
-    joint states every 10 ms (zero-order hold), from a 0.01 rad/s nudge of every joint."""
+    joint states every ``period`` [s] (zero-order hold), from a 0.01 rad/s nudge of every joint;
+    and the control loop's notice (None without the loop)."""
     plant = MujocoPlant(model, BAXTER_URDF, noise=None)
     plant.reset(FOLDED, np.full(7, 0.01))
     controller = JointImpedanceController(model, DEMO_STIFFNESS, DEMO_DAMPING, SetPoint(FOLDED), state_period=state_period)
-    fastest, steps = 0.0, int(round(STATE_PERIOD / plant.mj_model.opt.timestep))
-    for k in range(int(round(seconds / STATE_PERIOD))):
+    safety = SafetyLayer(model, SafetyConfig(output="ros2_control", torque_rate_limit=1e6))
+    loop = ControlLoop(controller, safety, model) if through_loop else None
+    fastest, steps = 0.0, int(round(period / plant.mj_model.opt.timestep))
+    for k in range(int(round(seconds / period))):
         q, qd = plant.true_state()
         fastest = max(fastest, float(np.abs(qd).max()))
         if fastest > 10 * RUNAWAY_SPEED:
             break
-        plant.step(controller.compute(k * STATE_PERIOD, q, qd), steps)
-    return fastest
+        tau = controller.compute(k * period, q, qd) if loop is None else loop.step(k * period, q, qd, k * period)[0]
+        assert tau is not None
+        plant.step(tau, steps)
+    return fastest, loop.notice if loop else None
 
 
 def test_damping_limited_where_it_would_destabilize_the_arm(setup):
     # The demo's gains at the pose its gravity test leaves the arm in: with D as given the arm
     # ran away on MuJoCo (e0 at 54 rad/s); limited for 100 Hz states it holds.
     model = setup[0]
-    assert _hold_on_mujoco(model, None) > RUNAWAY_SPEED
-    assert _hold_on_mujoco(model, STATE_PERIOD) < STABLE_SPEED
+    assert _hold_on_mujoco(model, None)[0] > RUNAWAY_SPEED
+    assert _hold_on_mujoco(model, STATE_PERIOD)[0] < STABLE_SPEED
+
+
+def test_state_period_is_the_median_interval_between_new_states():
+    rng = np.random.default_rng(2)
+    meter = StatePeriod(min_intervals=3)
+    times = np.cumsum(0.04 + rng.uniform(-0.004, 0.004, 60))  # 25 Hz with 4 ms of jitter
+    assert [meter(t) for t in times[:3]] == [None, None, None]
+    assert meter(times[3]) == pytest.approx(0.04, abs=0.004)
+    for t in times[4:30]:
+        assert meter(t) == meter(t)  # the same state seen by two cycles is one state
+    meter(times[29] + 2.0)  # a dropout: not a period
+    meter(times[29] - 5.0)  # a clock running backwards: not a period
+    for t in times[30:] - 5.0 + 2.0:
+        measured = meter(t)
+    assert measured == pytest.approx(0.04, abs=0.002)
+
+
+def test_observed_state_period_only_lengthens_the_configured_one(setup):
+    model = setup[0]
+    controller = JointImpedanceController(model, DEMO_STIFFNESS, DEMO_DAMPING, SetPoint(FOLDED), state_period=STATE_PERIOD)
+    limited = controller.damping_at(FOLDED)
+    assert not controller.observe_state_period(0.005)  # faster states: the configured period stays
+    assert not controller.observe_state_period(STATE_PERIOD * (1 + 0.5 * PERIOD_CHANGE))  # jitter
+    assert controller.observe_state_period(0.04) and controller.state_period == 0.04
+    assert np.all(controller.damping_at(FOLDED) <= limited) and controller.damping_at(FOLDED)[0] < limited[0]
+    assert controller.observe_state_period(0.01) and controller.state_period == STATE_PERIOD  # back to 100 Hz
+    np.testing.assert_array_equal(controller.damping_at(FOLDED), limited)
+    unlimited = JointImpedanceController(model, DEMO_STIFFNESS, DEMO_DAMPING, SetPoint(FOLDED))
+    assert not unlimited.observe_state_period(0.04)  # the limit switched off stays off
+    np.testing.assert_array_equal(unlimited.damping_at(FOLDED), DEMO_DAMPING)
+
+
+def test_the_control_loop_limits_the_damping_for_the_measured_state_period(setup):
+    # A 25 Hz joint-state stream under a limit configured for 100 Hz: the controller alone runs
+    # the arm away; the loop measures the period and the arm holds.
+    model = setup[0]
+    assert _hold_on_mujoco(model, STATE_PERIOD, period=0.04, seconds=2.0)[0] > RUNAWAY_SPEED
+    fastest, notice = _hold_on_mujoco(model, STATE_PERIOD, period=0.04, through_loop=True, seconds=2.0)
+    assert fastest < RUNAWAY_SPEED  # (the safety layer's limit zone moves the folded arm a little)
+    assert notice == "joint states arrive every 40.0 ms: damping now limited for a 40.0 ms state period"
 
 
 def test_references():

@@ -38,6 +38,8 @@ RATE_LIMIT = 1000.0  # [N·m/s] params file safety.torque_rate_limit
 CYCLE = 0.005  # [s] controller period (200 Hz)
 STATE_PERIOD = 0.01  # [s] sim joint states (100 Hz)
 HOLD_DRIFT = 0.05  # [rad] largest motion while Baxter holds in position mode
+SETTLED_SPEED = 0.05  # [rad/s] impedance hold 2 s after the start (100 Hz states: 0.003)
+OSCILLATING_SPEED = 0.3  # [rad/s] the params file's damping unlimited on 25 Hz states (~0.7)
 ROS2_CONTROL = {"output": "ros2_control"}
 # The ros2_control controller lists the joints in another order than the model.
 CONTROLLER_JOINTS = JOINTS[::-1]
@@ -153,6 +155,32 @@ def test_ros2_control_stale_joint_states_ramp_to_the_hold_command():
     assert ramped.sum() > 20 and np.all(commands[ramped] == hold)
     assert not np.allclose(commands[times > 0.95], hold)  # commanding again
     assert not monitor.unsafe and sim.rejected_commands == 0
+
+
+def _settled_speed(runtime, sim, seconds=3.0, settle=2.0):
+    """Largest joint speed [rad/s] of the sim arm after ``settle`` s, sampled every 0.1 s."""
+    speeds = []
+    for _ in range(int(round(seconds / 0.1))):
+        runtime.spin_for(0.1)
+        speeds.append(np.abs(sim.plant.true_state()[1]).max())
+    return max(speeds[int(round(settle / 0.1)):])
+
+
+@pytest.mark.parametrize("state_period", [0.01, 0.0])
+def test_slow_joint_states_limit_the_damping_for_their_measured_period(state_period):
+    """25 Hz joint states under the params file's 100 Hz impedance.state_period: one warning, the
+    damping limited for 40 ms, the arm settles. With the limit off (0) it keeps oscillating."""
+    with EmbeddedRuntime(parameter_files=[PARAMS]) as runtime:
+        sim, controller, monitor = graph(runtime, sim={"joint_state_rate_hz": 25.0}, controller={
+            "safety.state_timeout": 0.1, "impedance.state_period": state_period})
+        speed = _settled_speed(runtime, sim)
+    notices = [m for m in logs(runtime, "warning") if m.startswith("joint states arrive every")]
+    if state_period:
+        assert speed < SETTLED_SPEED and controller.loop.controller.state_period == pytest.approx(0.04)
+        assert notices == ["joint states arrive every 40.0 ms: damping now limited for a 40.0 ms state period"]
+    else:
+        assert speed > OSCILLATING_SPEED and not notices
+    assert not monitor.unsafe
 
 
 def test_no_joint_states_at_all_means_no_torque_commands():

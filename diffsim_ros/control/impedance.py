@@ -38,7 +38,10 @@ from diffsim_ros.control.torque_map import joint_inertias
 from diffsim_ros.control.vectors import per_joint
 from diffsim_ros.dynamics.fast import FastDynamics
 
-__all__ = ["DAMPING_MARGIN", "DAMPING_REFRESH", "MAP_TERMS", "MODEL_TERMS", "JointImpedanceController", "stable_damping"]
+__all__ = [
+    "DAMPING_MARGIN", "DAMPING_REFRESH", "MAP_TERMS", "MODEL_TERMS", "PERIOD_CHANGE", "JointImpedanceController",
+    "stable_damping",
+]
 
 MODEL_TERMS = ("analytic", "map", "map_servo", "gravity", "none")
 MAP_TERMS = ("map", "map_servo")
@@ -46,6 +49,7 @@ MAP_TERMS = ("map", "map_servo")
 # old gives each mode v_{k+1} = v_k - lambda v_{k-1}: stable for lambda < 1, ringing near 1.
 DAMPING_MARGIN = 0.9
 DAMPING_REFRESH = 0.01  # [rad] joint motion after which the damping limit is recomputed
+PERIOD_CHANGE = 0.1  # relative change of the state period that recomputes the damping limit
 
 
 def stable_damping(damping, inverse_mass, period, margin=DAMPING_MARGIN):
@@ -87,6 +91,8 @@ class JointImpedanceController:
             for states fast enough that it is stable everywhere).
 
     Attributes:
+        state_period: The period the limit uses [s]: the configured one, or a longer measured
+            one (:meth:`observe_state_period`); None without the limit.
         map_exact: Whether the torque map (if any) was built for exactly the current model's
             parameters (else it is conditioned on them through h(q) and M_jj(q)).
 
@@ -109,7 +115,7 @@ class JointImpedanceController:
             raise ControlError(f"model_term='{model_term}' needs a torque_map")
         if state_period is not None and not (np.isfinite(state_period) and state_period > 0):
             raise ControlError(f"state_period must be a positive number of seconds, got {state_period!r}")
-        self.state_period = None if state_period is None else float(state_period)
+        self.state_period = self.configured_period = None if state_period is None else float(state_period)
         self.reference = reference
         self.model_term = model_term
         self.model_scale = float(model_scale)
@@ -134,6 +140,22 @@ class JointImpedanceController:
 
     def reset(self):
         """Nothing to forget (stateless); part of the controller interface."""
+
+    def observe_state_period(self, measured):
+        """Limit the damping for the measured joint-state period [s] when it is longer than the
+        configured one (slower states destabilize a damping that faster ones keep stable).
+
+        Returns:
+            Whether the period the limit uses changed (by more than PERIOD_CHANGE relative;
+            never without a configured period, never below it).
+        """
+        if self.configured_period is None or measured is None:
+            return False
+        period = max(self.configured_period, float(measured))
+        if abs(period - self.state_period) <= PERIOD_CHANGE * self.state_period:
+            return False
+        self.state_period, self._limited = period, None
+        return True
 
     def model_torques(self, t, q, qd):
         """The unscaled model term [N·m], shape (n,), at time ``t`` [s]."""

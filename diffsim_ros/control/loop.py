@@ -10,12 +10,17 @@ The controller node's cycle as a library class, so that it is tested (property-b
   value is inside the plausibility bounds (:mod:`diffsim_ros.model.plausibility`, the same
   definition identification uses); otherwise the model is kept and the decision says why.
 
+The loop also measures the joint-state period (:class:`StatePeriod`) and hands it to a
+controller that limits its damping for it (``observe_state_period``): damping made stable for
+100 Hz states can run the arm away on 25 Hz ones.
+
 Two clocks: the safety layer gets the node's time as it is (it must know how long the
 hardware went without a command), while the controller and its reference run on a
 :class:`ReferenceClock` that never jumps: a clock running backwards or leaping forward does not
 make the reference skip back to an old waypoint or ahead to the last one.
 """
 
+import collections
 from typing import NamedTuple
 
 import numpy as np
@@ -26,7 +31,7 @@ from diffsim_ros.dynamics.fast import FastDynamics
 from diffsim_ros.model.errors import RobotModelError
 from diffsim_ros.model.plausibility import DEFAULT_BOUNDS, describe_violations, model_violations, plausibility_violations
 
-__all__ = ["ControlLoop", "EstimateDecision", "JointVelocities", "NOT_MODEL_PARAMETERS", "ReferenceClock"]
+__all__ = ["ControlLoop", "EstimateDecision", "JointVelocities", "NOT_MODEL_PARAMETERS", "ReferenceClock", "StatePeriod"]
 
 NOT_MODEL_PARAMETERS = ("camera.pose",)
 """Estimated quantities that are not model parameters (the controller has no use for them)."""
@@ -106,6 +111,38 @@ class JointVelocities:
         return (q - previous[1]) / (t - previous[0])
 
 
+class StatePeriod:
+    """Period [s] of a joint-state stream, measured from the arrival times of its states.
+
+    The median of the last ``window`` intervals between new states: robust to jitter and to
+    states delivered in bursts. Intervals that are not periods are skipped: non-positive ones
+    (a repeated time, a clock running backwards) and those longer than ``max_gap`` (dropouts,
+    pauses, clock jumps; the input watchdog stops the torque for those).
+
+    Args:
+        window: Intervals in the median.
+        min_intervals: Intervals needed before there is a measurement.
+        max_gap: Longest interval [s] taken as a period.
+    """
+
+    def __init__(self, window=50, min_intervals=3, max_gap=0.5):
+        self.min_intervals, self.max_gap = int(min_intervals), float(max_gap)
+        self._intervals = collections.deque(maxlen=int(window))
+        self._last = self.period = None
+
+    def __call__(self, state_time):
+        """The measured period [s] after a state received at ``state_time`` [s] (the same
+        time again is the same state), or None before ``min_intervals`` intervals."""
+        if state_time is None or state_time == self._last:
+            return self.period
+        if self._last is not None and 0.0 < state_time - self._last <= self.max_gap:
+            self._intervals.append(state_time - self._last)
+            if len(self._intervals) >= self.min_intervals:
+                self.period = float(np.median(self._intervals))
+        self._last = state_time
+        return self.period
+
+
 class ControlLoop:
     """A controller behind the safety layer (module docstring).
 
@@ -120,11 +157,16 @@ class ControlLoop:
         model_updates: Estimates applied.
         error: Why the controller failed in the last cycle (None when it did not).
         reference_time: ReferenceClock the controller (and its reference) runs on.
+        state_period: StatePeriod of the joint states passed to :meth:`step`.
+        notice: A line for the log when the controller changed what it does for the measured
+            state period (None otherwise; the caller clears it).
     """
 
     def __init__(self, controller, safety, model, bounds=DEFAULT_BOUNDS):
         self.controller, self.safety, self.bounds = controller, safety, bounds
         self.reference_time = ReferenceClock()
+        self.state_period = StatePeriod()
+        self.notice = None
         self.base_model = model
         self._use(model)
         self.model_updates = 0
@@ -149,12 +191,21 @@ class ControlLoop:
         if not (isinstance(t, (int, float, np.floating)) and np.isfinite(t)):
             return self.safety.filter(t, None, q, qd, state_time)  # refused there, counted as a fault
         t_reference = self.reference_time(t)
+        if q is not None and state_time is not None:
+            self._observe_period(state_time)
         if q is not None and fresh:
             tau = self._compute(t_reference, q, qd)
         engage = None
         if tau is not None and self.safety.needs_engagement(t):
             engage = self._holding(q)  # what held the arm until now
         return self.safety.filter(t, tau, q, qd, state_time, engage_torque=engage)
+
+    def _observe_period(self, state_time):
+        measured = self.state_period(state_time)
+        observe = getattr(self.controller, "observe_state_period", None)
+        if measured is not None and observe is not None and observe(measured):
+            self.notice = (f"joint states arrive every {1e3 * measured:.1f} ms: damping now limited for a "
+                           f"{1e3 * self.controller.state_period:.1f} ms state period")
 
     def _compute(self, t, q, qd):
         try:

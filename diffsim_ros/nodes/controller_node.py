@@ -105,7 +105,8 @@ class ControllerNodeConfig(RobotNodeConfig):
     stiffness: list[float] = param([50.0], "impedance stiffness K [N·m/rad]", name="impedance.stiffness")
     damping: list[float] = param([5.0], "impedance damping D [N·m·s/rad]", name="impedance.damping")
     state_period: float = param(0.01, "joint-state period [s] the damping acts on: D is limited where it would "
-                                "destabilize the arm (0.01: Baxter's 100 Hz states; 0: D as given)",
+                                "destabilize the arm (0.01: Baxter's 100 Hz states; a longer measured period "
+                                "is used instead; 0: D as given)",
                                 name="impedance.state_period")
     model_term: str = param("analytic", "impedance model term: analytic, map, map_servo, gravity or none",
                             name="impedance.model_term")
@@ -368,6 +369,9 @@ class ControllerNode:
         command, status = self.loop.step(t, q, qd, state_time, fresh=self.joints.is_fresh(now_ns))
         if self.loop.error is not None:
             self.handle.get_logger().error(f"{self.config.mode} failed: {self.loop.error}", throttle_duration_sec=1.0)
+        if self.loop.notice is not None:
+            self.handle.get_logger().warning(self.loop.notice)
+            self.loop.notice = None
         if command is not None:
             self.output.publish(command)
             if status.active and self.gravity_active:
