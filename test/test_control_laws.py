@@ -162,6 +162,14 @@ def test_state_period_is_the_median_interval_between_new_states():
     for t in times[30:] - 5.0 + 2.0:
         measured = meter(t)
     assert measured == pytest.approx(0.04, abs=0.002)
+    bursts = StatePeriod()  # four states 0.1 ms apart every 40 ms: held 40 ms
+    for t in (0.04 * np.arange(30)[:, None] + 1e-4 * np.arange(4)[None, :]).ravel():
+        measured = bursts(t)
+    assert measured == pytest.approx(0.04 - 3e-4)
+    gap = StatePeriod()  # one 0.4 s pause among 10 ms states is not the period
+    for t in np.concatenate([0.01 * np.arange(30), 0.69 + 0.01 * np.arange(20)]):
+        measured = gap(t)
+    assert measured == pytest.approx(0.01)
 
 
 def test_observed_state_period_only_lengthens_the_configured_one(setup):

@@ -114,10 +114,13 @@ class JointVelocities:
 class StatePeriod:
     """Period [s] of a joint-state stream, measured from the arrival times of its states.
 
-    The median of the last ``window`` intervals between new states: robust to jitter and to
-    states delivered in bursts. Intervals that are not periods are skipped: non-positive ones
-    (a repeated time, a clock running backwards) and those longer than ``max_gap`` (dropouts,
-    pauses, clock jumps; the input watchdog stops the torque for those).
+    How long the controller holds one state, at a random instant: the time-weighted median of
+    the last ``window`` intervals between new states (the interval covering half of their
+    total time). Unlike the plain median it sees states delivered in bursts (four every 40 ms
+    are a 40 ms period, not 0.1 ms), and unlike the mean hold time it ignores a single long
+    gap. Intervals that are not periods are skipped: non-positive ones (a repeated time, a clock
+    running backwards) and those longer than ``max_gap`` (dropouts, pauses, clock jumps; the
+    input watchdog stops the torque for those).
 
     Args:
         window: Intervals in the median.
@@ -138,9 +141,15 @@ class StatePeriod:
         if self._last is not None and 0.0 < state_time - self._last <= self.max_gap:
             self._intervals.append(state_time - self._last)
             if len(self._intervals) >= self.min_intervals:
-                self.period = float(np.median(self._intervals))
+                self.period = _weighted_median(np.array(self._intervals))
         self._last = state_time
         return self.period
+
+
+def _weighted_median(intervals):
+    ordered = np.sort(intervals)
+    covered = np.cumsum(ordered)
+    return float(ordered[np.searchsorted(covered, 0.5 * covered[-1])])
 
 
 class ControlLoop:
