@@ -174,10 +174,12 @@ def test_slow_joint_states_limit_the_damping_for_their_measured_period(state_per
         sim, controller, monitor = graph(runtime, sim={"joint_state_rate_hz": 25.0}, controller={
             "safety.state_timeout": 0.1, "impedance.state_period": state_period})
         speed = _settled_speed(runtime, sim)
+        diagnostics = controller._control_status()
     notices = [m for m in logs(runtime, "warning") if m.startswith("joint states arrive every")]
     if state_period:
         assert speed < SETTLED_SPEED and controller.loop.controller.state_period == pytest.approx(0.04)
         assert notices == ["joint states arrive every 40.0 ms: damping now limited for a 40.0 ms state period"]
+        assert diagnostics.values["damping limited for a state period of [ms]"] == "40.0"
     else:
         assert speed > OSCILLATING_SPEED and not notices
     assert not monitor.unsafe

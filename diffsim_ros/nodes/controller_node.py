@@ -29,7 +29,8 @@ Topics:
 * publishes ``~/reference`` (sensor_msgs/msg/JointState, SENSOR_QOS): the desired positions
   and velocities (impedance and MPC);
 * publishes ``/diagnostics`` (diagnostic_msgs/msg/DiagnosticArray) every second: joint-state
-  rate, drops and watchdog; lifecycle state, safety status, cycle latency.
+  rate, drops and watchdog; lifecycle state, safety status, cycle latency, and the state period
+  impedance limits its damping for (configured, or longer measured).
 
 A cycle runs on each joint-state arrival (``control_trigger: joint_state``, the lowest
 latency) or on a timer at ``rate_hz`` (``timer``); with ``joint_state`` the timer still runs
@@ -445,6 +446,8 @@ class ControllerNode:
                   "largest GC pause [ms]": f"{self.gc_pauses.largest_ms:.1f}",
                   "full GC collections": self.gc_pauses.full_collections,
                   "GC frozen objects": frozen_objects(), "scheduling": self.scheduling}
+        if getattr(self.controller, "state_period", None) is not None:  # impedance with the damping limit
+            values["damping limited for a state period of [ms]"] = f"{1e3 * self.controller.state_period:.1f}"
         if getattr(self.controller, "torque_map", None) is not None:
             values.update({"torque map": "exact" if self.controller.map_exact else "conditioned on the model",
                            "torque map rebuilds": self.map_rebuilds, "torque map rebuild": self._map_rebuild or "idle"})
