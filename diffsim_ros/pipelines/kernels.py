@@ -6,7 +6,8 @@ first calls cost minutes of CPU (the PBD step, in real arithmetic and with its f
 most). A node would spend them at start-up on the robot, and each worker of
 ``make test`` would spend them again for the same kernels. This calls each kernel family once,
 on the Baxter arm and a box on the ground, in parallel processes, so that every later process
-loads them from the cache.
+loads them from the cache (a controller node's own kernels, ``control``, took ~30 s of CPU at
+its first cycle before they were a family here).
 """
 
 import argparse
@@ -109,7 +110,24 @@ def _contact():
     fast.jacobians(*args)
 
 
-FAMILIES = {"pbd_mpc": _pbd_mpc, "pbd": _pbd, "rigid": _rigid, "large_step": _large_step, "contact": _contact}
+def _control():
+    """A controller node's first cycles: the compiled dynamics (RNEA, gravity, springs, M(q) for
+    the damping limit) under gravity compensation and impedance, and the safety layer."""
+    from diffsim_ros.control import GravityCompensation, JointImpedanceController, SetPoint
+    from diffsim_ros.control.loop import ControlLoop
+    from diffsim_ros.control.safety import SafetyLayer
+
+    model = _baxter()
+    q, qd, _ = _start(model)
+    impedance = JointImpedanceController(model, 10.0, 1.0, SetPoint(q), state_period=_DT)
+    for controller in (GravityCompensation(model), impedance):
+        loop = ControlLoop(controller, SafetyLayer(model), model)
+        for k in range(3):
+            loop.step(k * _DT, q, qd, k * _DT)
+
+
+FAMILIES = {"pbd_mpc": _pbd_mpc, "pbd": _pbd, "rigid": _rigid, "large_step": _large_step, "contact": _contact,
+            "control": _control}
 """Kernel families, the costliest first (they are handed out in this order)."""
 
 
