@@ -56,7 +56,8 @@ def _rollout(model, work, pbd, x0, u, xs, a_mats, b_mats, jacobians):
     q_out, qd_out = np.empty(n), np.empty(n)
     empty = np.empty((0, 0))
     if pbd is not None:  # work areas for the whole rollout; B alone at the first step (its start state is given)
-        pbd_work, torque_only, full = work_area(n, x0), tangent_area(n, False), tangent_area(n, True)
+        # the directions as runtime values (n < 0 is False): numba compiles a function once per literal argument value
+        pbd_work, torque_only, full = work_area(n, x0), tangent_area(n, n < 0), tangent_area(n, n >= 0)
         a_mats[0, :, :] = 0.0
     for k in range(u.shape[0]):
         if pbd is None:
