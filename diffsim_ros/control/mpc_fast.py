@@ -43,13 +43,17 @@ _OK, _SINGULAR, _NONFINITE, _BAD_STATE = 0, 1, 2, 3
 
 
 @njit(cache=True, inline="always")
-def _rollout(model, work, pbd, x0, u, xs, a_mats, b_mats, jacobians):
+def _rollout(model, work, rigid, pbd, x0, u, xs, a_mats, b_mats, jacobians):
     """States ``xs`` (H + 1, 2n) from ``x0`` under ``u`` (H, n), with ``A_k``, ``B_k``; returns a status.
 
-    ``pbd`` None: the rigid step of ``model``; else ``(fk, phys, springs, options)`` of a
-    compiled PBD step (always with its Jacobians, fast_tangents.py; ``A_0`` is not formed:
-    zeros stand in, since it only multiplies ``dx_0 = 0``). Inlined into :func:`_solve`: the
-    PBD step's compiled code is then linked into one library, not two.
+    ``rigid`` True and ``pbd`` None: the rigid step of ``model``; ``rigid`` None and ``pbd``
+    ``(fk, phys, springs, options)``: a compiled PBD step (always with its Jacobians,
+    fast_tangents.py; ``A_0`` is not formed: zeros stand in, since it only multiplies
+    ``dx_0 = 0``). Each step is guarded by an argument that is None for the other: numba drops a
+    branch at compile time only on an argument typed None, so ``pbd is None`` alone would
+    compile the rigid step into the PBD solver too (its kernel family: 434 s of CPU on a fresh
+    install with it, 329 s without). Inlined into :func:`_solve`: the PBD step's compiled code is
+    then linked into one library, not two.
     """
     n = u.shape[1]
     xs[0] = x0
@@ -60,10 +64,10 @@ def _rollout(model, work, pbd, x0, u, xs, a_mats, b_mats, jacobians):
         pbd_work, torque_only, full = work_area(n, x0), tangent_area(n, n < 0), tangent_area(n, n >= 0)
         a_mats[0, :, :] = 0.0
     for k in range(u.shape[0]):
-        if pbd is None:
+        if rigid is not None:
             if not step_into(model, work, xs[k, :n], xs[k, n:], u[k], jacobians, False, q_out, qd_out, a_mats[k], b_mats[k], empty):
                 return _SINGULAR
-        else:
+        if pbd is not None:
             fk, phys, springs, options = pbd
             tangents = torque_only if k == 0 else full
             step_tangents_with(fk, phys, springs, options, pbd_work, tangents, xs[k, :n], xs[k, n:], u[k], q_out, qd_out, a_mats[k], b_mats[k])
@@ -244,14 +248,15 @@ def _holding_into(model, work, q, hold):
 
 
 @njit(cache=True)
-def _solve(floats, ints, pbd, x0, u, init, previous, weight, target, limit, w_smooth, w_effort, levenberg,
+def _solve(floats, ints, rigid, pbd, x0, u, init, previous, weight, target, limit, w_smooth, w_effort, levenberg,
            max_iterations, step_tolerance, report):
     """Bounded Gauss-Newton from ``u`` (H, n), updated in place.
 
     Args:
         floats, ints: A :class:`~diffsim_ros.sim.rigid_fast.FastRigidStep`'s buffers (the
             holding torque; the prediction too when ``pbd`` is None).
-        pbd: None, or the compiled PBD predictor (see :func:`_rollout`).
+        rigid, pbd: True and None: predict with the rigid step; None and the compiled PBD
+            predictor (see :func:`_rollout`).
         init: 0: start from ``u``; 1: zero torques; 2: the holding torque.
         previous: The last command (n,), or an empty array before the first (the holding torque).
         target: Reference states (H, 2n) at steps 1..H (unscaled; ``weight`` (2n,) scales).
@@ -280,7 +285,7 @@ def _solve(floats, ints, pbd, x0, u, init, previous, weight, target, limit, w_sm
     report[3] = _OK
     for iteration in range(1, max_iterations + 1):
         report[0] = iteration
-        status = _rollout(model, work, pbd, x0, u, xs, a_mats, b_mats, True)
+        status = _rollout(model, work, rigid, pbd, x0, u, xs, a_mats, b_mats, True)
         if status != _OK:
             report[3] = status
             return
@@ -338,14 +343,14 @@ class FastModelPredictiveController(ModelPredictiveController):
                 "use ModelPredictiveController for other simulators"
             )
 
-    def _predictor(self):
-        """The compiled PBD predictor for :func:`_solve` (None: the rigid step of ``self.step``)."""
-        return None
+    def _predictors(self):
+        """``(rigid, pbd)`` of :func:`_solve`: the rigid step of ``self.step``."""
+        return True, None
 
     def _warm_up(self):
         """Compile (or load from numba's cache) the solver now, not in the first control cycle."""
         s, n = self.settings, len(self.joint_names)
-        _solve(self.step.floats, self.step.ints, self._predictor(), np.zeros(2 * n), np.zeros((s.horizon, n)), 2, self._no_command,
+        _solve(self.step.floats, self.step.ints, *self._predictors(), np.zeros(2 * n), np.zeros((s.horizon, n)), 2, self._no_command,
                self._weight, np.zeros((s.horizon, 2 * n)), self._limit, 1.0, 1.0, 0.0, 1, 0.0, np.zeros(4))
 
     def _rigid_step(self):
@@ -372,7 +377,7 @@ class FastModelPredictiveController(ModelPredictiveController):
             q_d, qd_d, _ = self.reference(t + (k + 1) * dt)
             target[k, :n], target[k, n:] = q_d, qd_d
         report = np.zeros(4)
-        _solve(self.step.floats, self.step.ints, self._predictor(), np.concatenate([q, qd]), u, init, previous, self._weight, target,
+        _solve(self.step.floats, self.step.ints, *self._predictors(), np.concatenate([q, qd]), u, init, previous, self._weight, target,
                self._limit, 1.0 / s.smoothness_tolerance, 1.0 / s.effort_tolerance, s.levenberg,
                s.max_iterations, s.step_tolerance, report)
         status = int(report[3])
@@ -420,8 +425,8 @@ class FastPBDModelPredictiveController(FastModelPredictiveController):
         options = kernel_options(self.simulator.dt, self.simulator.settings)
         self._pbd_args = (self.pbd.fk, self.pbd.phys, self.pbd.springs, options)
 
-    def _predictor(self):
-        return self._pbd_args
+    def _predictors(self):
+        return None, self._pbd_args
 
 
 def make_mpc(simulator, reference, settings=MPCSettings()):
