@@ -43,7 +43,7 @@ _OK, _SINGULAR, _NONFINITE, _BAD_STATE = 0, 1, 2, 3
 
 
 @njit(cache=True, inline="always")
-def _rollout(model, work, rigid, pbd, x0, u, xs, a_mats, b_mats, jacobians):
+def _rollout(model, work, rigid, pbd, x0, u, xs, a_mats, b_mats):
     """States ``xs`` (H + 1, 2n) from ``x0`` under ``u`` (H, n), with ``A_k``, ``B_k``; returns a status.
 
     ``rigid`` True and ``pbd`` None: the rigid step of ``model``; ``rigid`` None and ``pbd``
@@ -59,13 +59,16 @@ def _rollout(model, work, rigid, pbd, x0, u, xs, a_mats, b_mats, jacobians):
     xs[0] = x0
     q_out, qd_out = np.empty(n), np.empty(n)
     empty = np.empty((0, 0))
+    # the rigid step's flags (Jacobians, no parameter columns) as runtime values: numba compiles a
+    # function once per literal argument value, and the rigid step is compiled for runtime flags
+    jacobians, parameters = n >= 0, n < 0
     if pbd is not None:  # work areas for the whole rollout; B alone at the first step (its start state is given)
         # the directions as runtime values (n < 0 is False): numba compiles a function once per literal argument value
         pbd_work, torque_only, full = work_area(n, x0), tangent_area(n, n < 0), tangent_area(n, n >= 0)
         a_mats[0, :, :] = 0.0
     for k in range(u.shape[0]):
         if rigid is not None:
-            if not step_into(model, work, xs[k, :n], xs[k, n:], u[k], jacobians, False, q_out, qd_out, a_mats[k], b_mats[k], empty):
+            if not step_into(model, work, xs[k, :n], xs[k, n:], u[k], jacobians, parameters, q_out, qd_out, a_mats[k], b_mats[k], empty):
                 return _SINGULAR
         if pbd is not None:
             fk, phys, springs, options = pbd
@@ -285,7 +288,7 @@ def _solve(floats, ints, rigid, pbd, x0, u, init, previous, weight, target, limi
     report[3] = _OK
     for iteration in range(1, max_iterations + 1):
         report[0] = iteration
-        status = _rollout(model, work, rigid, pbd, x0, u, xs, a_mats, b_mats, True)
+        status = _rollout(model, work, rigid, pbd, x0, u, xs, a_mats, b_mats)
         if status != _OK:
             report[3] = status
             return

@@ -36,7 +36,7 @@ def _residual(model, work, b_q, b_v, tau, c, v, q, jacobians, out, scratch):
     q_out, qd_out = scratch[0], scratch[1]
     for j in range(n):
         q[j] = b_q[j] + c * v[j]
-    if not _substep(model, work, q, v, tau, 0.0, jacobians, False, q_out, qd_out):
+    if not _substep(model, work, q, v, tau, 0.0, jacobians, n < 0, q_out, qd_out):  # no parameters (a runtime False)
         return -1.0
     acc, largest = work[3][4], 0.0
     for j in range(n):
@@ -54,9 +54,12 @@ def _stage(model, work, b_q, b_v, tau, c, q, v, tolerance, max_newton):
     n = q.shape[0]
     jac, pivots, rhs = np.empty((n, n)), np.empty(n, dtype=np.int64), np.empty((n, 1))
     residual, trial, q_trial, scratch = np.empty(n), np.empty(n), np.empty(n), np.empty((2, n))
+    # with and without the Jacobian as runtime values: numba compiles a function once per literal
+    # argument value (and the rigid step's substep, shared with the rigid simulator, for runtime flags)
+    with_jacobian, without = n >= 0, n < 0
     v[:] = b_v
     for iteration in range(1, max_newton + 1):
-        norm = _residual(model, work, b_q, b_v, tau, c, v, q, True, residual, scratch)
+        norm = _residual(model, work, b_q, b_v, tau, c, v, q, with_jacobian, residual, scratch)
         if norm < 0:
             return -1
         derivatives = work[3][2]  # da/d(q, v, tau) at (q, v)
@@ -72,7 +75,7 @@ def _stage(model, work, b_q, b_v, tau, c, q, v, tolerance, max_newton):
         for _ in range(30):  # the smoothed friction is steep: full steps can overshoot its knee
             for j in range(n):
                 trial[j] = v[j] + alpha * rhs[j, 0]
-            trial_norm = _residual(model, work, b_q, b_v, tau, c, trial, q_trial, False, residual, scratch)
+            trial_norm = _residual(model, work, b_q, b_v, tau, c, trial, q_trial, without, residual, scratch)
             if 0.0 <= trial_norm < (1.0 - 1e-4 * alpha) * norm or trial_norm <= tolerance:
                 break
             alpha *= 0.5
