@@ -59,16 +59,15 @@ def _rollout(model, work, rigid, pbd, x0, u, xs, a_mats, b_mats):
     xs[0] = x0
     q_out, qd_out = np.empty(n), np.empty(n)
     empty = np.empty((0, 0))
-    # the rigid step's flags (Jacobians, no parameter columns) as runtime values: numba compiles a
-    # function once per literal argument value, and the rigid step is compiled for runtime flags
-    jacobians, parameters = n >= 0, n < 0
+    # True and False as runtime values for the flags below: numba compiles a function once per
+    # literal argument value, and the steps are compiled for runtime flags where Python calls them
+    true, false = n >= 0, n < 0
     if pbd is not None:  # work areas for the whole rollout; B alone at the first step (its start state is given)
-        # the directions as runtime values (n < 0 is False): numba compiles a function once per literal argument value
-        pbd_work, torque_only, full = work_area(n, x0), tangent_area(n, n < 0), tangent_area(n, n >= 0)
+        pbd_work, torque_only, full = work_area(n, x0), tangent_area(n, false), tangent_area(n, true)
         a_mats[0, :, :] = 0.0
     for k in range(u.shape[0]):
         if rigid is not None:
-            if not step_into(model, work, xs[k, :n], xs[k, n:], u[k], jacobians, parameters, q_out, qd_out, a_mats[k], b_mats[k], empty):
+            if not step_into(model, work, xs[k, :n], xs[k, n:], u[k], true, false, q_out, qd_out, a_mats[k], b_mats[k], empty):  # A, B; no parameters
                 return _SINGULAR
         if pbd is not None:
             fk, phys, springs, options = pbd

@@ -126,9 +126,10 @@ def _control():
             loop.step(k * _DT, q, qd, k * _DT)
 
 
-FAMILIES = {"pbd_mpc": _pbd_mpc, "pbd": _pbd, "rigid": _rigid, "large_step": _large_step, "contact": _contact,
+FAMILIES = {"pbd_mpc": _pbd_mpc, "pbd": _pbd, "contact": _contact, "rigid": _rigid, "large_step": _large_step,
             "control": _control}
-"""Kernel families, the costliest first (they are handed out in this order)."""
+"""Kernel families, the costliest first (they are handed out in this order; CPU on a cold cache:
+~230, 125, 110, 60, 30 and 10 s)."""
 
 
 def _compile(name):
