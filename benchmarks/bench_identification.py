@@ -10,10 +10,14 @@ calibration (the code behind ``diffsim-ros calibrate``) is compared with the tru
 issue's targets, and with a plain Pinocchio inverse-dynamics regression on the same bag
 (``test/regression_baseline.py``). A second part times 60 s of 100 Hz motion.
 
-Run: ``.venv/bin/python -m benchmarks.bench_identification [--seeds 3] [--parts accuracy,speed]``.
+A third part (``tangents``, its own section) times forward-mode operations and a calibration
+with torch's shape kernels for zero tangents and with ``lean_zero_tangents``.
+
+Run: ``.venv/bin/python -m benchmarks.bench_identification [--seeds 3] [--parts accuracy,speed,tangents]``.
 """
 
 import argparse
+import contextlib
 import tempfile
 import time
 from pathlib import Path
@@ -120,10 +124,56 @@ def speed(workdir):
     return rows
 
 
+def _op_times():
+    """Per-call time [us] of forward-mode products with a constant, torch's kernels and lean."""
+    import torch.autograd.forward_ad as fwad
+
+    from benchmarks.common import median, time_call
+    from diffsim_ros._tangents import lean_zero_tangents
+
+    a, b, t = (torch.randn(50, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(k)) for k in range(3))
+    ops = {"tangent x constant": lambda d: d * b, "tangent x Python number": lambda d: d * 2.0,
+           "tangent + constant": lambda d: d + b, "cross(tangent, constant)": lambda d: torch.linalg.cross(d, b),
+           "tangent x tangent (no zero tangent)": lambda d: d * d}
+    rows = []
+    for name, op in ops.items():
+        cells = []
+        for lean in (False, True):
+            with fwad.dual_level(), (lean_zero_tangents() if lean else contextlib.nullcontext()):
+                dual = fwad.make_dual(a, t)
+                cells.append(1e6 * median(time_call(lambda: op(dual), repeats=30, warmup=3, inner=20)))
+        rows.append([name, f"{cells[0]:.1f}", f"{cells[1]:.1f}", f"{cells[0] / cells[1]:.1f}"])
+    return rows
+
+
+def tangents(workdir):
+    """A rigid calibration of 20 s of 100 Hz motion with torch's zero-tangent shape kernels and
+    with ``lean_zero_tangents``: CPU seconds and the largest difference of the values."""
+    import diffsim_ros.estimation.solvers as solvers
+    from motion_recordings import record_motion_bag, write_robot_config
+
+    config = load_robot_config(write_robot_config(workdir / "robot.yaml"))
+    bag, _, _ = record_motion_bag(workdir / "bag_tangents", 1, friction=True)
+    lean = solvers.lean_zero_tangents
+    calibrate_bag(bag, config, GROUPS, model_kind="rigid")  # warm-up: imports, numba kernels
+    results = {}
+    for label, context in (("torch's kernels", contextlib.nullcontext), ("lean_zero_tangents", lean)):
+        solvers.lean_zero_tangents = context
+        try:
+            cpu = time.process_time()
+            run = calibrate_bag(bag, config, GROUPS, model_kind="rigid")
+            results[label] = (time.process_time() - cpu, run.calibration.parameters)
+        finally:
+            solvers.lean_zero_tangents = lean
+    (slow, before), (fast, after) = results.values()
+    difference = max(float(np.max(np.abs(np.asarray(before[k]) - np.asarray(after[k])))) for k in before)
+    return [[f"{slow:.1f}", f"{fast:.1f}", f"{slow / fast:.2f}", f"{difference:g}", len(after)]]
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--parts", default="accuracy,speed")
+    parser.add_argument("--parts", default="accuracy,speed", help="of accuracy, speed, tangents")
     args = parser.parse_args()
     torch.set_num_threads(1)
     parts = set(args.parts.split(","))
@@ -142,7 +192,27 @@ def main():
             rows = speed(Path(tmp))
             lines += ["", "### Speed: 60 s of 100 Hz motion, payload + spring + damping + friction (1 thread)", "",
                       markdown_table(["model", "seconds", "target s", "met", "evaluations", *header[1:]], rows)]
-    write_section("identification-from-motion", "## Identification from motion (issue 13)\n\n" + "\n".join(lines))
+    if parts & {"accuracy", "speed"}:
+        write_section("identification-from-motion", "## Identification from motion (issue 13)\n\n" + "\n".join(lines))
+    if "tangents" in parts:
+        _write_tangents()
+
+
+def _write_tangents():
+    """The ``zero-tangents`` section: forward-mode operations and a calibration, torch's
+    shape kernels for zero tangents against ``lean_zero_tangents`` (diffsim_ros/_tangents.py)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        calibration = tangents(Path(tmp))
+    lines = [f"Measured {machine_line()}; `python -m benchmarks.bench_identification --parts tangents`.", "",
+             "In forward mode, an operand without a tangent gets a zero tangent, and torch computes the shape of every "
+             "operation on it with its Python reference code (`torch._refs`). `lean_zero_tangents` (around every "
+             "`forward_jacobian`) swaps in shape-only meta kernels for add, sub, mul, div and `linalg_cross` while a "
+             "Jacobian is taken; the values are the same bit for bit.", "",
+             "### One operation on a (50, 3) float64 tensor [us per call, median]", "",
+             markdown_table(["operation", "torch's kernels", "lean", "ratio"], _op_times()), "",
+             "### Rigid calibration of 20 s of 100 Hz motion (payload, spring, damping, friction; `calibrate_bag`)", "",
+             markdown_table(["CPU s, torch's kernels", "CPU s, lean", "ratio", "largest value difference", "values"], calibration)]
+    write_section("zero-tangents", "## Forward-mode Jacobians: zero tangents without torch's Python shape code\n\n" + "\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@ import torch
 import torch.autograd.forward_ad as fwad
 from scipy.optimize import least_squares as _scipy_least_squares
 
+from diffsim_ros._tangents import lean_zero_tangents
+
 __all__ = ["ROBUST_LOSSES", "Solution", "forward_jacobian", "robust_cost", "least_squares", "adam"]
 
 ROBUST_LOSSES = ("linear", "huber", "soft_l1", "cauchy")
@@ -42,7 +44,8 @@ def forward_jacobian(fn, x):
     All P tangents are pushed through in one vectorized pass (``torch.func.jacfwd``); code
     that ``vmap`` cannot batch falls back to one forward-mode pass per coordinate. Forward
     mode is the cheap direction for identification, where residuals (M) far outnumber
-    parameters (P).
+    parameters (P). Inside :func:`~diffsim_ros._tangents.lean_zero_tangents`: the zero
+    tangents of constants otherwise cost most of the time in torch's Python shape code.
 
     Returns:
         ``(value (M,), jacobian (M, P))``, detached.
@@ -50,11 +53,12 @@ def forward_jacobian(fn, x):
     if x.shape[0] == 0:
         value = fn(x).detach()
         return value, value.new_zeros(value.shape[0], 0)
-    try:
-        jac, value = torch.func.jacfwd(lambda z: (lambda out: (out, out))(fn(z)), has_aux=True)(x)
-        return value.detach(), jac.detach()
-    except (RuntimeError, NotImplementedError):
-        return _forward_jacobian_loop(fn, x)
+    with lean_zero_tangents():
+        try:
+            jac, value = torch.func.jacfwd(lambda z: (lambda out: (out, out))(fn(z)), has_aux=True)(x)
+            return value.detach(), jac.detach()
+        except (RuntimeError, NotImplementedError):
+            return _forward_jacobian_loop(fn, x)
 
 
 def _forward_jacobian_loop(fn, x):
