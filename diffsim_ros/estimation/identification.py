@@ -336,7 +336,7 @@ class _Problem:
             block = self.blocks[index]
             if fd:
                 parts = [_central_differences(lambda w, i=index: self._block_residual(i, w), z)]
-            elif getattr(block, "chunk_rows", None):  # sample chunks: forward-mode tangents stay in cache
+            elif getattr(block, "chunk_rows", None):  # sample chunks: bounded tangent memory on long recordings
                 step = block.chunk_rows
                 parts = [solvers.forward_jacobian(lambda w, i=index, r=slice(a, a + step): self._chunk_residual(i, r, w), z)
                          for a in range(0, block.samples, step)]
