@@ -33,9 +33,16 @@ _library = None
 
 
 def _broadcast(a, b):
-    """Broadcast shape of two shapes (tuples); plain Python, no symbolic-shape machinery."""
+    """Broadcast shape of two shapes (tuples); plain Python, no symbolic-shape machinery.
+
+    Raises:
+        RuntimeError: The shapes do not broadcast (as torch's kernels do).
+    """
     n = max(len(a), len(b))
     a, b = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
+    for k, (x, y) in enumerate(zip(a, b)):
+        if x != y and x != 1 and y != 1:
+            raise RuntimeError(f"The size of tensor a ({x}) must match the size of tensor b ({y}) at non-singleton dimension {k}")
     return tuple(y if x == 1 else x for x, y in zip(a, b))
 
 
@@ -61,10 +68,13 @@ def _cross_meta(self, other, *, dim=-1):
 
 
 def _register():
-    """A library holding the lean kernels, or None where this torch cannot take them (its
-    kernels then stay: slower, same values)."""
+    """A library holding the lean kernels, or None where this torch cannot take them or could
+    not undo them (its own kernels then stay: slower, same values)."""
+    library = None
     try:
         library = torch.library.Library("aten", "IMPL", "Meta")
+        if not callable(getattr(library, "_destroy", None)):
+            return None
         with warnings.catch_warnings():  # "overriding a previously registered kernel": intended, undone on exit
             warnings.simplefilter("ignore")
             for op in _BINARY:
@@ -72,9 +82,9 @@ def _register():
             for op in _DIVISION:
                 library.impl(op, _div_meta)
             library.impl("linalg_cross", _cross_meta)
-        if not hasattr(library, "_destroy"):
-            raise AttributeError("torch.library.Library._destroy")
     except (AttributeError, RuntimeError, TypeError):
+        if library is not None and callable(getattr(library, "_destroy", None)):
+            library._destroy()  # no half-registered set outlives the failure
         return None
     return library
 

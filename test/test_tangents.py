@@ -52,13 +52,26 @@ def _result(op, a, b):
 
 
 def _operands():
-    shapes = [(), (3,), (2, 1), (2, 3), (4, 2, 3)]
+    shapes = [(), (3,), (2, 1), (2, 3), (4, 2, 3), (2,)]  # (2,) does not broadcast with (2, 3)
     for shape_a, shape_b, dtype_a, dtype_b in itertools.product(shapes, shapes, DTYPES, DTYPES):
         yield torch.ones(shape_a, dtype=dtype_a), torch.ones(shape_b, dtype=dtype_b)
     for dtype, number in itertools.product(DTYPES, (2, 2.5, True)):
         tensor = torch.ones((2, 3), dtype=dtype)
         yield tensor, number
         yield number, tensor
+
+
+def _shape_error(a, b):
+    try:
+        torch.broadcast_shapes(getattr(a, "shape", ()), getattr(b, "shape", ()))
+    except RuntimeError:
+        return True
+    return False
+
+
+def _lean_result(op, a, b):
+    with lean_zero_tangents():
+        return _result(op, a, b)
 
 
 @pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
@@ -70,6 +83,10 @@ def test_lean_meta_kernels_give_torchs_shape_and_dtype(op):
     ok = [(e, l) for e, l in zip(expected, lean) if not isinstance(e, type)]
     assert len(ok) > 100
     assert [l for _, l in ok] == [e for e, _ in ok]
+    # Shapes that do not broadcast fail with lean kernels too (dtype refusals, such as
+    # subtracting booleans, are torch's kernels' concern: the lean ones only give shapes).
+    mismatched = [(a, b) for a, b in cases if _shape_error(a, b)]
+    assert mismatched and all(isinstance(r, type) for r in (_lean_result(op, a, b) for a, b in mismatched))
 
 
 @settings(max_examples=60, derandomize=True, deadline=None)
@@ -144,3 +161,18 @@ def test_torchs_kernels_return_after_nesting_errors_and_threads():
     assert _meta_kernel() == before
     for op in ("aten::add.Tensor", "aten::sub.Scalar", "aten::div.Tensor", "aten::linalg_cross"):
         assert TORCH_META in _meta_kernel(op)
+
+
+def test_a_registration_that_fails_half_way_leaves_torchs_kernels(monkeypatch):
+    impl = torch.library.Library.impl
+
+    def refuse_cross(self, op, *args, **kwargs):
+        if op == "linalg_cross":
+            raise RuntimeError("refused")
+        return impl(self, op, *args, **kwargs)
+
+    monkeypatch.setattr(torch.library.Library, "impl", refuse_cross)
+    with lean_zero_tangents():  # still usable: torch's own kernels, the same values
+        assert TORCH_META in _meta_kernel()
+        assert _result("mul", torch.ones(2, 3), 2.0) == ((2, 3), torch.float32)
+    assert TORCH_META in _meta_kernel()
