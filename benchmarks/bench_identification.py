@@ -18,6 +18,7 @@ Run: ``.venv/bin/python -m benchmarks.bench_identification [--seeds 3] [--parts 
 
 import argparse
 import contextlib
+import io
 import tempfile
 import time
 from pathlib import Path
@@ -186,9 +187,6 @@ def tangents_online(workdir, repeats=3):
     """``diffsim-ros replay`` (online estimation, 10 s windows every 3 s) on 36 s of motion with
     a payload step, with torch's zero-tangent shape kernels and with ``lean_zero_tangents``:
     CPU seconds (least of ``repeats`` interleaved runs) and whether the estimates are identical."""
-    import contextlib as ctx
-    import io
-
     import diffsim_ros.estimation.solvers as solvers
     from diffsim_ros.cli import main as cli_main
     from motion_recordings import record_payload_step_bag, write_robot_config
@@ -200,12 +198,12 @@ def tangents_online(workdir, repeats=3):
     try:
         for k in range(repeats + 1):  # the first pair warms up
             for label in seconds:
-                solvers.lean_zero_tangents = lean if label == "lean_zero_tangents" else ctx.nullcontext
+                solvers.lean_zero_tangents = lean if label == "lean_zero_tangents" else contextlib.nullcontext
                 out = workdir / f"online_{label[:5]}_{k}"
                 argv = ["replay", "--bag", str(bag), "--config", str(config), "--out", str(out), "--estimate",
                         "payload,spring,damping", "--set", "window_seconds=10", "--set", "update_period=3", "--set", "motion_rate=33"]
                 cpu = time.process_time()
-                with ctx.redirect_stdout(io.StringIO()), ctx.redirect_stderr(io.StringIO()):
+                with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
                     code = cli_main(argv)
                 if k:
                     seconds[label].append(time.process_time() - cpu)
