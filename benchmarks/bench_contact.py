@@ -797,7 +797,7 @@ def objects(args=None):
         "elliptic cones (impratio 10), ground solref (4 ms, 1), box-box solref (1 ms, damping 0.15-0.45), known box-box friction 0.2; "
         "a known 0.6 kg target box (10 x 10 x 6 cm, ground friction 0.3) at rest; camera PoseStamped at 30 Hz in the camera "
         "frame with 1 mm / 0.2 deg noise per axis, written to an mcap bag and read back with the scene file and a "
-        "camera-only calibration exactly as `diffsim-ros estimate-objects` does. Our model: cone solver, 10 ms steps; "
+        "camera-only calibration exactly as `diffsim-ros estimate-objects` does. Our model: cone solver, the scene file's default step (5 ms since 2026-11-28, 10 ms before); "
         "a fit is ok only within 3x the noise in rms and 2.5x in residual drift. "
         f"Targets: slides mu within {100 * SLIDE_MU_REL_TOL:g} % or 2 std; collisions mass within {100 * MASS_REL_TOL:g} %, mu "
         f"within {100 * MU_REL_TOL:g} %, restitution within {E_TOL} (restitution truth: MuJoCo's normal relative velocity at "
