@@ -125,6 +125,22 @@ def test_torque_signal_holds_and_interpolates():
                    torque=TorqueSignal(stamps + 5_000_000, values, "zoh"))
 
 
+@pytest.mark.parametrize("hold", ["zoh", "linear", "cubic"])
+def test_interval_means_are_the_means_of_consecutive_edges_bit_for_bit(hold):
+    rng = np.random.default_rng(3)
+    stamps = np.cumsum(rng.integers(5_000_000, 15_000_000, 40)).astype(np.int64)
+    signal = TorqueSignal(stamps, rng.normal(size=(40, 3)), hold)
+    # (windows, edges): increasing edges inside the signal, uneven spacing, some on stamps.
+    edges = np.sort(rng.integers(stamps[0], stamps[-1] - 100, (6, 9)), axis=1)
+    edges[:, 4] = stamps[10 + np.arange(6)]
+    edges = np.sort(edges, axis=1) + np.arange(9)  # strictly increasing
+    expected = signal.means(edges[:, :-1], edges[:, 1:])
+    assert signal.interval_means(edges).shape == (6, 8, 3)
+    np.testing.assert_array_equal(signal.interval_means(edges), expected)
+    np.testing.assert_array_equal(signal.interval_means(edges[0]), expected[0])
+    assert np.isfinite(expected).all()
+
+
 def test_rests_and_motion_at_a_joint_limit_are_not_used(tmp_path):
     """A limit's torque is in no message: rests and motion samples at a limit are left out."""
     count = 600

@@ -198,8 +198,7 @@ def _consistent_torques(signal, grid, period, options):
     length = window_samples(options.trajectory_filter_window, dt, options.trajectory_polyorder)
     edges, weights = acceleration_kernel(length, options.trajectory_polyorder, dt)
     edges_ns = np.round(edges * 1e9).astype(np.int64)
-    start = grid[:, None] + edges_ns[None, :-1]
-    means = signal.means(start, grid[:, None] + edges_ns[None, 1:])  # (T, C, n)
+    means = signal.interval_means(grid[:, None] + edges_ns[None, :])  # (T, C, n)
     return np.einsum("tcn,c->tn", means, weights)
 
 
