@@ -158,6 +158,12 @@ def test_sim_time_graph_converges_commands_baxter_and_saves_on_sigint(domain, ba
     assert "Traceback" not in estimator.output()
 
 
+def _positions(state, upper):
+    """Positions [rad] of the joints of ``upper`` (name -> limit) in a sensor_msgs/JointState, in that order."""
+    position = dict(zip(state.name, state.position))
+    return np.array([position[name] for name in upper])
+
+
 def _stopping_hold(command, state, upper):
     """Whether ``command`` is the hold command as the safety layer sends it when it stops (see
     SafetyLayer.stop and its stale path): HOLD on every joint, except that a joint within
@@ -169,8 +175,7 @@ def _stopping_hold(command, state, upper):
         upper: Joint name -> upper position limit [rad], in the model's order.
     """
     command = np.asarray(command)
-    position = dict(zip(state.name, state.position))
-    depth = np.array([limit - position[name] for name, limit in upper.items()])  # distance to the limit
+    depth = np.array(list(upper.values())) - _positions(state, upper)  # distance to the limit
     outside = depth > LIMIT_MARGIN + ZONE_EDGE_SLACK
     return bool(np.all((command >= 0.0) & (command <= HOLD)) and np.all(command[outside] == HOLD))
 
@@ -254,7 +259,7 @@ def test_faults_lifecycle_parameters_and_diagnostics(domain, baxter_msgs, probe,
     # arm sags under gravity compensation on the nominal model (hidden payload), and a joint in
     # its zone gets less (never more, never the other way) than the configured HOLD.
     held = np.array(efforts()[-1][1].data)
-    assert _stopping_hold(held, state, upper), (held, [dict(zip(state.name, state.position))[n] for n in upper])
+    assert _stopping_hold(held, state, upper), (held, _positions(state, upper).tolist())
     time.sleep(0.5)
     assert len(efforts()) == count, "an inactive controller published"
     response = probe.call(ChangeState, "/controller/change_state",
@@ -272,7 +277,7 @@ def test_faults_lifecycle_parameters_and_diagnostics(domain, baxter_msgs, probe,
     assert interrupted.wait(EXIT_TIMEOUT + 1.0) == 0
     assert time.monotonic() - signalled < EXIT_TIMEOUT
     time.sleep(0.2)
-    assert second()[-1][0] > signalled and _stopping_hold(second()[-1][1].data, state, upper), (second()[-1][1].data, [dict(zip(state.name, state.position))[n] for n in upper])
+    assert second()[-1][0] > signalled and _stopping_hold(second()[-1][1].data, state, upper), (second()[-1][1].data, _positions(state, upper).tolist())
 
     # Kill the simulator: Baxter commands stop within state_timeout of the last joint state,
     # the ros2_control output ramps to its hold command (bounded by the limit zone of the last
@@ -286,7 +291,7 @@ def test_faults_lifecycle_parameters_and_diagnostics(domain, baxter_msgs, probe,
         probe.wait_for(lambda: efforts()[-1][0] > killed and _stopping_hold(efforts()[-1][1].data, state, upper), 5.0,
                        "the ros2_control hold command after the simulator died")
     except pytest.fail.Exception as failed:
-        raise AssertionError(f"{failed}: last command {list(efforts()[-1][1].data)}, last positions {[dict(zip(state.name, state.position))[n] for n in upper]}") from None
+        raise AssertionError(f"{failed}: last command {list(efforts()[-1][1].data)}, last positions {_positions(state, upper).tolist()}") from None
     time.sleep(0.5)
     last_command = joint_commands()[-1][0]
     assert last_command - killed < STATE_TIMEOUT + STOP_SLACK, f"Baxter commands {last_command - killed:.3f} s after"

@@ -43,7 +43,7 @@ __all__ = ["ObjectScene", "SceneError", "UNKNOWN", "load_scene", "parse_scene"]
 
 UNKNOWN = "unknown"
 # [s] Model step of object estimation. Measured on issue 19's MuJoCo collisions over 8 camera-noise
-# seeds (benchmarks/RESULTS.md, "Model step over noise seeds"): at 10 ms the fitted mass spreads
+# seeds (benchmarks/RESULTS.md, "Model step over camera-noise seeds"): at 10 ms the fitted mass spreads
 # by 10-13 % (sd), at 5 ms by 2-7 %, at 2 ms no better than 5 ms with a larger friction bias on one
 # scene; slides fit the same at 5 and 10 ms, and a 5 ms fit costs no more CPU than a 10 ms one.
 DEFAULT_DT = 0.005
