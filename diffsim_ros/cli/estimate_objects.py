@@ -1,12 +1,15 @@
 """``diffsim-ros estimate-objects``: camera poses of objects in a bag -> their mass, friction, restitution.
 
     diffsim-ros estimate-objects --bag BAG --scene SCENE.yaml [--calibration CAL.yaml] --out DIR
-                                 [--force] [--allow-partial]
+                                 [--force] [--allow-partial] [--bootstrap N]
 
 The scene file (:mod:`diffsim_ros.io.scene`) names the objects, their sizes and PoseStamped
 topics, the known masses and every pair's coefficients, with ``unknown`` for what to
 estimate; the calibration gives the camera pose (``camera.pose``; omit it when the poses are
-already in the base frame). Exit codes (:mod:`diffsim_ros.cli.exits`): 0 every unknown the
+already in the base frame). ``--bootstrap N`` refits the fitted poses under N fresh camera-noise
+draws and reports each std as the larger of the fit's own and their spread (collision fits
+spread about twice their linear std; see :func:`~diffsim_ros.estimation.object_fit.bootstrap_std`).
+Exit codes (:mod:`diffsim_ros.cli.exits`): 0 every unknown the
 data involve was determined by a good fit; 2 bad input; 3 a fit far above the camera noise
 or an unknown the data do not determine (nothing written unless ``--allow-partial``);
 130 Ctrl-C.
@@ -46,6 +49,9 @@ def add_parser(subparsers):
                              "(those are listed as unidentifiable, never as values); exit code 3 still")
     parser.add_argument("--max-evaluations", type=int, default=FitSettings.max_evaluations,
                         help="residual evaluations of the joint fit")
+    parser.add_argument("--bootstrap", type=int, default=FitSettings.bootstrap, metavar="N",
+                        help="refit the fitted poses under N fresh camera-noise draws and widen each std to their spread "
+                             "(0: the fit's linear std only; N >= 2; each refit costs about one fit)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1 avoids OpenMP stalls on busy machines)")
     parser.set_defaults(handler=estimate_objects_command)
 
@@ -60,9 +66,11 @@ def estimate_objects_command(args):
     try:
         if args.max_evaluations < 1:
             raise ValueError(f"--max-evaluations must be >= 1, got {args.max_evaluations}")
+        if args.bootstrap < 0 or args.bootstrap == 1:
+            raise ValueError(f"--bootstrap must be 0 (none) or at least 2 refits, got {args.bootstrap}")
         atomic_directory(args.out, force=args.force)  # refuse early, before any work
         scene, observations, data = load_inputs(args.scene, args.bag, args.calibration)
-        settings = FitSettings(max_evaluations=args.max_evaluations)
+        settings = FitSettings(max_evaluations=args.max_evaluations, bootstrap=args.bootstrap)
         fit = fit_objects(scene.world(), observations, scene.unknowns, initial=scene.initial_guess, settings=settings,
                           progress=_progress)
     except KeyboardInterrupt:

@@ -19,10 +19,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from diffsim_ros.dynamics.spatial import quat_conjugate, quat_log, quat_multiply
+from diffsim_ros.dynamics.spatial import quat_conjugate, quat_exp, quat_log, quat_multiply, quat_normalize
 from diffsim_ros.estimation.signals import interpolate, interpolate_quaternions
+from diffsim_ros.estimation.streams import PoseSeries
 
-__all__ = ["PoseNoise", "ContactEvent", "pose_noise", "at_rest_at_start", "contact_events", "interpolate_poses", "move_time"]
+__all__ = ["PoseNoise", "ContactEvent", "pose_noise", "noisy_poses", "at_rest_at_start", "contact_events", "interpolate_poses",
+           "move_time"]
 
 WINDOW = 5  # poses per local quadratic fit
 # Median of a chi-square variable with 3 (WINDOW - 3) = 6 degrees of freedom: the pooled
@@ -118,6 +120,24 @@ def pose_noise(series):
         orientation=math.sqrt(float(np.median(orientation)) / CHI2_6_MEDIAN),
         windows=position.size,
     )
+
+
+def noisy_poses(series, noise, rng):
+    """A camera's view of ``series``: independent Gaussian noise on every pose, as :func:`pose_noise` models it.
+
+    Args:
+        series: PoseSeries (the poses without noise, e.g. a fitted model's).
+        noise: PoseNoise (``position`` [m] per axis, ``orientation`` [rad] per rotation axis).
+        rng: numpy Generator.
+
+    Returns:
+        PoseSeries at the same stamps: positions plus noise, orientations turned by a random
+        world-frame rotation vector.
+    """
+    position = series.position + rng.normal(0.0, noise.position, series.position.shape)
+    turn = torch.as_tensor(rng.normal(0.0, noise.orientation, series.position.shape))
+    orientation = quat_normalize(quat_multiply(quat_exp(turn), torch.as_tensor(series.orientation, dtype=turn.dtype)))
+    return PoseSeries(series.times.copy(), position, orientation.numpy())
 
 
 def at_rest_at_start(series, noise):

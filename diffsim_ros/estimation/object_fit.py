@@ -32,18 +32,19 @@ parameters, so a least-squares fit from a poor start lands in another basin (e.g
 import itertools
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 
 from diffsim_ros.dynamics.spatial import quat_conjugate, quat_log, quat_multiply
 from diffsim_ros.estimation.consistency import CONSISTENCY_P_VALUE
-from diffsim_ros.estimation.object_events import at_rest_at_start, contact_events, move_time, pose_noise
+from diffsim_ros.estimation.object_events import PoseNoise, at_rest_at_start, contact_events, move_time, noisy_poses, pose_noise
 from diffsim_ros.estimation.objects import (
     MIN_POSES,
     NOISE_FLOOR,
     QUALITY_LIMIT,
+    UNIDENTIFIABLE_RELATIVE_STD,
     as_pose_series,
     estimate_object_parameters,
     fitted_poses,
@@ -52,7 +53,7 @@ from diffsim_ros.estimation.objects import (
 )
 from diffsim_ros.sim.contact.errors import ContactError
 
-__all__ = ["FitSettings", "StageReport", "ObjectFit", "fit_objects", "residual_drift", "STATUSES"]
+__all__ = ["FitSettings", "StageReport", "ObjectFit", "fit_objects", "bootstrap_std", "residual_drift", "STATUSES"]
 
 STATUSES = ("ok", "undetermined", "poor_fit")
 # Fits stop when a step lowers the cost by less than this fraction. Moving one parameter by
@@ -103,6 +104,10 @@ class FitSettings:
         consistency_p_value: A fit whose position and orientation data disagree on the
             parameters at a p-value below this is poor (see
             :func:`~diffsim_ros.estimation.consistency.channel_consistency`; 0: not checked).
+        bootstrap: Refits of the fitted model's own poses under fresh camera noise whose
+            spread widens the reported std (a parametric bootstrap of the whole fit; 0: the
+            linear std alone; otherwise at least 2). See :func:`bootstrap_std`.
+        bootstrap_seed: Seed of the bootstrap's noise draws.
     """
 
     friction_grid: tuple = tuple(np.geomspace(0.03, 1.5, 12).round(4))
@@ -118,6 +123,8 @@ class FitSettings:
     impact_substeps: int = IMPACT_SUBSTEPS
     engine: str = "auto"
     consistency_p_value: float = CONSISTENCY_P_VALUE
+    bootstrap: int = 0
+    bootstrap_seed: int = 0
 
 
 @dataclass(frozen=True)
@@ -145,7 +152,8 @@ class ObjectFit:
         message: One line saying why, naming parameters and figures.
         values: Fitted unknowns, name -> value (use only the identifiable ones of an
             ``"ok"`` or ``"undetermined"`` fit).
-        std: Standard deviations (inf where not identifiable).
+        std: Standard deviations (inf where not identifiable): the larger of ``std_linear``
+            and ``std_bootstrap`` where the bootstrap ran.
         identifiable: Name -> bool.
         not_estimated: Unknowns the data cannot involve, name -> reason.
         estimate: The final ObjectEstimate (initial state, cost, scipy's message).
@@ -156,6 +164,8 @@ class ObjectFit:
         at_rest: Objects at rest at the start.
         stages: StageReport tuple, in order.
         fitted: Object -> PoseSeries of the fitted model at the observation times.
+        std_linear: The least-squares fit's std (its curvature and residual noise).
+        std_bootstrap: The spread of the bootstrap's refits (empty when it did not run).
     """
 
     status: str
@@ -172,6 +182,8 @@ class ObjectFit:
     at_rest: tuple
     stages: tuple
     fitted: dict = field(repr=False)
+    std_linear: dict = field(default_factory=dict)
+    std_bootstrap: dict = field(default_factory=dict)
 
     @property
     def ok(self):
@@ -390,10 +402,14 @@ def fit_objects(world, observations, unknowns, initial=None, at_rest=None, setti
     Raises:
         ContactError: Unknown parameter names or objects, a world with a robot.
         DataError: Malformed observations or too few poses.
+        ValueError: ``settings.bootstrap`` is 1 or negative.
     """
     settings = settings or FitSettings()
+    if settings.bootstrap < 0 or settings.bootstrap == 1:
+        raise ValueError(f"bootstrap refits must be 0 (none) or at least 2 (a spread), got {settings.bootstrap}")
     progress = progress or (lambda stage: None)
     unknowns = list(dict.fromkeys(unknowns))
+    given = (world, unknowns, initial)
     for name in list(unknowns) + list(initial or {}):
         world.locate_parameter(name)  # raises for unknown names
     observations = {name: as_pose_series(name, value) for name, value in observations.items()}
@@ -435,7 +451,60 @@ def fit_objects(world, observations, unknowns, initial=None, at_rest=None, setti
             ranked = _scan_best(world, observations, {n: np.array(settings.friction_grid) for n in frictions}, at_rest, None,
                                 settings.engine)
             values.update(ranked[0][1])
-    return _joint(world, observations, relevant, skipped, at_rest, values, state, candidates, events, noise, stages, settings, progress)
+    fit = _joint(world, observations, relevant, skipped, at_rest, values, state, candidates, events, noise, stages, settings, progress)
+    if settings.bootstrap and fit.status != "poor_fit":  # a poor fit's values are no result to put error bars on
+        fit = _with_bootstrap(fit, bootstrap_std(*given, fit, settings, progress))
+    return fit
+
+
+def bootstrap_std(world, unknowns, initial, fit, settings, progress=None):
+    """Spread of :func:`fit_objects` over refits of a fit's own poses under fresh camera noise.
+
+    The fitted model's poses (``fit.fitted``), redrawn ``settings.bootstrap`` times with the
+    camera noise estimated from the data (at least NOISE_FLOOR) and fitted again as the data
+    were (same world, unknowns, initial guess, objects at rest, settings): a parametric
+    bootstrap of the whole estimator, scans and stages included. The linear std of one fit
+    is its curvature at the optimum; on collisions the estimate moves with the noise draw by
+    about twice that even when the model made the data (``benchmarks/RESULTS.md``,
+    contact-collision-limits), so the linear std alone would overstate the precision.
+
+    Args:
+        world, unknowns, initial: As given to :func:`fit_objects`.
+        fit: Its ObjectFit.
+        settings: FitSettings (``bootstrap`` refits, seeded by ``bootstrap_seed``).
+        progress: Optional callable taking a stage description.
+
+    Returns:
+        Name -> std over the refits (inf with fewer than two refits that ran) for every fitted unknown.
+    """
+    progress = progress or (lambda stage: None)
+    rng = np.random.default_rng(settings.bootstrap_seed)
+    noise = PoseNoise(max(fit.noise.position, NOISE_FLOOR[0]), max(fit.noise.orientation, NOISE_FLOOR[1]), fit.noise.windows)
+    inner = replace(settings, bootstrap=0)
+    draws = {name: [] for name in fit.values}
+    for k in range(settings.bootstrap):
+        progress(f"bootstrap refit {k + 1} of {settings.bootstrap}")
+        poses = {name: noisy_poses(series, noise, rng) for name, series in fit.fitted.items()}
+        try:
+            refit = fit_objects(world, poses, unknowns, initial=initial, at_rest=fit.at_rest, settings=inner)
+        except ContactError:  # e.g. a non-finite Jacobian on one draw: that draw is lost, not the fit
+            continue
+        for name in draws:
+            draws[name].append(refit.values[name])
+    return {name: float(np.std(v, ddof=1)) if len(v) > 1 else math.inf for name, v in draws.items()}
+
+
+def _with_bootstrap(fit, spread):
+    """The fit with its std widened to the bootstrap's spread where that is larger, and judged again
+    on it (an unknown whose widened relative std passes UNIDENTIFIABLE_RELATIVE_STD is undetermined)."""
+    std = {name: max(fit.std[name], spread[name]) for name in fit.std}
+    identifiable = {name: ok and std[name] <= UNIDENTIFIABLE_RELATIVE_STD * abs(fit.values[name]) for name, ok in fit.identifiable.items()}
+    status, message = fit.status, fit.message
+    lost = [name for name, ok in identifiable.items() if fit.identifiable[name] and not ok]
+    if lost:
+        status, message = "undetermined", (f"the data do not determine {lost}: refits of the fitted poses under fresh camera noise "
+                                           f"spread by {', '.join(f'{spread[n]:.3g}' for n in lost)} (relative std above the limit)")
+    return replace(fit, std=std, identifiable=identifiable, status=status, message=message, std_bootstrap=spread)
 
 
 def _joint(world, observations, relevant, skipped, at_rest, values, state, candidates, events, noise, stages, settings, progress):
@@ -458,5 +527,5 @@ def _joint(world, observations, relevant, skipped, at_rest, values, state, candi
     return ObjectFit(
         status=status, message=message, values=dict(estimate.values), std=dict(estimate.std), identifiable=identifiable,
         not_estimated=skipped, estimate=estimate, noise=noise, fit_ratio=estimate.fit_ratio, drift=drift, events=events, at_rest=tuple(at_rest),
-        stages=tuple(stages), fitted=fitted,
+        stages=tuple(stages), fitted=fitted, std_linear=dict(estimate.std),
     )

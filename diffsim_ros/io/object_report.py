@@ -30,10 +30,17 @@ def _float(value):
     return float(value) if math.isfinite(float(value)) else str(value)
 
 
+def _std_parts(fit, name):
+    """The two stds ``std`` is the larger of, when the bootstrap ran (else nothing)."""
+    if not fit.std_bootstrap:
+        return {}
+    return {"std_linear": _float(fit.std_linear[name]), "std_bootstrap": _float(fit.std_bootstrap[name])}
+
+
 def estimates_document(fit, scene, data):
     """The ``objects.yaml`` mapping of an ObjectFit (``data``: object -> {poses, start, end})."""
     determined = fit.status != "poor_fit"
-    estimates = {n: {"value": _float(fit.values[n]), "std": _float(fit.std[n])}
+    estimates = {n: {"value": _float(fit.values[n]), "std": _float(fit.std[n]), **_std_parts(fit, n)}
                  for n in fit.identifiable if determined and fit.identifiable[n]}
     reason = fit.message if not determined else "not determined by the data (relative std above the limit or unobservable)"
     unidentifiable = {n: reason for n in fit.identifiable if not (determined and fit.identifiable[n])}
@@ -86,4 +93,7 @@ def summary_table(fit, scene):
               f"fit rms / noise: {ratios}; residual drift: {', '.join(f'{k} {max(r.values()):.2f}x' for k, r in fit.drift.items())}",
               "data splits agree on the parameters: " + (", ".join(f"{split} p = {c.p_value:.2g}" for split, c in fit.estimate.consistency.items())
                                                           or "not checked")]
+    if fit.std_bootstrap:
+        lines.append("std: the larger of the fit's linear std and the spread of its bootstrap refits (linear / bootstrap: "
+                     + ", ".join(f"{n} {fit.std_linear[n]:.3g} / {fit.std_bootstrap[n]:.3g}" for n in fit.std_bootstrap) + ")")
     return "\n".join(lines)
