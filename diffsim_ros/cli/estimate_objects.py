@@ -6,9 +6,10 @@
 The scene file (:mod:`diffsim_ros.io.scene`) names the objects, their sizes and PoseStamped
 topics, the known masses and every pair's coefficients, with ``unknown`` for what to
 estimate; the calibration gives the camera pose (``camera.pose``; omit it when the poses are
-already in the base frame). ``--bootstrap N`` refits the fitted poses under N fresh camera-noise
-draws and reports each std as the larger of the fit's own and their spread (collision fits
-spread about twice their linear std; see :func:`~diffsim_ros.estimation.object_fit.bootstrap_std`).
+already in the base frame). Each std is the larger of the fit's linear std and the spread of
+``--bootstrap N`` refits of the fitted poses under fresh camera noise (default BOOTSTRAP_REFITS;
+collision fits spread about twice their linear std; see
+:func:`~diffsim_ros.estimation.object_fit.bootstrap_std`).
 Exit codes (:mod:`diffsim_ros.cli.exits`): 0 every unknown the
 data involve was determined by a good fit; 2 bad input; 3 a fit far above the camera noise
 or an unknown the data do not determine (nothing written unless ``--allow-partial``);
@@ -33,6 +34,10 @@ from diffsim_ros.sim.contact import ContactError
 __all__ = ["add_parser", "estimate_objects_command"]
 
 PROG = "diffsim-ros estimate-objects"
+# Refits behind each reported std by default: eight estimate a std within ~25 % (1 sd); a collision
+# fit's linear std alone is about half its spread over noise draws (benchmarks/RESULTS.md,
+# contact-collision-limits), so the default is error bars that hold, at ~8 more fits of CPU.
+BOOTSTRAP_REFITS = 8
 
 
 def add_parser(subparsers):
@@ -49,9 +54,10 @@ def add_parser(subparsers):
                              "(those are listed as unidentifiable, never as values); exit code 3 still")
     parser.add_argument("--max-evaluations", type=int, default=FitSettings.max_evaluations,
                         help="residual evaluations of the joint fit")
-    parser.add_argument("--bootstrap", type=int, default=FitSettings.bootstrap, metavar="N",
+    parser.add_argument("--bootstrap", type=int, default=BOOTSTRAP_REFITS, metavar="N",
                         help="refit the fitted poses under N fresh camera-noise draws and widen each std to their spread "
-                             "(0: the fit's linear std only; N >= 2; each refit costs about one fit)")
+                             f"(default {BOOTSTRAP_REFITS}; 0: the fit's linear std only, which understates a collision's; "
+                             "N >= 2; each refit costs about one fit)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1 avoids OpenMP stalls on busy machines)")
     parser.set_defaults(handler=estimate_objects_command)
 
