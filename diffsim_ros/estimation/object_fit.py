@@ -490,7 +490,8 @@ def bootstrap_std(world, unknowns, initial, fit, settings, progress=None):
         except ContactError:  # e.g. a non-finite Jacobian on one draw: that draw is lost, not the fit
             continue
         for name in draws:
-            draws[name].append(refit.values[name])
+            if name in refit.values:  # a draw on which the refit cannot involve an unknown says nothing about it
+                draws[name].append(refit.values[name])
     return {name: float(np.std(v, ddof=1)) if len(v) > 1 else math.inf for name, v in draws.items()}
 
 
