@@ -15,17 +15,20 @@ Experiment script (not part of the library). For each collision scene of ``test/
 * **MuJoCo draws**: the same seeds on MuJoCo's poses (what the issue measures).
 
 Run: ``.venv/bin/python -m benchmarks.collision_limits [--scenes 0,1,2] [--seeds 21,...,28]
-[--log F.jsonl] [--write]`` (about 3 min CPU per scene with 8 seeds; ``--write`` fills the
-``contact-collision-limits`` section of RESULTS.md).
+[--bootstrap N] [--log F.jsonl] [--write]`` (about 3 min CPU per scene with 8 seeds, ~N+1 times
+that with ``--bootstrap N``; ``--write`` fills the ``contact-collision-limits`` section of
+RESULTS.md; ``--write-from A.jsonl,B.jsonl`` fills it from the logs of runs made in parallel).
 """
 
 import argparse
 import copy
 import json
+import math
 import os
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -141,8 +144,11 @@ def _fit_draw(scene, sim, truth, seed, settings, source):
     guess = {"box.mass": WORST_START["mass"] * truth["box.mass"], "box/ground.friction": WORST_START["mu"],
              "box/target.restitution": WORST_START["e"]}
     cpu = time.process_time()
-    fit = fit_objects(parsed.world(), observations, parsed.unknowns, initial=guess, settings=settings)
-    return {"scene": scene.seed, "seed": seed, "source": source, "status": fit.status, "cpu": time.process_time() - cpu,
+    fit = fit_objects(parsed.world(), observations, parsed.unknowns, initial=guess, settings=replace(settings, bootstrap_seed=seed))
+    errors = {n: abs(fit.values[n] - truth[n]) for n in UNKNOWNS}
+    return {"kind": "fit", "scene": scene.seed, "seed": seed, "source": source, "status": fit.status, "cpu": time.process_time() - cpu,
+            "z_linear": max(errors[n] / fit.std_linear[n] for n in UNKNOWNS), "z": max(errors[n] / fit.std[n] for n in UNKNOWNS),
+            "bootstrap": bool(fit.std_bootstrap),
             "mass": fit.values["box.mass"] / truth["box.mass"] - 1, "mu": fit.values["box/ground.friction"] / truth["box/ground.friction"] - 1,
             "e": fit.values["box/target.restitution"] - truth["box/target.restitution"],
             "std_mass": fit.std["box.mass"] / truth["box.mass"], "std_mu": fit.std["box/ground.friction"] / truth["box/ground.friction"]}
@@ -155,12 +161,14 @@ def _scene(index, seeds, settings, log):
     scene = cs.random_collision(index)
     sim = cs.simulate(scene)
     truth = cs.truth_values(scene, sim)
-    world, observations, at_rest, values, state = _model_truth(scene, sim, truth, settings)
+    world, observations, at_rest, values, state = _model_truth(scene, sim, truth, replace(settings, bootstrap=0))
     start = min(float(series.times[0]) for series in observations.values())
     crlb, ls = linear_theory(world, observations, at_rest, values, state)
-    theory = {"scene": index, "crlb": np.sqrt(np.diag(crlb)).tolist(), "ls": np.sqrt(np.diag(ls)).tolist(),
+    theory = {"kind": "theory", "scene": index, "crlb": np.sqrt(np.diag(crlb)).tolist(), "ls": np.sqrt(np.diag(ls)).tolist(),
               "pass_crlb": _pass_rate(crlb, values), "pass_ls": _pass_rate(ls, values), "values": values,
               "mass_mu_correlation": float(ls[0, 1] / np.sqrt(ls[0, 0] * ls[1, 1]))}
+    with open(log, "a") as handle:
+        handle.write(json.dumps(theory) + "\n")
     records = []
     ours = self_consistent_sim(sim, world, values, state, start)
     for source, data, reference in (("our model", ours, values), ("MuJoCo", sim, truth)):
@@ -182,7 +190,7 @@ def _summary_rows(theories, records):
         ls = [100 * theory["ls"][0] / values["box.mass"], 100 * theory["ls"][1] / values["box/ground.friction"]]
         rows.append([index, "linear theory at the truth", f"0 (CRLB {rel[0]:.1f} %, LS **{ls[0]:.1f} %**)",
                      f"0 (CRLB {rel[1]:.1f} %, LS **{ls[1]:.1f} %**)", f"{theory['crlb'][2]:.4f}, {theory['ls'][2]:.4f}",
-                     f"{100 * theory['pass_crlb']:.0f} % (CRLB), {100 * theory['pass_ls']:.0f} % (LS)", "-", "-"])
+                     f"{100 * theory['pass_crlb']:.0f} % (CRLB), {100 * theory['pass_ls']:.0f} % (LS)", "-", "-", "-"])
         for source in ("our model", "MuJoCo"):
             rs = [r for r in records if r["scene"] == index and r["source"] == source]
             if not rs:
@@ -192,25 +200,29 @@ def _summary_rows(theories, records):
             within = sum(abs(r["mass"]) <= MASS_TOL and abs(r["mu"]) <= MU_TOL and abs(r["e"]) <= E_TOL for r in rs)
             ok = [r for r in rs if r["status"] == "ok"]
             silent = sum(not (abs(r["mass"]) <= MASS_TOL and abs(r["mu"]) <= MU_TOL and abs(r["e"]) <= E_TOL) for r in ok)
+            worst = (f"{max(r['z_linear'] for r in ok):.2f}, {max(r['z'] for r in ok):.2f}" if ok and "z" in ok[0] else "-")
             rows.append([index, f"{source}, {len(rs)} draws", f"{100 * m.mean():+.1f} %, sd **{100 * m.std(ddof=1):.1f} %** (std {100 * sm:.1f} %)",
                          f"{100 * u.mean():+.1f} %, sd **{100 * u.std(ddof=1):.1f} %** (std {100 * su:.1f} %)",
-                         f"{e.mean():+.3f}, sd {e.std(ddof=1):.3f}", f"{within}/{len(rs)}", f"{len(ok)}/{len(rs)}", silent])
+                         f"{e.mean():+.3f}, sd {e.std(ddof=1):.3f}", f"{within}/{len(rs)}", f"{len(ok)}/{len(rs)}", silent, worst])
     return rows
 
 
 def section(theories, records, command, seconds):
     header = ["scene", "data", "mass error: mean, sd (mean reported std)", "mu error: mean, sd (mean reported std)",
-              "restitution error (linear: std CRLB, LS)", "within the targets", "ok", "ok outside the targets"]
+              "restitution error (linear: std CRLB, LS)", "within the targets", "ok", "ok outside the targets",
+              "ok fits: largest error in linear std, in reported std"]
     return "\n\n".join([
         "## What issue 19's collision data allow: the estimator on our own model's poses (`python -m benchmarks.collision_limits`)",
-        f"Measured {machine_line()}, load average {os.getloadavg()[0]:.1f} at the end, {seconds:.0f} s. `{command}`.",
+        f"Measured {machine_line()}, load average {os.getloadavg()[0]:.1f} at the end"
+        + (f", {seconds:.0f} s" if math.isfinite(seconds) else ", from run logs") + f". `{command}`.",
         "Per scene: the linear theory at the truth (the model's pose Jacobian at the true mass and friction, its initial states and "
         "restitution fitted to noise-free poses, the camera's true noise 1 mm / 0.2 deg): the Cramer-Rao bound (rows weighted by their "
         "noise) and the std of the equal-weight least squares `fit_objects` solves, and how often an unbiased Gaussian estimator with "
         "that covariance meets the targets (mass 6 %, mu 3 %, restitution 0.02). Then `fit_objects` from the worst start (mass 2x, "
         "mu 1.0, e 0.5) on poses our own model made (same start, true parameters, sampled by the same camera with the same noise "
         "seeds: no model error) and on MuJoCo's (what the issue measures). Errors of the self-consistent rows are against the "
-        "parameters the poses were made with.",
+        "parameters the poses were made with. The reported std is `fit_objects`'s: the linear one, or with `--bootstrap N` "
+        "the larger of it and the spread of N refits of the fitted poses under fresh camera noise (not run for poor fits).",
         markdown_table(header, _summary_rows(theories, records)),
     ])
 
@@ -220,12 +232,23 @@ def main(argv=None):
     parser.add_argument("--scenes", default="0,1,2")
     parser.add_argument("--seeds", default="21,22,23,24,25,26,27,28")
     parser.add_argument("--log", default="collision_limits.jsonl")
+    parser.add_argument("--bootstrap", type=int, default=0, help="FitSettings.bootstrap of every fit (0: the linear std)")
     parser.add_argument("--write", action="store_true", help="write the contact-collision-limits section of RESULTS.md")
+    parser.add_argument("--write-from", default=None, metavar="LOG,...",
+                        help="write the section from the --log files of earlier runs (e.g. scenes run in parallel)")
     args = parser.parse_args(argv if argv is not None else sys.argv[1:])
     from diffsim_ros.estimation.object_fit import FitSettings
 
+    command = " ".join(["python -m benchmarks.collision_limits", *sys.argv[1:]])
+    if args.write_from:
+        lines = [json.loads(line) for path in args.write_from.split(",") for line in Path(path).read_text().splitlines() if line.strip()]
+        theories = sorted((line for line in lines if line["kind"] == "theory"), key=lambda t: t["scene"])
+        body = section(theories, [line for line in lines if line["kind"] == "fit"], command, math.nan)
+        write_section("contact-collision-limits", body)
+        print(body)
+        return
     torch.set_num_threads(1)
-    settings = FitSettings(restarts=0)
+    settings = FitSettings(restarts=0, bootstrap=args.bootstrap)
     start = time.perf_counter()
     theories, records = [], []
     for index in (int(v) for v in args.scenes.split(",")):
@@ -233,7 +256,7 @@ def main(argv=None):
         theories.append(theory)
         records += rs
         print(json.dumps({k: v for k, v in theory.items() if k != "values"}), flush=True)
-    body = section(theories, records, " ".join(["python -m benchmarks.collision_limits", *sys.argv[1:]]), time.perf_counter() - start)
+    body = section(theories, records, command, time.perf_counter() - start)
     print(body)
     if args.write:
         write_section("contact-collision-limits", body)
