@@ -131,7 +131,7 @@ class HitWorld(ContactWorld):
         solution = stepping.solve(self, delassus, terms.bias, terms.mu, terms.active, warm)
         impulse = solution.impulse.reshape(*batch, 3 * k)
         v_next = v_free + matvec(minv_jt, impulse)
-        correction = stepping.bounce_correction(self, terms, jac, minv_jt, delassus, v_next, impulse)
+        correction = stepping.bounce_correction(self, terms, jac, minv_jt, delassus, v_free, v_next, impulse)
         next_state = stepping.integrate(self, state, None, v_next, h * v_next + correction, batch)
         penetration = torch.where(terms.active, -terms.gap, torch.zeros_like(terms.gap)).amax(-1).clamp_min(0.0).detach()
         return next_state, StepInfo(contacts, solution.impulse, solution, terms.bouncing, penetration)

@@ -136,6 +136,24 @@ def test_ball_bouncing_within_a_step_has_minus_sigma_gradient(solver):
 
 
 @pytest.mark.parametrize("solver", SOLVERS)
+def test_a_bounce_within_a_step_moves_the_whole_twist_as_in_continuous_time(solver):
+    # A ball landing with forward speed and no spin: the hit's friction slows it and spins it up.
+    # In continuous time it moves at its free velocity until the impact and at the new one after;
+    # integrating the new velocity over the whole step misplaced it by t* (v_free - v_next).
+    world = ContactWorld.create([RigidObject("ball", Sphere(0.1), mass=1.0, friction=0.5, restitution=0.8)], solver=solver, dt=DT)
+    state = world.initial_state(position=[[0.0, 0.0, 0.12]], linear_velocity=[[1.0, 0.0, -3.0]])
+    next_state, info = world.step(state)
+    assert bool(info.bouncing.any())
+    impact = 0.02 / (3.0 + G * DT)  # the model's impact time: gap over the free approach speed
+    v_x, spin = float(next_state.linear_velocity[0, 0]), float(next_state.angular_velocity[0, 1])
+    assert v_x < 0.8 and spin > 2.0  # the friction impulse acted (sticking: v_x = 5/7, spin = v_x / r)
+    assert float(next_state.position[0, 0]) == pytest.approx(1.0 * impact + v_x * (DT - impact), rel=REGULARIZED_REL)
+    w, _, y, _ = next_state.orientation[0].unbind()
+    assert float(2.0 * torch.atan2(y, w)) == pytest.approx(spin * (DT - impact), rel=REGULARIZED_REL)
+    assert float(next_state.position[0, 2]) == pytest.approx(0.1 + 0.8 * (3.0 + G * DT) * (DT - impact), rel=REGULARIZED_REL)
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
 def test_dropped_ball_rebounds_to_restitution_squared_height(solver):
     restitution, drop = 0.7, 0.3
     world = ContactWorld.create(

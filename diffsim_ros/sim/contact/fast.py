@@ -7,7 +7,8 @@ The step is the torch one (:func:`~diffsim_ros.sim.contact.step.step`), operatio
 operation (detection with the speculative margin and the broad phase, box-box slots by
 :mod:`~diffsim_ros.sim.contact.fast_boxes`, contact frames, Delassus matrix, Baumgarte /
 speculative / restitution bias, the regularized cone problem, semi-implicit integration, the
-position correction of contacts bouncing within the step, and the world's impact substeps);
+position correction of contacts bouncing within the step (the twist before the impact time and
+the normal rows), and the world's impact substeps);
 the cone problem is solved as :mod:`~diffsim_ros.sim.contact.cone` solves it (mode-wise Newton
 with mode repairs, then the staggered projections of Algorithm 1 with the Newton polish), whose
 converged solution is unique (the regularized problem), so both agree to round-off. Where no
@@ -933,12 +934,27 @@ def _pinv(a, floor):
 
 
 @njit(cache=True)
-def _bounce_correction(jac, minv_jt, a_normal, v_free, v_next, gap_k, bouncing, z, h, slots_total):
-    """ContactWorld._bounce_correction: the displacement (6J,) placing bodies where the
-    continuous-time bounce takes them, and what its tangent needs: ``(correction, (masked rows
-    (r,), reduced Delassus block (r, r), its pseudo-inverse, targets (r,), multipliers (r,),
-    impact times (k,), moving (k,)))``."""
-    k = gap_k.shape[0]
+def _first_impacts(moving, impact, owners, count):
+    """Each object's first impact time t*_j [s] (J,) within the step (0 when none) and the contact
+    it comes from (J,) (-1 when none): step.impact_twist."""
+    first, source = np.zeros(count), np.full(count, -1, dtype=np.int64)
+    for i in range(moving.shape[0]):
+        if not moving[i]:
+            continue
+        for side in range(2):
+            j = owners[i, side]
+            if j >= 0 and (source[j] < 0 or impact[i] < first[j]):
+                first[j], source[j] = impact[i], i
+    return first, source
+
+
+@njit(cache=True)
+def _bounce_correction(jac, minv_jt, a_normal, v_free, v_next, gap_k, bouncing, z, h, slots_total, owners):
+    """step.bounce_correction: the displacement (6J,) placing bodies where the continuous-time
+    bounce takes them, and what its tangent needs: ``(correction, (masked rows (r,), reduced
+    Delassus block (r, r), its pseudo-inverse, targets (r,), multipliers (r,), impact times (k,),
+    moving (k,), first impact per object (J,), its contact (J,), the twist part (6J,)))``."""
+    k, count = gap_k.shape[0], minv_jt.shape[0] // 6
     approach, v_normal = _mv(jac, v_free), _mv(jac, v_next)
     impact, target = np.zeros(k), np.zeros(k)
     moving = np.zeros(k, dtype=np.bool_)
@@ -956,18 +972,22 @@ def _bounce_correction(jac, minv_jt, a_normal, v_free, v_next, gap_k, bouncing, 
             rows[r] = i
             r += 1
     rows = rows[:r].copy()
+    first, source = _first_impacts(moving, impact, owners, count)
+    late = np.empty(6 * count)
+    for row in range(6 * count):
+        late[row] = first[row // 6] * (v_free[row] - v_next[row])
     reduced, goal = np.empty((r, r)), np.empty(r)
     for i in range(r):
-        goal[i] = target[rows[i]]
+        goal[i] = target[rows[i]] - _dot(jac[3 * rows[i]], late)
         for j in range(r):
             reduced[i, j] = a_normal[rows[i], rows[j]]
     inverse = _pinv(reduced, 1.0 if r < slots_total else 0.0)
     multipliers = _mv(inverse, goal)
-    correction = np.zeros(minv_jt.shape[0])
+    correction = late.copy()
     for i in range(r):
         for row in range(minv_jt.shape[0]):
             correction[row] += minv_jt[row, 3 * rows[i]] * multipliers[i]
-    return correction, (rows, reduced, inverse, goal, multipliers, impact, moving)
+    return correction, (rows, reduced, inverse, goal, multipliers, impact, moving, first, source, late)
 
 
 @njit(cache=True)
@@ -989,11 +1009,28 @@ def _pinv_tangent_apply(a, p, da, v):
 
 
 @njit(cache=True)
+def _impact_tangent(row, jac, v_free, gap, h, d_jac, d_v_free, d_gap):
+    """Tangent of the impact time ``t* = gap / -approach`` of the contact on normal row ``row``
+    (zero where t* is clamped to [0, h])."""
+    approach = _dot(jac[row], v_free)
+    d_approach = _dot(d_jac[row], v_free) + _dot(jac[row], d_v_free)
+    closing, d_closing = (-approach, -d_approach) if -approach >= _TINY else (_TINY, 0.0)
+    raw = gap / closing
+    return (d_gap - raw * d_closing) / closing if 0.0 <= raw <= h else 0.0
+
+
+@njit(cache=True)
 def _correction_tangent(jac, minv_jt, v_free, v_next, gap_k, h, fix, d_jac, d_minv_jt, d_gap, d_v_free, d_v_next):
     """Tangent (6J,) of the bounce correction along one input direction (tangents of the contact
     Jacobian (3k, 6J), M⁻¹Jᵀ (6J, 3k), gaps (k,), free and next velocities (6J,))."""
-    rows, reduced, inverse, goal, multipliers, impact, moving = fix
+    rows, reduced, inverse, goal, multipliers, impact, moving, first, source, late = fix
     r = rows.shape[0]
+    d_late = np.zeros(late.shape[0])
+    for j in range(first.shape[0]):
+        i = source[j]
+        d_first = 0.0 if i < 0 else _impact_tangent(3 * i, jac, v_free, gap_k[i], h, d_jac, d_v_free, d_gap[i])
+        for c in range(6 * j, 6 * j + 6):
+            d_late[c] = d_first * (v_free[c] - v_next[c]) + first[j] * (d_v_free[c] - d_v_next[c])
     d_reduced, d_goal = np.zeros((r, r)), np.zeros(r)
     for i in range(r):
         ri = 3 * rows[i]
@@ -1003,18 +1040,15 @@ def _correction_tangent(jac, minv_jt, v_free, v_next, gap_k, h, fix, d_jac, d_mi
             for c in range(jac.shape[1]):
                 acc += d_jac[ri, c] * minv_jt[c, rj] + jac[ri, c] * d_minv_jt[c, rj]
             d_reduced[i, j] = acc
+        d_goal[i] = -_dot(d_jac[ri], late) - _dot(jac[ri], d_late)
         if not moving[rows[i]]:
             continue
-        approach = _dot(jac[ri], v_free)
-        d_approach = _dot(d_jac[ri], v_free) + _dot(jac[ri], d_v_free)
         v_normal = _dot(jac[ri], v_next)
         d_v_normal = _dot(d_jac[ri], v_next) + _dot(jac[ri], d_v_next)
-        closing, d_closing = (-approach, -d_approach) if -approach >= _TINY else (_TINY, 0.0)
-        raw = gap_k[rows[i]] / closing
-        d_impact = (d_gap[rows[i]] - raw * d_closing) / closing if 0.0 <= raw <= h else 0.0
-        d_goal[i] = -d_gap[rows[i]] - d_v_normal * impact[rows[i]] - v_normal * d_impact
+        d_impact = _impact_tangent(ri, jac, v_free, gap_k[rows[i]], h, d_jac, d_v_free, d_gap[rows[i]])
+        d_goal[i] += -d_gap[rows[i]] - d_v_normal * impact[rows[i]] - v_normal * d_impact
     d_mult = _pinv_tangent_apply(reduced, inverse, d_reduced, goal) + _mv(inverse, d_goal)
-    out = np.zeros(minv_jt.shape[0])
+    out = d_late
     for i in range(r):
         for row in range(out.shape[0]):
             out[row] += d_minv_jt[row, 3 * rows[i]] * multipliers[i] + minv_jt[row, 3 * rows[i]] * d_mult[i]
@@ -1070,9 +1104,12 @@ def _forward(pos, quat, lin, ang, wrench, scene, options, warm):
         displacement[r] = h * v_next[r]
     correction = np.zeros(6 * count)
     fix = (np.zeros(0, dtype=np.int64), np.zeros((0, 0)), np.zeros((0, 0)), np.zeros(0), np.zeros(0), np.zeros(k),
-           np.zeros(k, dtype=np.bool_))
+           np.zeros(k, dtype=np.bool_), np.zeros(count), np.full(count, -1, dtype=np.int64), np.zeros(6 * count))
     if bouncing.any():
-        correction, fix = _bounce_correction(jac, minv_jt, a_normal, v_free, v_next, gap_k, bouncing, z, h, slots.shape[0])
+        owners = np.empty((k, 2), dtype=np.int64)
+        for i in range(k):
+            owners[i, 0], owners[i, 1] = slot_obj[keep[i]], slot_other[keep[i]]
+        correction, fix = _bounce_correction(jac, minv_jt, a_normal, v_free, v_next, gap_k, bouncing, z, h, slots.shape[0], owners)
         for r in range(6 * count):
             displacement[r] += correction[r]
     state = _integrate(pos, quat, v_next, displacement)

@@ -22,8 +22,9 @@ is semi-implicit at the velocity level (Stewart-Trinkle / Nimble style):
 6. :func:`solve`: impulses ``x`` from ``w = A x + b`` by the LCP (Nimble) or the friction-cone
    solver (Le Lidec); ``v+ = v_free + M⁻¹ Jᵀ x``;
 7. :func:`bounce_correction`: for contacts that bounce within the step, a position-level
-   correction placing the body where the continuous-time bounce would have taken it (impact
-   at ``t* = gap / -v_n``, then ``h - t*`` at the rebound velocity). That correction is what
+   correction placing the body where the continuous-time bounce would have taken it (its free
+   twist until the impact at ``t* = gap / -v_n``, then ``h - t*`` at the rebound twist,
+   :func:`impact_twist`). That correction is what
    makes ``dq_{t+1}/dq_t = -e`` for a ball bouncing within a step (Nimble §VI) instead of the
    ``+1`` of plain time stepping; it is computed with the same Delassus matrix, so it is
    differentiable like the rest;
@@ -67,6 +68,7 @@ __all__ = [
     "impact_speed",
     "solve",
     "bounce_correction",
+    "impact_twist",
     "robot_response",
     "integrate",
     "check_finite",
@@ -129,7 +131,7 @@ def step(world, state, tau=None, wrench=None, warm=None):
     solution = solve(world, delassus, terms.bias, terms.mu, terms.active, warm)
     impulse = solution.impulse.reshape(*batch, 3 * contacts.count)
     v_next = v_free + matvec(minv_jt, impulse)
-    correction = bounce_correction(world, terms, jac, minv_jt, delassus, v_next, impulse)
+    correction = bounce_correction(world, terms, jac, minv_jt, delassus, v_free, v_next, impulse)
     robot_next = robot_response(world, state, tau, jac, impulse, robot_free)
     next_state = integrate(world, state, robot_next, v_next, world.dt * v_next + correction, batch)
     penetration = torch.where(terms.active, -terms.gap, torch.zeros_like(terms.gap)).amax(-1).clamp_min(0.0).detach()
@@ -524,17 +526,23 @@ def solve(world, delassus, bias, mu, active, warm):
     )
 
 
-def bounce_correction(world, terms, jac, minv_jt, delassus, v_next, impulse):
+def bounce_correction(world, terms, jac, minv_jt, delassus, v_free, v_next, impulse):
     """Position correction so that bounces within the step follow the continuous-time path.
 
-    A contact closing at ``approach`` < 0 from ``gap`` > 0 hits at ``t* = gap / -approach``
-    and then separates at its post-step normal velocity, ending at ``v_n (h - t*)`` instead
-    of ``gap + h v_n``. The missing normal displacement is applied in the mass-weighted
-    least-squares sense through the Delassus matrix, with the normal displacement of every
-    other loaded contact (positive normal impulse this step) held at zero: a correction free
-    to rotate a box that rests on the ground (a hit above its centre) tilted it by 0.3 deg
-    at 10 ms; it then stood on three corners, two diagonal ones carrying the load, and the
-    sliding box lost its spin twice as fast as MuJoCo's (issue 19).
+    A contact closing at ``approach`` < 0 from ``gap`` > 0 hits at ``t* = gap / -approach``.
+    In continuous time each body it touches moves at its free velocity until ``t*`` and at
+    its post-step velocity after, ending at ``t* v_free + (h - t*) v_next`` rather than
+    ``h v_next``: the missing ``t* (v_free - v_next)`` of the whole twist is added (a body
+    touched by several bouncing contacts takes the first impact). Without it the hit's
+    tangential velocity and spin were integrated from the step's start, and as the impact
+    time crossed a (sub)step boundary the pose jumped by ``h`` times the velocity change
+    (up to spin x substep in yaw): issue 19's collision fits stopped at such jumps of the
+    cost, short of its minimum. The normal displacement is then made exact in the mass-weighted least-squares
+    sense through the Delassus matrix: a bouncing contact ends at ``v_n (h - t*)``, and every
+    other loaded contact (positive normal impulse this step) keeps its normal displacement
+    at zero; a correction free to rotate a box resting on the ground (a hit above its centre)
+    tilted it by 0.3 deg at 10 ms, and the sliding box then lost its spin twice as fast as
+    MuJoCo's.
 
     Args:
         world: ContactWorld.
@@ -542,6 +550,7 @@ def bounce_correction(world, terms, jac, minv_jt, delassus, v_next, impulse):
         jac: Contact Jacobian (..., 3K, nv).
         minv_jt: ``M⁻¹ Jᵀ``, (..., nv, 3K).
         delassus: ``J M⁻¹ Jᵀ`` [1/kg], (..., 3K, 3K).
+        v_free: Velocity without contact impulses, (..., nv).
         v_next: Velocity after the contact impulses, (..., nv).
         impulse: Contact impulses [N·s], (..., 3K).
 
@@ -551,20 +560,43 @@ def bounce_correction(world, terms, jac, minv_jt, delassus, v_next, impulse):
     if not bool(terms.bouncing.any()):
         return torch.zeros_like(v_next)
     gap, approach, active = terms.gap, terms.approach, terms.active
-    h = world.dt
     normal_rows = slice(0, None, 3)
     moving = terms.bouncing & (gap > 0)
     v_normal = matvec(jac[..., normal_rows, :], v_next)
-    impact = (gap / (-approach).clamp_min(torch.finfo(gap.dtype).tiny)).clamp(0.0, h)
+    impact = (gap / (-approach).clamp_min(torch.finfo(gap.dtype).tiny)).clamp(0.0, world.dt)
     target = torch.where(moving, -gap - v_normal * impact, torch.zeros_like(gap))
+    late = impact_twist(world, moving, impact, v_free - v_next)
     with torch.no_grad():
         pressed = impulse[..., normal_rows]
         loaded = active & (pressed > torch.finfo(gap.dtype).eps ** 0.5 * pressed.abs().amax(-1, keepdim=True))
     mask = (moving | loaded).to(gap.dtype)
+    goal = (target - matvec(jac[..., normal_rows, :], late)) * mask
     a_nn = delassus[..., normal_rows, normal_rows]
     reduced = a_nn * mask[..., :, None] * mask[..., None, :] + torch.diag_embed(1.0 - mask)
-    multipliers = matvec(pinv(reduced), target) * mask
-    return matvec(minv_jt[..., :, normal_rows], multipliers)
+    multipliers = matvec(pinv(reduced), goal) * mask
+    return late + matvec(minv_jt[..., :, normal_rows], multipliers)
+
+
+def impact_twist(world, moving, impact, change):
+    """``t*_j (v_free - v_next)`` on each object j touched by a bouncing contact, (..., nv).
+
+    Args:
+        world: ContactWorld (n robot joints, J objects; the robot's columns stay zero).
+        moving: Bouncing slots closing within the step, bool (..., K).
+        impact: Their impact times ``t*`` [s], (..., K).
+        change: ``v_free - v_next``, (..., nv).
+
+    Returns:
+        The displacement [m, rad] the bodies miss by moving at ``v_next`` before their first impact.
+    """
+    n = world.robot_dof
+    parts = [torch.zeros_like(change[..., :n])]
+    for j in range(len(world.objects)):
+        touched = moving & (world.slot_signs("object", j) != 0)
+        first = torch.where(touched, impact, torch.full_like(impact, math.inf)).amin(-1)
+        first = torch.where(touched.any(-1), first, torch.zeros_like(first))
+        parts.append(first[..., None] * change[..., n + 6 * j:n + 6 * j + 6])
+    return torch.cat(parts, -1)
 
 
 # ---------------------------------------------------------------------------- after the solve
