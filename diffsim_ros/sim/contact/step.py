@@ -537,8 +537,9 @@ def bounce_correction(world, terms, jac, minv_jt, delassus, v_free, v_next, impu
     tangential velocity and spin were integrated from the step's start, and as the impact
     time crossed a (sub)step boundary the pose jumped by ``h`` times the velocity change
     (up to spin x substep in yaw): issue 19's collision fits stopped at such jumps of the
-    cost, short of its minimum. The normal displacement is then made exact in the mass-weighted least-squares
-    sense through the Delassus matrix: a bouncing contact ends at ``v_n (h - t*)``, and every
+    cost, short of its minimum. The normal displacement is then made exact in the
+    mass-weighted least-squares sense through the Delassus matrix: a bouncing contact ends
+    at ``v_n (h - t*)``, and every
     other loaded contact (positive normal impulse this step) keeps its normal displacement
     at zero; a correction free to rotate a box resting on the ground (a hit above its centre)
     tilted it by 0.3 deg at 10 ms, and the sliding box then lost its spin twice as fast as
