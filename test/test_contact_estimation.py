@@ -132,6 +132,10 @@ ENGINE_EVALUATIONS = 3
 # the data before and after shows it (p 2.4e-6; at a rise of 0.1 it was 6.9e-4, at 0.03
 # 0.59: the later data alone fix the friction to ~0.02). CONSISTENT_P: unchanged data must
 # pass far from the 1e-3 threshold.
+# A resting object's place is a least-squares fit of all its poses: their mean across gravity
+# and about it, up to the second order of the 1 mrad noise and the nuisances' weak prior.
+PLACEMENT_TOL = 1e-6  # [m]
+TURN_TOL = 1e-5  # [rad]
 SPLIT_TIME = 0.2  # [s] since the first pose
 SHIFTED_MU = 0.15
 CONSISTENT_P = 0.01
@@ -246,6 +250,30 @@ def test_mass_is_unidentifiable_without_a_collision():
     # Friction stays identified alongside.
     assert estimate.identifiable["cube.friction"]
     assert abs(estimate.values["cube.friction"] / SLIDE_MU - 1) < MU_REL_TOL
+
+
+def test_a_resting_object_is_placed_by_all_its_poses():
+    # A resting object keeps zero velocity, but its place across gravity and its turn about it
+    # are estimated from every pose, not fixed at the mean of its first few noisy ones.
+    cube = RigidObject("cube", Box((HALF, HALF, HALF)), mass=SLIDE_MASS, friction=SLIDE_MU)
+    block = RigidObject("block", Box((HALF, HALF, HALF)), mass=1.0, friction=0.5)
+    world = ContactWorld.create([cube, block], solver="cone", dt=DT)
+    slide = slide_observations(0)["cube"]
+    rng = np.random.default_rng(SEED)
+    count = len(slide.times)
+    position = np.array([0.0, 0.5, HALF]) + rng.normal(0.0, POSITION_NOISE, (count, 3))
+    yaw = 0.3 + rng.normal(0.0, ORIENTATION_NOISE, count)
+    quat = np.stack([np.cos(yaw / 2), np.zeros(count), np.zeros(count), np.sin(yaw / 2)], 1)
+    observations = {"cube": slide, "block": PoseSeries(slide.times, position, quat)}
+    estimate = estimate_object_parameters(world, observations, ["cube.friction"], at_rest=("block",))
+    placed = estimate.initial_state
+    np.testing.assert_allclose(placed.position[1, :2].numpy(), position[:, :2].mean(0), rtol=0, atol=PLACEMENT_TOL)
+    w, _, _, z = placed.orientation[1].tolist()
+    assert abs(2.0 * math.atan2(z, w) - yaw.mean()) < TURN_TOL
+    assert float(placed.linear_velocity[1].abs().max()) == 0.0 and float(placed.angular_velocity[1].abs().max()) == 0.0
+    # The first poses alone (as the place was taken before) are off by far more.
+    assert np.abs(position[:5, :2].mean(0) - position[:, :2].mean(0)).max() > 100 * PLACEMENT_TOL
+    assert abs(np.mean(yaw[:5]) - yaw.mean()) > 10 * TURN_TOL
 
 
 def collision_world():

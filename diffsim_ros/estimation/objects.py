@@ -5,7 +5,8 @@ Given a :class:`~diffsim_ros.sim.contact.ContactWorld` and timestamped poses of 
 ``<object>.restitution`` by nonlinear least squares on the pose errors of a simulated
 rollout. Each object's initial pose and twist are estimated alongside as nuisance
 parameters (a camera never gives velocities, and a single noisy first pose would bias the
-whole trajectory). Mass only changes the motion through collisions with objects of known
+whole trajectory); an object at rest at the start keeps zero velocity, and only its place on
+what holds it (a shift across gravity, a turn about it) is estimated. Mass only changes the motion through collisions with objects of known
 mass (or known robot pushes), so include such an event in the data to identify it.
 
 The Jacobian of the residuals comes from torch by forward sensitivity propagation through
@@ -63,16 +64,21 @@ VELOCITY_GUESS_SAMPLES = 5
 REST_SAMPLES = 5
 SETTLE_DISTANCE = 0.005
 NUISANCE_SUFFIXES = ("position", "rotation", "linear_velocity", "angular_velocity")
+# An object at rest at the start keeps zero velocity and lies on what holds it, but its place
+# is estimated too (a shift across gravity and a turn about it): fixed at the mean of its first
+# REST_SAMPLES noisy poses, its ~0.5 mm error moved where and when a hit lands, and the hit's
+# parameters spread over noise draws twice as far as their std (issue 19).
+REST_SUFFIXES = ("placement",)
 # Typical magnitudes of the unknowns (scipy's x_scale). Fixed scales rather than 'jac': contact
 # makes some nuisance columns exactly zero (a resting object's vertical velocity, a sticking
 # lateral velocity), and Jacobian-based scaling would turn those into unbounded steps.
 PARAMETER_SCALE = {"mass": None, "friction": 0.1, "restitution": 0.1}
-NUISANCE_SCALE = {"position": 0.01, "rotation": 0.01, "linear_velocity": 0.1, "angular_velocity": 1.0}
+NUISANCE_SCALE = {"position": 0.01, "rotation": 0.01, "linear_velocity": 0.1, "angular_velocity": 1.0, "placement": 0.01}
 # Weak Gaussian prior on the nuisances around their data-driven guess: standard deviations,
 # and the residual [m] that one standard deviation costs. It only matters along directions
 # the data cannot see (a resting object's vertical velocity is absorbed by the contact),
 # which would otherwise drift and stall the solver.
-NUISANCE_PRIOR_STD = {"position": 0.05, "rotation": 0.1, "linear_velocity": 1.0, "angular_velocity": 10.0}
+NUISANCE_PRIOR_STD = {"position": 0.05, "rotation": 0.1, "linear_velocity": 1.0, "angular_velocity": 10.0, "placement": 0.05}
 PRIOR_RESIDUAL = 1e-3
 PRIOR_CHANNEL = 2  # the prior rows' noise channel (their sigma is PRIOR_RESIDUAL)
 # Identifiability: singular values of the column-normalized parameter Jacobian below this
@@ -179,13 +185,14 @@ class _Problem:
         self.t0 = min(series.times[0] for series in self.observations)
         t_end = max(series.times[-1] for series in self.observations)
         self.steps = int(math.ceil((t_end - self.t0) / world.dt - 1e-9))
-        self.nuisance = [f"{name}.initial_{s}" for name in world.object_names if name not in self.at_rest for s in NUISANCE_SUFFIXES]
+        self.nuisance = [f"{name}.initial_{s}" for name in world.object_names
+                         for s in (REST_SUFFIXES if name in self.at_rest else NUISANCE_SUFFIXES)]
         self.size = len(self.names) + 3 * len(self.nuisance)
         residuals = 6 * sum(len(series) for series in self.observations)
         if residuals < 2 * self.size:
             raise DataError(
                 f"too few poses: {residuals // 6} poses give {residuals} residuals for {self.size} unknowns "
-                f"({len(self.names)} parameters + initial pose and twist of each moving object); "
+                f"({len(self.names)} parameters + initial pose and twist of each moving object, place of each resting one); "
                 f"need at least {math.ceil(2 * self.size / 6)} poses"
             )
         self.start = self._start_poses()
@@ -222,8 +229,9 @@ class _Problem:
             start_q = self.start.orientation[j].expand(*batch, 4)
             zero = torch.zeros(*batch, 3, dtype=world.dtype, device=world.device)
             if name in self.at_rest:
-                positions.append(self.start.position[j].expand(*batch, 3))
-                orientations.append(start_q)
+                shift, turn = self.placement(fields[f"{name}.initial_placement"])
+                positions.append(self.start.position[j] + shift)
+                orientations.append(integrate_orientation(start_q, turn))
                 linear.append(zero)
                 angular.append(zero)
                 continue
@@ -235,12 +243,30 @@ class _Problem:
             torch.stack(positions, -2), torch.stack(orientations, -2), torch.stack(linear, -2), torch.stack(angular, -2)
         )
 
+    def placement_axes(self):
+        """Across-gravity unit axes (2, 3) and the up axis (3,) of a resting object's placement
+        (world x, y and z without gravity)."""
+        gravity = self.world.gravity.detach().double().cpu()
+        up = -gravity / gravity.norm() if float(gravity.norm()) > 0 else torch.tensor([0.0, 0.0, 1.0], dtype=torch.float64)
+        first = torch.linalg.cross(up, torch.tensor([0.0, 1.0, 0.0], dtype=torch.float64))
+        if float(first.norm()) < 0.5:
+            first = torch.linalg.cross(up, torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64))
+        first = first / first.norm()
+        return torch.stack([first, torch.linalg.cross(up, first)]), up
+
+    def placement(self, field):
+        """A resting object's ``(shift [m] (..., 3), rotation vector [rad] (..., 3))`` from its
+        placement nuisance (..., 3): a shift across gravity and a turn about it."""
+        axes, up = (v.to(field.dtype).to(field.device) for v in self.placement_axes())
+        return field[..., :2] @ axes, field[..., 2:] * up
+
     def initial_guess(self, initial, state=None):
         """Vector x0 from the given parameter values and the first observations, or the
         initial pose and twist of ``state`` (a WorldState at ``t0``, e.g. an earlier fit's)."""
         values = [float(initial.get(name, self.world.get_parameter(name).detach().reshape(-1)[0])) for name in self.names]
         for j, (name, series) in enumerate(zip(self.world.object_names, self.observations)):
             if name in self.at_rest:
+                values += [0.0, 0.0, 0.0] if state is None else self._placement_of(state, j)
                 continue
             if state is None:
                 values += self.start.position[j].tolist() + [0.0, 0.0, 0.0] + list(_velocity_guess(series)) + [0.0, 0.0, 0.0]
@@ -249,6 +275,14 @@ class _Problem:
             rotation = quat_log(quat_multiply(flat.orientation[j], quat_conjugate(self.start.orientation[j].cpu())))
             values += flat.position[j].tolist() + rotation.tolist() + flat.linear_velocity[j].tolist() + flat.angular_velocity[j].tolist()
         return np.array(values)
+
+    def _placement_of(self, state, j):
+        """The placement nuisance (3,) putting resting object j where ``state`` has it (its part
+        across gravity and its turn about gravity)."""
+        flat = state.map(lambda v: v.detach().reshape(-1, v.shape[-1]).double().cpu())
+        axes, up = self.placement_axes()
+        rotation = quat_log(quat_multiply(flat.orientation[j], quat_conjugate(self.start.orientation[j].double().cpu())))
+        return (axes @ (flat.position[j] - self.start.position[j].double().cpu())).tolist() + [float(rotation @ up)]
 
     def scales(self, x0):
         """x_scale for least_squares: typical magnitudes (mass: its initial guess)."""
@@ -667,8 +701,9 @@ def estimate_object_parameters(world, observations, parameters, initial=None, at
         parameters: Names to estimate, e.g. ``["cube.friction"]`` or
             ``["cube.mass", "cube.friction", "cube.restitution"]``.
         initial: Optional mapping name -> initial guess.
-        at_rest: Objects at rest at the start (e.g. a target waiting to be hit): their pose is
-            the mean of their first poses and is not estimated.
+        at_rest: Objects at rest at the start (e.g. a target waiting to be hit): zero initial
+            velocity, lying where the mean of their first poses settles, and only their place
+            across gravity and their turn about it estimated (from all their poses).
         max_evaluations: Budget of residual evaluations.
         verbose: scipy verbosity.
         initial_state: Optional WorldState at the first observation time to start the
