@@ -6,8 +6,9 @@ Given a :class:`~diffsim_ros.sim.contact.ContactWorld` and timestamped poses of 
 rollout. Each object's initial pose and twist are estimated alongside as nuisance
 parameters (a camera never gives velocities, and a single noisy first pose would bias the
 whole trajectory); an object at rest at the start keeps zero velocity, and only its place on
-what holds it (a shift across gravity, a turn about it) is estimated. Mass only changes the motion through collisions with objects of known
-mass (or known robot pushes), so include such an event in the data to identify it.
+what holds it (a shift across gravity, a turn about it) is estimated. Mass only changes the
+motion through collisions with objects of known mass (or known robot pushes), so include such
+an event in the data to identify it.
 
 The Jacobian of the residuals comes from torch by forward sensitivity propagation through
 the rollout, each step's Jacobians taken by one reverse pass vmapped over the state
@@ -196,6 +197,7 @@ class _Problem:
                 f"need at least {math.ceil(2 * self.size / 6)} poses"
             )
         self.start = self._start_poses()
+        self._axes = None  # placement_axes, derived from the world's gravity at first use
 
     def _start_poses(self):
         """Initial poses: resting objects from the mean of their first poses, moving ones from
@@ -245,14 +247,17 @@ class _Problem:
 
     def placement_axes(self):
         """Across-gravity unit axes (2, 3) and the up axis (3,) of a resting object's placement
-        (world x, y and z without gravity)."""
+        (world x, y and z without gravity), float64."""
+        if self._axes is not None:
+            return self._axes
         gravity = self.world.gravity.detach().double().cpu()
         up = -gravity / gravity.norm() if float(gravity.norm()) > 0 else torch.tensor([0.0, 0.0, 1.0], dtype=torch.float64)
         first = torch.linalg.cross(up, torch.tensor([0.0, 1.0, 0.0], dtype=torch.float64))
         if float(first.norm()) < 0.5:
             first = torch.linalg.cross(up, torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64))
         first = first / first.norm()
-        return torch.stack([first, torch.linalg.cross(up, first)]), up
+        self._axes = torch.stack([first, torch.linalg.cross(up, first)]), up
+        return self._axes
 
     def placement(self, field):
         """A resting object's ``(shift [m] (..., 3), rotation vector [rad] (..., 3))`` from its
@@ -262,27 +267,23 @@ class _Problem:
 
     def initial_guess(self, initial, state=None):
         """Vector x0 from the given parameter values and the first observations, or the
-        initial pose and twist of ``state`` (a WorldState at ``t0``, e.g. an earlier fit's)."""
+        initial pose and twist of ``state`` (a WorldState at ``t0``, e.g. an earlier fit's;
+        of a resting object, its place across gravity and its turn about it)."""
         values = [float(initial.get(name, self.world.get_parameter(name).detach().reshape(-1)[0])) for name in self.names]
+        flat = None if state is None else state.map(lambda v: v.detach().reshape(-1, v.shape[-1]).double().cpu())
+        start = self.start.map(lambda v: v.detach().double().cpu())
+        axes, up = self.placement_axes()
         for j, (name, series) in enumerate(zip(self.world.object_names, self.observations)):
+            if flat is None:
+                values += ([0.0, 0.0, 0.0] if name in self.at_rest else
+                           start.position[j].tolist() + [0.0, 0.0, 0.0] + list(_velocity_guess(series)) + [0.0, 0.0, 0.0])
+                continue
+            rotation = quat_log(quat_multiply(flat.orientation[j], quat_conjugate(start.orientation[j])))
             if name in self.at_rest:
-                values += [0.0, 0.0, 0.0] if state is None else self._placement_of(state, j)
+                values += (axes @ (flat.position[j] - start.position[j])).tolist() + [float(rotation @ up)]
                 continue
-            if state is None:
-                values += self.start.position[j].tolist() + [0.0, 0.0, 0.0] + list(_velocity_guess(series)) + [0.0, 0.0, 0.0]
-                continue
-            flat = state.map(lambda v: v.detach().reshape(-1, v.shape[-1]).double().cpu())
-            rotation = quat_log(quat_multiply(flat.orientation[j], quat_conjugate(self.start.orientation[j].cpu())))
             values += flat.position[j].tolist() + rotation.tolist() + flat.linear_velocity[j].tolist() + flat.angular_velocity[j].tolist()
         return np.array(values)
-
-    def _placement_of(self, state, j):
-        """The placement nuisance (3,) putting resting object j where ``state`` has it (its part
-        across gravity and its turn about gravity)."""
-        flat = state.map(lambda v: v.detach().reshape(-1, v.shape[-1]).double().cpu())
-        axes, up = self.placement_axes()
-        rotation = quat_log(quat_multiply(flat.orientation[j], quat_conjugate(self.start.orientation[j].double().cpu())))
-        return (axes @ (flat.position[j] - self.start.position[j].double().cpu())).tolist() + [float(rotation @ up)]
 
     def scales(self, x0):
         """x_scale for least_squares: typical magnitudes (mass: its initial guess)."""

@@ -24,8 +24,8 @@ is semi-implicit at the velocity level (Stewart-Trinkle / Nimble style):
 7. :func:`bounce_correction`: for contacts that bounce within the step, a position-level
    correction placing the body where the continuous-time bounce would have taken it (its free
    twist until the impact at ``t* = gap / -v_n``, then ``h - t*`` at the rebound twist,
-   :func:`impact_twist`). That correction is what
-   makes ``dq_{t+1}/dq_t = -e`` for a ball bouncing within a step (Nimble §VI) instead of the
+   :func:`impact_twist`). That correction is what makes ``dq_{t+1}/dq_t = -e`` for a ball
+   bouncing within a step (Nimble §VI) instead of the
    ``+1`` of plain time stepping; it is computed with the same Delassus matrix, so it is
    differentiable like the rest;
 8. :func:`robot_response`: the robot stepped by its simulator with the contact forces;
@@ -539,11 +539,10 @@ def bounce_correction(world, terms, jac, minv_jt, delassus, v_free, v_next, impu
     (up to spin x substep in yaw): issue 19's collision fits stopped at such jumps of the
     cost, short of its minimum. The normal displacement is then made exact in the
     mass-weighted least-squares sense through the Delassus matrix: a bouncing contact ends
-    at ``v_n (h - t*)``, and every
-    other loaded contact (positive normal impulse this step) keeps its normal displacement
-    at zero; a correction free to rotate a box resting on the ground (a hit above its centre)
-    tilted it by 0.3 deg at 10 ms, and the sliding box then lost its spin twice as fast as
-    MuJoCo's.
+    at ``v_n (h - t*)``, and every other loaded contact (positive normal impulse this step)
+    keeps its normal displacement at zero; a correction free to rotate a box resting on the
+    ground (a hit above its centre) tilted it by 0.3 deg at 10 ms, and the sliding box then
+    lost its spin twice as fast as MuJoCo's.
 
     Args:
         world: ContactWorld.
