@@ -24,7 +24,6 @@ import argparse
 import copy
 import json
 import math
-import os
 import sys
 import tempfile
 import time
@@ -34,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.common import machine_line, markdown_table, write_section
+from benchmarks.common import markdown_table, measured_line, write_section
 
 __all__ = ["linear_theory", "self_consistent_sim", "main"]
 
@@ -68,7 +67,7 @@ def _model_truth(scene, sim, truth, settings):
 
     parsed, observations = _inputs(scene, sim, scene.seed, NOISE_FREE)
     fit = fit_objects(parsed.world(), observations, parsed.unknowns, initial={k: truth[k] for k in UNKNOWNS}, settings=settings)
-    world = parsed.world().with_impact_substeps(settings.impact_substeps)
+    world = parsed.world().with_impact_substeps(settings.impact_substeps).with_regularization(settings.regularization)
     held = estimate_object_parameters(world.with_parameters(truth), observations, ["box/target.restitution"], at_rest=fit.at_rest,
                                       max_evaluations=40, initial_state=fit.estimate.initial_state, cost_tolerance=1e-10)
     return world, observations, fit.at_rest, {**truth, **held.values}, held.initial_state
@@ -208,8 +207,7 @@ def section(theories, records, command, seconds):
               "ok fits: largest error in linear std, in reported std"]
     return "\n\n".join([
         "## What issue 19's collision data allow: the estimator on our own model's poses (`python -m benchmarks.collision_limits`)",
-        f"Measured {machine_line()}, load average {os.getloadavg()[0]:.1f} at the end"
-        + (f", {seconds:.0f} s" if math.isfinite(seconds) else ", from run logs") + f". `{command}`.",
+        measured_line(command, seconds),
         "Per scene: the linear theory at the truth (the model's pose Jacobian at the true mass and friction, its initial states and "
         "restitution fitted to noise-free poses, the camera's true noise 1 mm / 0.2 deg): the Cramer-Rao bound (rows weighted by their "
         "noise) and the std of the equal-weight least squares `fit_objects` solves, and how often an unbiased Gaussian estimator with "

@@ -6,6 +6,7 @@ rewrites only that section, so scripts can be re-run independently.
 
 import datetime
 import fcntl
+import math
 import os
 import platform
 import statistics
@@ -57,6 +58,12 @@ def machine_line():
         f"{os.cpu_count()} cores, torch {torch.__version__} ({torch.get_num_threads()} threads), "
         f"Python {platform.python_version()}"
     )
+
+
+def measured_line(command, seconds):
+    """"Measured <machine>, load average ... at the end, <seconds> s. `<command>`." (``seconds`` nan: written from run logs)."""
+    took = f", {seconds:.0f} s" if math.isfinite(seconds) else ", from run logs"
+    return f"Measured {machine_line()}, load average {os.getloadavg()[0]:.1f} at the end{took}. `{command}`."
 
 
 def markdown_table(header, rows):

@@ -357,6 +357,9 @@ def test_bad_objects_and_parameters_are_refused():
         ContactWorld.create([RigidObject("ground", Sphere(0.1), mass=1.0)])
     with pytest.raises(ContactError, match="solver"):
         ContactWorld.create([RigidObject("ball", Sphere(0.1), mass=1.0)], solver="pgs")
+    for bad in (-1e-3, 2.0, float("nan")):
+        with pytest.raises(ContactError, match="regularization must be finite and >= 0.0 and <= 1.0"):
+            world.with_regularization(bad)
     with pytest.raises(ContactError, match="link proxies need a robot"):
         from diffsim_ros.sim.contact import LinkProxy
 

@@ -57,7 +57,6 @@ from diffsim_ros.sim.contact.cone import (
     NEWTON_ITERATIONS,
     NEWTON_STEP_TOL,
     OUTER_ITERATIONS,
-    REGULARIZATION,
     REPAIR_ROUNDS,
     SEPARATED,
     SLIDING,
@@ -1084,7 +1083,7 @@ def _forward(pos, quat, lin, ang, wrench, scene, options, warm):
         for j in range(k):
             a_normal[i, j] = a[3 * i, 3 * j]
     if k > 0:
-        _add_diagonal(a, REGULARIZATION * max(_trace(a) / (3 * k), _TINY))
+        _add_diagonal(a, options[8] * max(_trace(a) / (3 * k), _TINY))
     mu = _take(slot_mu, keep)
     warm_k = np.zeros(k if warm.shape[0] == slot_obj.shape[0] else 0, dtype=np.int8)
     for i in range(warm_k.shape[0]):
@@ -1275,7 +1274,7 @@ def _geometric_tangent(d, pos, quat, ang, wrench, scene, options, work):
         for c in range(3 * k):
             d_a[r, c] += d_a2[r, c]
     if k > 0:
-        _add_diagonal(d_a, REGULARIZATION * _trace(d_a) / (3 * k))
+        _add_diagonal(d_a, options[8] * _trace(d_a) / (3 * k))
     d_b = _affine(d_jac, v_free, _mv(jac, d_v_free))
     for i in range(k):
         if bouncing[i]:
@@ -1363,7 +1362,7 @@ def _mass_tangent(j, mass, inv, wrench, minv_jt, h):
 
 
 @njit(cache=True)
-def _parameter_inputs(work, wrench, scene, params, h):
+def _parameter_inputs(work, wrench, scene, params, h, regularization):
     """Right-hand sides (3k + k, C) and ``d v_next`` without the impulse change (6J, C) of the
     parameter columns (``params``: kind per column (C,): 0 mass, 1 friction, 2 restitution;
     object of a mass column (C,); d slot coefficient / d column (S, C)).
@@ -1393,7 +1392,7 @@ def _parameter_inputs(work, wrench, scene, params, h):
         d_a = _mm(jac, d_minv_jt)
         d_b = _mv(jac, d_v_free)
         if k > 0:
-            _add_diagonal(d_a, REGULARIZATION * _trace(d_a) / m)
+            _add_diagonal(d_a, regularization * _trace(d_a) / m)
         for i in range(k):
             if bouncing[i]:
                 d_b[3 * i] *= 1.0 + slot_e[keep[i]]
@@ -1470,7 +1469,7 @@ def _step_jacobian(pos, quat, lin, ang, wrench, scene, options, warm, params):
         if bouncing[i]:  # b_n = (1 + e) approach
             for c in range(j_inputs.shape[1]):
                 j_inputs[3 * i, c] *= 1.0 + scene[6][keep[i]]
-    p_rhs, p_dv = _parameter_inputs(work, wrench, scene, params, h)
+    p_rhs, p_dv = _parameter_inputs(work, wrench, scene, params, h, options[8])
     for c in range(par - geo):
         for r in range(6 * count):
             dv[r, geo + c] = inputs[r, c]
@@ -1685,7 +1684,7 @@ class FastContactStep:
         self.table = _parameter_table(world, self.parameters, self.scene[2].shape[0])
         options = world.options
         self.options = np.array([world.dt, options.margin, options.baumgarte, options.bounce_threshold, *_numpy(world.gravity),
-                                 options.impact_substeps], dtype=np.float64)
+                                 options.impact_substeps, options.regularization], dtype=np.float64)
         self.status, self.warm_hit = OK, False
         self.modes, self.impulse, self.multiplier = np.zeros(0, dtype=np.int8), np.zeros((0, 3)), np.zeros(0)
 

@@ -7,6 +7,7 @@ since a robot's simulator fixes it.
 
 from dataclasses import dataclass
 
+from diffsim_ros.sim.contact.cone import REGULARIZATION
 from diffsim_ros.sim.contact.errors import ContactError, checked_number
 
 __all__ = ["ContactOptions", "SOLVERS", "CONE_METHODS"]
@@ -30,6 +31,9 @@ class ContactOptions:
         impact_substeps: Without a robot: a step in which two objects may touch (a slot of an
             object-object pair active at the speculative margin) is taken as this many
             substeps of ``dt / impact_substeps``; 1: never.
+        regularization: Cone only: relative compliance added to the Delassus diagonal
+            (:func:`~diffsim_ros.sim.contact.cone.regularize`), in [0, 1]. The default keeps
+            the rigid identities to ~1e-6; fits raise it (``FitSettings.regularization``).
 
     Raises:
         ContactError: A value out of its range (the message names it).
@@ -42,6 +46,7 @@ class ContactOptions:
     complementarity_aware: bool = False
     cone_method: str = "auto"
     impact_substeps: int = 1
+    regularization: float = REGULARIZATION
 
     def __post_init__(self):
         if self.solver not in SOLVERS:
@@ -57,6 +62,7 @@ class ContactOptions:
             "bounce_threshold": checked_number("bounce_threshold [m/s]", self.bounce_threshold, 0.0),
             "complementarity_aware": bool(self.complementarity_aware),
             "impact_substeps": int(substeps),
+            "regularization": checked_number("regularization", self.regularization, 0.0, 1.0),
         }
         for name, value in checked.items():
             object.__setattr__(self, name, value)

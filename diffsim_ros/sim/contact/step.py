@@ -517,7 +517,8 @@ def solve(world, delassus, bias, mu, active, warm):
     if prior is not None:
         prior = ConeSolution(prior.impulse[..., keep, :], prior.multiplier[..., keep], prior.modes[..., keep],
                              prior.warm_hit, prior.converged, prior.fallback)
-    sub = solve_cone(sub_a, sub_b, sub_mu, sub_active, warm=prior, method=world.options.cone_method)
+    sub = solve_cone(sub_a, sub_b, sub_mu, sub_active, warm=prior, method=world.options.cone_method,
+                     regularization=world.options.regularization)
     return ConeSolution(
         empty.impulse.index_copy(-2, keep, sub.impulse),
         empty.multiplier.index_copy(-1, keep, sub.multiplier.expand(*batch, keep.numel())),

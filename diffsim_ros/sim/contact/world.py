@@ -426,6 +426,15 @@ class ContactWorld:
             raise ContactError("impact substeps need a world without a robot (the robot's simulator has its own time step)")
         return replace(self, options=options)
 
+    def with_regularization(self, relative):
+        """New world whose cone contact problems take ``relative`` compliance on the Delassus
+        diagonal (:attr:`ContactOptions.regularization <diffsim_ros.sim.contact.options.ContactOptions>`).
+
+        Raises:
+            ContactError: ``relative`` outside [0, 1].
+        """
+        return replace(self, options=replace(self.options, regularization=relative))
+
     # ------------------------------------------------------------------ states
     def initial_state(self, position=None, orientation=None, linear_velocity=None, angular_velocity=None, q=None, qd=None):
         """A WorldState with zeros / identity where not given (tensors follow the world's dtype)."""
