@@ -162,7 +162,9 @@ def regularize(delassus, active, relative=REGULARIZATION):
     solutions; this tiny compliance (1e-6 of the contact stiffness scale: velocity errors of
     order 1e-6 of an impulse's velocity change) makes the solution unique, so the
     simulation is a smooth, deterministic function of its inputs and Newton converges
-    quadratically. Shape (B, m, m).
+    quadratically. Object fits take 1e-3 (``ContactOptions.regularization``): at 1e-6 the
+    corners' load split is pinned only to the solver's tolerance over it, and a hit beside
+    sliding corners can have no solution passing the KKT check. Shape (B, m, m).
     """
     layout_rows = active.repeat_interleave(3, -1).to(delassus.dtype)
     diag = delassus.diagonal(dim1=-2, dim2=-1)

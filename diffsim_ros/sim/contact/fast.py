@@ -1683,6 +1683,7 @@ class FastContactStep:
         self.parameters = tuple(world.parameter_names() if parameters is None else parameters)
         self.table = _parameter_table(world, self.parameters, self.scene[2].shape[0])
         options = world.options
+        # [dt, margin, baumgarte, bounce threshold, gravity (3), impact substeps, regularization]: read by the kernels
         self.options = np.array([world.dt, options.margin, options.baumgarte, options.bounce_threshold, *_numpy(world.gravity),
                                  options.impact_substeps, options.regularization], dtype=np.float64)
         self.status, self.warm_hit = OK, False
