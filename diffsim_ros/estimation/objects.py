@@ -37,7 +37,7 @@ from diffsim_ros.estimation.streams import PoseSeries
 from diffsim_ros.sim.contact.errors import ContactError
 from diffsim_ros.sim.contact.fast import OK as FAST_OK
 from diffsim_ros.sim.contact.fast import FastContactStep, fast_support, warm_info
-from diffsim_ros.sim.contact.frames import integrate_orientation
+from diffsim_ros.sim.contact.frames import contact_frames, integrate_orientation
 from diffsim_ros.sim.contact.shapes import bounding_radius
 from diffsim_ros.sim.contact.state import WorldState
 
@@ -252,11 +252,8 @@ class _Problem:
             return self._axes
         gravity = self.world.gravity.detach().double().cpu()
         up = -gravity / gravity.norm() if float(gravity.norm()) > 0 else torch.tensor([0.0, 0.0, 1.0], dtype=torch.float64)
-        first = torch.linalg.cross(up, torch.tensor([0.0, 1.0, 0.0], dtype=torch.float64))
-        if float(first.norm()) < 0.5:
-            first = torch.linalg.cross(up, torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64))
-        first = first / first.norm()
-        self._axes = torch.stack([first, torch.linalg.cross(up, first)]), up
+        frame = contact_frames(up)  # rows: up and two tangents, as a contact's frame on a floor
+        self._axes = frame[1:], frame[0]
         return self._axes
 
     def placement(self, field):
