@@ -35,7 +35,7 @@ import numpy as np
 import yaml
 from scipy.spatial.transform import Rotation
 
-from benchmarks.common import machine_line, markdown_table, write_section
+from benchmarks.common import markdown_table, measured_line, write_section
 
 import contact_scenes as scenes  # noqa: E402  (test/ is on the path through benchmarks.common)
 from diffsim_ros.pipelines.objects import load_inputs
@@ -190,6 +190,8 @@ def main(argv=None):
     if args.collision is not None:
         print("\n".join(_collision(args.collision)))
         return
+    command = " ".join(["python -m benchmarks.bench_online_objects", *(sys.argv[1:] if argv is None else argv)])
+    start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         rows = []
@@ -199,8 +201,7 @@ def main(argv=None):
         two, combined = _two_events(args.seeds[-1], work)
     body = "\n\n".join([
         "## Online object estimation: object_estimator_node vs the offline fit (`python -m benchmarks.bench_online_objects`)",
-        f"Measured {machine_line()}. Wall times measured **under load** (2 shared cores, other engineers' test suites "
-        "running); re-run on an idle machine for speed figures.",
+        measured_line(command, time.perf_counter() - start),
         "Slides of test/contact_scenes.py recorded as a live camera sees them (still, push, slide, still), played from a bag "
         "into the node on the embedded runtime. *same poses*: |online - offline| with estimate-objects' loading cut to the "
         "node's event; *whole recording*: estimate-objects' data from the push on; *detect*: executor-side cost of looking "
