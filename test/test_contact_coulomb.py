@@ -115,3 +115,17 @@ def test_the_compiled_step_follows_the_torch_step_on_a_spinning_slide():
 def test_a_friction_pyramid_does_not_follow_coulomb_friction():
     _, spin, _ = _errors("rectangle, mu 0.5", 0.002, solver="lcp")
     assert spin > PYRAMID_SPIN_ERROR
+
+
+def test_the_reference_refuses_bad_input_and_keeps_a_box_at_rest():
+    box = CoulombBox((0.05, 0.04, 0.03), 0.5, 0.4)
+    rest = slide(box, (0.0, 0.0), 0.0, [0.0, 0.1], yaw=0.3)
+    assert rest["stop_time"] == 0.0 and np.all(rest["velocity"] == 0.0) and np.all(rest["yaw"] == 0.3)
+    for times in ([0.2, 0.1], [-0.1, 0.1], []):
+        with pytest.raises(ValueError, match="times"):
+            slide(box, (1.0, 0.0), 0.0, times)
+    with pytest.raises(ValueError, match="velocity"):
+        slide(box, (1.0, float("nan")), 0.0, [0.1])
+    for bad in (dict(half_extents=(0.05, 0.04)), dict(mass=0.0), dict(friction=-0.1)):
+        with pytest.raises(ValueError):
+            CoulombBox(**{**dict(half_extents=(0.05, 0.04, 0.03), mass=0.5, friction=0.4), **bad})

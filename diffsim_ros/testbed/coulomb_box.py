@@ -38,6 +38,13 @@ class CoulombBox:
     friction: float
     gravity: float = 9.81
 
+    def __post_init__(self):
+        values = (*self.half_extents, self.mass, self.gravity)
+        if len(self.half_extents) != 3 or not all(math.isfinite(v) and v > 0.0 for v in values):
+            raise ValueError(f"half_extents (3 values), mass and gravity must be positive, got {self!r}")
+        if not (math.isfinite(self.friction) and self.friction >= 0.0):
+            raise ValueError(f"friction must be finite and >= 0, got {self.friction!r}")
+
     @property
     def yaw_inertia(self):
         """Moment of inertia about the vertical axis through the centre [kg m^2]."""
@@ -107,9 +114,19 @@ def slide(box, velocity, spin, times, yaw=0.0, stop_speed=1e-6, rtol=1e-10):
     Returns:
         dict with ``position`` (T, 2) [m], ``yaw`` (T,) [rad], ``velocity`` (T, 2) [m/s],
         ``spin`` (T,) [rad/s] and ``stop_time`` [s] (inf if still sliding at the last time).
+
+    Raises:
+        ValueError: on times that are not ascending from 0, or a non-finite start.
     """
     times = np.asarray(times, dtype=float)
+    if times.ndim != 1 or times.size == 0 or times[0] < 0.0 or np.any(np.diff(times) < 0.0):
+        raise ValueError("times must be a non-empty 1-D array, ascending from 0 or later")
     y0 = np.array([0.0, 0.0, float(yaw), *np.asarray(velocity, dtype=float), float(spin)])
+    if y0.shape != (6,) or not np.all(np.isfinite(y0)):
+        raise ValueError(f"velocity must be 2 finite values and spin finite, got {velocity!r}, {spin!r}")
+    if np.max(np.linalg.norm(_slip(box, y0[2], y0[3:5], y0[5])[1], axis=1)) <= stop_speed:
+        rest = np.tile(np.r_[y0[:3], 0.0, 0.0, 0.0], (times.size, 1))
+        return {"position": rest[:, :2], "yaw": rest[:, 2], "velocity": rest[:, 3:5], "spin": rest[:, 5], "stop_time": 0.0}
 
     def stopped(_, y):
         return np.max(np.linalg.norm(_slip(box, y[2], y[3:5], y[5])[1], axis=1)) - stop_speed
