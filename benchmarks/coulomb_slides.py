@@ -18,13 +18,13 @@ import argparse
 import math
 import sys
 import time
-from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from benchmarks.common import markdown_table, measured_line, write_section
+import contact_scenes as cs  # noqa: E402  (test/ is on the path through benchmarks.common)
+from diffsim_ros.dynamics.spatial_np import quat_to_matrix
 
 __all__ = ["main"]
 
@@ -37,11 +37,10 @@ MASS = 0.7  # [kg]
 SPEED, SPIN, OFF_AXIS = 1.0, 6.0, math.radians(25.0)  # push [m/s], spin [rad/s], push direction from the box's x axis
 
 
-def _scenes():
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "test"))
-    import contact_scenes as cs
-
-    return cs
+def _yaw(quaternions):
+    """Yaw [rad] of the box's first axis in the plane, quaternions (..., 4) (w, x, y, z)."""
+    rot = quat_to_matrix(quaternions)
+    return np.arctan2(rot[..., 1, 0], rot[..., 0, 0])
 
 
 def _mujoco_slide(mjcf, velocity, spin, duration):
@@ -49,7 +48,6 @@ def _mujoco_slide(mjcf, velocity, spin, duration):
     spin (S,), yaw (S,) and whether the box touches the ground (S,)."""
     import mujoco
 
-    cs = _scenes()
     model = mujoco.MjModel.from_xml_string(mjcf)
     data = mujoco.MjData(model)
     for _ in range(int(round(cs.SETTLE_TIME / model.opt.timestep))):
@@ -59,10 +57,9 @@ def _mujoco_slide(mjcf, velocity, spin, duration):
     data.qvel[5] = spin  # body z = world z while flat
     out = {k: [] for k in ("velocity", "spin", "yaw", "touch")}
     for _ in range(int(round(duration / model.opt.timestep)) + 1):
-        w, x, y, z = data.qpos[3:7]
         out["velocity"].append(data.qvel[:2].copy())
         out["spin"].append(data.qvel[5])
-        out["yaw"].append(math.atan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z)))
+        out["yaw"].append(float(_yaw(data.qpos[3:7])))
         out["touch"].append(data.ncon > 0)
         mujoco.mj_step(model, data)
     out = {k: np.array(v) for k, v in out.items()}
@@ -124,7 +121,6 @@ HEADER = ["stop (Coulomb) [s]", "spin at 1/4 stop: MuJoCo / ours / Coulomb [rad/
 
 
 def _slide_mjcf(half, mu, yaw):
-    cs = _scenes()
     box = cs.Box("box", tuple(half), MASS, (0.0, 0.0, half[2]), yaw)
     return cs.mjcf(cs.Scene("slide", (box,), {"box": mu}))
 
@@ -151,15 +147,12 @@ def slides(yaw=0.4, duration=0.8):
 def _after_hit(sim, name, start):
     """MuJoCo's record of one box from index ``start``: the dict of :func:`_mujoco_slide` (no contact flags)."""
     quat = sim[name]["quaternion"][start:]
-    w, x, y, z = quat.T
     return {"times": sim["times"][start:] - sim["times"][start], "velocity": sim[name]["velocity"][start:, :2],
-            "spin": sim[name]["velocity"][start:, 5], "yaw": np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z)),
-            "touch": np.ones(len(quat), dtype=bool)}
+            "spin": sim[name]["velocity"][start:, 5], "yaw": _yaw(quat), "touch": np.ones(len(quat), dtype=bool)}
 
 
 def hits(indices=(0, 1, 2)):
     """Part ``hits``: rows (scene, box, *cells) from MuJoCo's state after each collision scene's hit."""
-    cs = _scenes()
     rows = []
     for index in indices:
         scene = cs.random_collision(index)
