@@ -8,7 +8,7 @@ and instant, integrated without a time step. Three parts:
   cones, impratio 10, ground solref (4 ms, 1), 0.1 ms), pushed and spun at once after settling;
 * ``hits``: issue 19's collision scenes from MuJoCo's state of each box 20 ms after the target
   starts to move (the hit is over), the rest of the slide;
-* ``settings``: one spinning slide under other MuJoCo settings (step, impratio, solref, cone).
+* ``settings``: one spinning slide under other MuJoCo settings (step, impratio, solref, cone, noslip).
 
 Ours is ``ContactWorld`` with the cone solver at the fits' 5 ms step and 1e-3 compliance.
 Run: ``.venv/bin/python -m benchmarks.coulomb_slides [--write]``.
@@ -178,6 +178,8 @@ SETTINGS = {  # MJCF edits of the scenes' settings
     "ground solref 10 ms": (("0.004 1.0", "0.01 1.0"),),
     "solimp (0.9, 0.95)": (("0.99 0.999 0.001", "0.9 0.95 0.001"),),
     "pyramidal cone": (('cone="elliptic"', 'cone="pyramidal"'),),
+    # MuJoCo's post-solve that suppresses the soft model's slip in friction dimensions
+    "noslip_iterations 100": (('impratio="10"', 'impratio="10" noslip_iterations="100"'),),
 }
 
 
