@@ -113,6 +113,8 @@ def check_output_path(path, *, force=False, kind="file", what="output"):
     path = Path(path)
     if kind not in ("file", "directory"):
         raise ValueError(f"kind must be 'file' or 'directory', got {kind!r}")
+    if path.name in ("", ".", ".."):  # '.', '/', 'a/..': no name to write to, and replacing it would move the tree
+        raise OutputPathError(f"{what} {path} names no {kind} of its own; give a path that ends in a name, e.g. {Path(path, 'out')}")
     if path.exists() or path.is_symlink():
         if kind == "directory" and not path.is_dir():
             raise OutputPathError(f"{what} {path} exists and is not a directory; refusing to replace a file "

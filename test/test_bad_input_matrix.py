@@ -126,7 +126,7 @@ from diffsim_ros.model import RobotModelError, load_robot_config
 from diffsim_ros.nodes.controller_node import ControllerNode
 from diffsim_ros.nodes.estimator_node import EstimatorNode
 from diffsim_ros.nodes.sim_robot_node import SimRobotNode
-from diffsim_ros.outputs import OutputPathError, atomic_directory, atomic_file, clean_stale_siblings, record_interrupts
+from diffsim_ros.outputs import OutputPathError, atomic_directory, check_output_path, atomic_file, clean_stale_siblings, record_interrupts
 from diffsim_ros.runtime.embedded import DEFAULT_START_NS, EmbeddedRuntime
 from diffsim_ros.runtime.qos import CLOCK_QOS
 from diffsim_ros.testbed.hardware import POSITION, TORQUE, BaxterLimbEmulator
@@ -531,6 +531,17 @@ def test_force_over_a_file(tmp_path, capsys):
                      "--force"])
     assert code == 2 and "refusing to replace a file" in one_line_error(capsys)
     assert target.read_text() == "precious"
+
+
+@pytest.mark.parametrize("out", [".", "a/..", "/"])
+def test_out_without_a_name_is_refused_before_any_work(tmp_path, capsys, monkeypatch, out):
+    (tmp_path / "a").mkdir()
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(OutputPathError, match="names no directory of its own"):
+        check_output_path(out, force=True, kind="directory")
+    code = cli_main(["calibrate", "--bag", str(tmp_path / "no_bag"), "--config", str(BAXTER_LEFT), "--out", out, "--force"])
+    assert code == 2 and "names no directory of its own" in one_line_error(capsys)  # before the bag is looked at
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a"]
 
 
 def test_force_leaves_no_old(tmp_path):

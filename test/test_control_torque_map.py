@@ -180,6 +180,15 @@ def test_cli_build_and_show(model, tmp_path, capsys):
     assert "exists; use --force" in capsys.readouterr().err
     assert cli_main(["torque-map", "show", str(out), "--png", str(tmp_path / "heat.png")]) == 0
     assert (tmp_path / "heat.png").stat().st_size > 10_000
+    before = out.read_bytes()
+    for png in (out, tmp_path / "notes.txt"):  # an image over the map, or over any non-image file, is refused
+        assert cli_main(["torque-map", "show", str(out), "--png", str(png)]) == 2
+        assert ".png" in capsys.readouterr().err
+    assert out.read_bytes() == before and not (tmp_path / "notes.txt").exists()
+    truncated = tmp_path / "truncated.npz"
+    truncated.write_bytes(before[: len(before) // 2])
+    assert cli_main(["torque-map", "show", str(truncated)]) == 2
+    assert "not a complete .npz archive" in capsys.readouterr().err
     assert cli_main(["torque-map", "show", str(out), "--config", str(BAXTER_LEFT)]) == 0  # nominal model: conditioned
     assert "conditioned on the given model" in capsys.readouterr().out
     calibration.write_text(yaml.safe_dump({"robot": "baxter_left", "parameters": {"left_s9.damping": 1.0}}))

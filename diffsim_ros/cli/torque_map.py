@@ -126,6 +126,10 @@ def show_command(args):
         if args.calibration is not None and args.config is None:
             raise ControlError("--calibration needs --config (the robot the calibration is applied to)")
         png = args.png or args.map.with_suffix(".png")
+        if png.suffix.lower() != ".png":  # an image written over the map, or over any other file, destroys it
+            raise ControlError(f"--png {png}: the image path must end in .png")
+        if png.resolve() == args.map.resolve():
+            raise ControlError(f"{args.map}: the map itself would be overwritten by its image; give --png")
         check_output_path(png, force=True, kind="file", what="PNG")
         model = load_model(args.config, args.calibration) if args.config else None
         tmap = TorqueMap.load(args.map, model)

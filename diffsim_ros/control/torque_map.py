@@ -46,6 +46,7 @@ import multiprocessing
 import os
 import pickle
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -500,7 +501,13 @@ class TorqueMap:
             with np.load(path, allow_pickle=False) as data:
                 metadata = json.loads(str(data["metadata"]))
                 arrays = {k: np.array(data[k], dtype=np.float64) for k in ("inertia_axis", "contexts", "residual")}
-        except (OSError, ValueError, KeyError, TypeError, EOFError) as err:
+        except (zipfile.BadZipFile, EOFError) as err:
+            raise TorqueMapError(f"{path} is not a diffsim_ros torque map: not a complete .npz archive "
+                                 f"(truncated or corrupt: {err})") from None
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            if "pickled" in str(err):  # numpy's advice to load it unsafely is not for a torque map
+                raise TorqueMapError(f"{path} is not a diffsim_ros torque map: it holds pickled objects, which are "
+                                     "never loaded") from None
             raise TorqueMapError(f"{path} is not a diffsim_ros torque map: {err}") from None
         if not isinstance(metadata, dict) or metadata.get("format_version") not in _READABLE_VERSIONS:
             version = metadata.get("format_version") if isinstance(metadata, dict) else None
@@ -519,7 +526,10 @@ class TorqueMap:
             )
         except (KeyError, TypeError, ValueError) as err:
             raise TorqueMapError(f"{path}: invalid torque map metadata: {type(err).__name__}: {err}") from None
-        tmap.grid.check()
+        try:
+            tmap.grid.check()
+        except TorqueMapError as err:
+            raise TorqueMapError(f"{path}: {err}") from None
         tmap._check_arrays(path)
         if model is not None:
             tmap.check_model(model)
