@@ -457,6 +457,8 @@ CALIBRATION_FILE_CASES = {
     "calibration_groups_not_list": ({"robot": "baxter_left", "parameters": {}, "groups": "payload"},
                                     r"'groups' must be a list"),
     "calibration_parameters_list": ({"robot": "baxter_left", "parameters": [1, 2]}, r"'parameters' mapping"),
+    "calibration_camera_flat": ({"camera": {"pose": [0, 0, 1, 0, 0, 0, 1]}},
+                                r"expected a 'parameters' mapping, e.g. 'parameters: \{camera.pose: \[x, y, z, qx, qy, qz, qw\]\}'"),
 }
 
 

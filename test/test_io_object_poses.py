@@ -109,6 +109,30 @@ def test_nan_poses_are_dropped_or_refused(tmp_path, sliding):
     messages[5] = next(iter(_camera_frame_messages({k: v[5:6] for k, v in broken.items()}, _camera_pose())))
     bag = write_bag(tmp_path / "objects", messages)
     poses = object_poses_from_bag(bag, {"cube": TOPIC}, camera_pose=_camera_pose())["cube"]
-    assert len(poses) == len(messages) - 1
+    assert len(poses) == len(messages) - 1 and poses.stats.dropped_nan == 1  # counted, for the user's report
     with pytest.raises(BagError, match="NaN"):
         object_poses_from_bag(bag, {"cube": TOPIC}, nan_policy="raise")
+
+
+def _retimed(messages, topic, frame="camera", shift_ns=0):
+    """The messages on another topic, in another frame, stamped ``shift_ns`` later."""
+    factory = TypestoreMessages(default_typestore())
+    for _, msg, ns in messages:
+        p, q = msg.pose.position, msg.pose.orientation
+        stamp = ns + shift_ns
+        yield topic, pose_stamped_msg(factory, stamp, frame, [p.x, p.y, p.z], [q.w, q.x, q.y, q.z]), stamp
+
+
+def test_topics_in_other_frames_or_clocks_are_refused(tmp_path, sliding):
+    """Two objects seen by one camera share its frame and its clock: poses of one topic in
+    another frame, or stamped 100 s apart (a topic whose clock disagrees), are named, not fitted."""
+    _, observation = sliding
+    messages = list(_camera_frame_messages(observation, _camera_pose()))
+    topics = {"cube": TOPIC, "other": "/camera/other/pose"}
+    for name, extra, match in (("frames", _retimed(messages, topics["other"], frame="base"),
+                                r"pose topics are in different frames \(/camera/cube/pose in 'camera', /camera/other/pose in 'base'\)"),
+                               ("clocks", _retimed(messages, topics["other"], shift_ns=100 * 10**9),
+                                r"pose topics do not overlap in time \(/camera/cube/pose 0.000..0.400 s, /camera/other/pose 100.000..100.400 s")):
+        bag = write_bag(tmp_path / name, sorted([*messages, *extra], key=lambda m: m[2]))
+        with pytest.raises(BagError, match=match):
+            object_poses_from_bag(bag, topics, camera_pose=_camera_pose())

@@ -58,6 +58,9 @@ def add_parser(subparsers):
                         help="refit the fitted poses under N fresh camera-noise draws and widen each std to their spread "
                              f"(default {BOOTSTRAP_REFITS}; 0: the fit's linear std only, which understates a collision's; "
                              "N >= 2; each refit costs about one fit)")
+    parser.add_argument("--order-policy", choices=("raise", "sort"), default="raise",
+                        help="poses whose header stamps go backwards or repeat: refuse the bag (raise) or sort them and "
+                             "drop repeated stamps (sort)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1 avoids OpenMP stalls on busy machines)")
     parser.set_defaults(handler=estimate_objects_command)
 
@@ -75,7 +78,10 @@ def estimate_objects_command(args):
         if args.bootstrap < 0 or args.bootstrap == 1:
             raise ValueError(f"--bootstrap must be 0 (none) or at least 2 refits, got {args.bootstrap}")
         atomic_directory(args.out, force=args.force)  # refuse early, before any work
-        scene, observations, data = load_inputs(args.scene, args.bag, args.calibration)
+        scene, observations, data = load_inputs(args.scene, args.bag, args.calibration, {"order_policy": args.order_policy})
+        for name, summary in data.items():
+            for reason, count in summary["dropped"].items():
+                print(f"{PROG}: note: {count} of the poses of '{name}' dropped ({reason})", file=sys.stderr)
         settings = FitSettings(max_evaluations=args.max_evaluations, bootstrap=args.bootstrap)
         fit = fit_objects(scene.world(), observations, scene.unknowns, initial=scene.initial_guess, settings=settings,
                           progress=_progress)

@@ -363,7 +363,7 @@ def _select(stream, nan_policy, order_policy):
             raise BagError(
                 f"{stream.where}: non-monotonic header stamps: sample {keep[i + 1]} at {stamps[keep[i + 1]]} ns "
                 f"is not after sample {keep[i]} at {stamps[keep[i]]} ns (to sort them and drop repeated stamps: "
-                "'diffsim-ros calibrate --order-policy sort', or order_policy='sort' in Python)"
+                "the command's --order-policy sort, or order_policy='sort' in Python)"
             )
         order = keep[np.argsort(stamps[keep], kind="stable")]
         unique = np.concatenate([[True], np.diff(stamps[order]) > 0])
@@ -579,8 +579,8 @@ def read_pose_topics(path, topics, *, nan_policy="drop", order_policy="raise", t
 
     Raises:
         BagError: Missing bag or topic, wrong message type, NaN samples (``"raise"``),
-            non-monotonic stamps (``"raise"``), a topic with no valid sample, or poses in
-            several frames on one topic.
+            non-monotonic stamps (``"raise"``), a topic with no valid sample, poses in
+            several frames on one topic or across topics, or topics that do not overlap in time.
     """
     topics = list(topics)
     if not topics or len(set(topics)) != len(topics):
@@ -599,7 +599,21 @@ def read_pose_topics(path, topics, *, nan_policy="drop", order_policy="raise", t
         if len(order) == 0:
             raise BagError(f"{streams[topic].where}: no valid sample among {stats.messages} messages")
     t0_ns = min(int(np.array(streams[topic].stamps, dtype=np.int64)[order].min()) for topic, (order, _) in selected.items())
-    return t0_ns, {topic: _pose_series(streams[topic], *selected[topic], t0_ns) for topic in topics}
+    series = {topic: _pose_series(streams[topic], *selected[topic], t0_ns) for topic in topics}
+    _check_together(series, path)
+    return t0_ns, series
+
+
+def _check_together(series, path):
+    """BagError unless the pose topics share one frame and overlap in time (one camera's view)."""
+    frames = {topic: s.frame_id for topic, s in series.items() if s.frame_id}
+    if len(set(frames.values())) > 1:
+        listed = ", ".join(f"{topic} in '{frame}'" for topic, frame in frames.items())
+        raise BagError(f"{path}: the pose topics are in different frames ({listed}); one camera pose cannot place them all")
+    if max(s.times[0] for s in series.values()) > min(s.times[-1] for s in series.values()):
+        spans = ", ".join(f"{topic} {s.times[0]:.3f}..{s.times[-1]:.3f} s" for topic, s in series.items())
+        raise BagError(f"{path}: the pose topics do not overlap in time ({spans} from the earliest stamp): their clocks "
+                       "disagree or they were recorded apart")
 
 
 def read_robot_bag(path, config, **kwargs):

@@ -43,6 +43,7 @@ from diffsim_ros.outputs import OutputPathError, atomic_directory, atomic_file, 
 
 __all__ = [
     "Calibration",
+    "CAMERA_POSE",
     "CalibrationError",
     "OutputPathError",
     "apply_calibration",
@@ -168,7 +169,8 @@ def load_calibration(path):
     except (yaml.YAMLError, UnicodeDecodeError, OSError) as err:
         raise CalibrationError(f"cannot read {path} as YAML: {err}") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("parameters"), dict):
-        raise CalibrationError(f"{path}: expected a 'parameters' mapping")
+        raise CalibrationError(f"{path}: expected a 'parameters' mapping, e.g. 'parameters: {{{CAMERA_POSE}: "
+                               "[x, y, z, qx, qy, qz, qw]}' for a camera-only calibration")
     robot = raw.get("robot")
     if robot is None and set(raw["parameters"]) - {CAMERA_POSE}:
         raise CalibrationError(f"{path}: expected 'robot' and a 'parameters' mapping (only a camera-only "

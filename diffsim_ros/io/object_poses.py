@@ -80,5 +80,5 @@ def object_poses_from_bag(path, topics, camera_pose=None, **read_options):
         position, quaternion = poses.position, poses.orientation  # unit quaternions (checked by the reader)
         if pose is not None:
             position, quaternion = camera_to_base(pose, position, quaternion)
-        result[name] = PoseSeries(poses.times, position, quaternion)
+        result[name] = PoseSeries(poses.times, position, quaternion, stats=poses.stats)
     return result

@@ -90,7 +90,8 @@ def summary_table(fit, scene):
     ratios = ", ".join(f"{k} {max(r.values()):.2f}x" for k, r in fit.fit_ratio.items())
     lines += ["", f"status: {fit.status}: {fit.message}",
               f"camera noise from the data: {fit.noise.position * 1e3:.2f} mm, {math.degrees(fit.noise.orientation):.3f} deg; "
-              f"fit rms / noise: {ratios}; residual drift: {', '.join(f'{k} {max(r.values()):.2f}x' for k, r in fit.drift.items())}",
+              f"fit rms / noise: {ratios}; residual drift: "
+              f"{', '.join(f'{k} {max(r.values()):.2f}x' for k, r in fit.drift.items()) or 'not checked (too few poses)'}",
               "data splits agree on the parameters: " + (", ".join(f"{split} p = {c.p_value:.2g}" for split, c in fit.estimate.consistency.items())
                                                           or "not checked")]
     if fit.std_bootstrap:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from diffsim_ros.io.ros_types import CLOCK, FLOAT64_MULTI_ARRAY, JOINT_COMMAND, JOINT_STATE, POSE_STAMPED, TIME
+from diffsim_ros.model.plausibility import QUATERNION_NORM_TOLERANCE
 
 __all__ = [
     "JointMappingError",
@@ -56,8 +57,6 @@ VELOCITY_MODE = 2
 TORQUE_MODE = 3
 RAW_POSITION_MODE = 4
 
-# A camera pose quaternion this far from unit norm is garbage, not rounding.
-_QUATERNION_NORM_TOLERANCE = 0.1
 
 
 class MessageConversionError(ValueError):
@@ -316,7 +315,7 @@ def pose_stamped_to_sample(msg, where="PoseStamped"):
     quaternion = np.array([o.w, o.x, o.y, o.z], dtype=np.float64)
     norm = float(np.linalg.norm(quaternion))
     if np.isfinite(norm):
-        if abs(norm - 1.0) > _QUATERNION_NORM_TOLERANCE:
+        if abs(norm - 1.0) > QUATERNION_NORM_TOLERANCE:
             raise MessageConversionError(f"{where}: orientation quaternion has norm {norm:.3g}, expected 1")
         quaternion = quaternion / norm
     return PoseSample(time_to_ns(msg.header.stamp), str(msg.header.frame_id), position, quaternion)

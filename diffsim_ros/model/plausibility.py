@@ -33,9 +33,13 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 __all__ = [
-    "PlausibilityBounds", "DEFAULT_BOUNDS", "describe_violations", "model_violations", "parameter_kind",
-    "plausibility_violations", "scalar_bounds",
+    "PlausibilityBounds", "DEFAULT_BOUNDS", "QUATERNION_NORM_TOLERANCE", "describe_violations", "model_violations",
+    "parameter_kind", "plausibility_violations", "scalar_bounds",
 ]
+
+# A quaternion this far from unit norm is garbage, not rounding (a hand-typed or message pose
+# is normalized within it).
+QUATERNION_NORM_TOLERANCE = 0.1
 
 
 @dataclass(frozen=True)
@@ -157,7 +161,7 @@ def _camera_reason(value, bounds):
     if value.shape != (7,):
         return f"expected [x, y, z, qx, qy, qz, qw], got {value.size} values"
     norm = float(np.linalg.norm(value[3:]))
-    if abs(norm - 1.0) > 1e-3:
+    if abs(norm - 1.0) > QUATERNION_NORM_TOLERANCE:
         return f"quaternion norm {norm:.6g} is not 1"
     return _radius_reason(value[:3], bounds.camera_radius, "camera")
 

@@ -9,21 +9,26 @@ a reader never sees half a result.
 import yaml
 
 from diffsim_ros.estimation.data import DataError
-from diffsim_ros.io.calibration import CalibrationError, atomic_directory, load_calibration
+from diffsim_ros.io.calibration import CAMERA_POSE, CalibrationError, atomic_directory, load_calibration
 from diffsim_ros.io.object_poses import object_poses_from_bag
 from diffsim_ros.io.object_report import estimates_document, summary_table
 from diffsim_ros.io.scene import load_scene
+from diffsim_ros.model.plausibility import describe_violations, plausibility_violations
 from diffsim_ros.viz.objects import trajectory_figure
 
 __all__ = ["load_inputs", "write_object_outputs"]
 
 
-def load_inputs(scene_path, bag_path, calibration_path=None):
+def load_inputs(scene_path, bag_path, calibration_path=None, read_options=None):
     """Scene, world-frame observations and a data summary from the files.
+
+    Args:
+        scene_path, bag_path, calibration_path: The files (no calibration: poses in the base frame).
+        read_options: ``order_policy`` / ``nan_policy`` of the bag reader.
 
     Returns:
         ``(scene, observations, data)``: ObjectScene, object -> PoseSeries in the base frame
-        (cut to the scene's window), object -> {poses, start, end}.
+        (cut to the scene's window), object -> {poses, start, end, dropped: {reason: count}}.
 
     Raises:
         SceneError, CalibrationError, BagError, DataError: Bad input, named.
@@ -32,10 +37,14 @@ def load_inputs(scene_path, bag_path, calibration_path=None):
     camera_pose = None
     if calibration_path is not None:
         calibration = load_calibration(calibration_path)
+        if CAMERA_POSE not in calibration.parameters:
+            raise CalibrationError(f"{calibration_path}: no {CAMERA_POSE}; the object poses are in the camera frame")
+        violations = plausibility_violations({CAMERA_POSE: calibration.parameters[CAMERA_POSE]})
+        if violations:  # the robot path checks it when a calibration is applied; here nothing else would
+            raise CalibrationError(f"{calibration_path}: {describe_violations(violations)} ({CAMERA_POSE} is "
+                                   "[x, y, z, qx, qy, qz, qw]: the camera frame in the base frame, m and a unit quaternion)")
         camera_pose = calibration.camera_pose
-        if camera_pose is None:
-            raise CalibrationError(f"{calibration_path}: no camera.pose; the object poses are in the camera frame")
-    observations = object_poses_from_bag(bag_path, scene.topics, camera_pose=camera_pose)
+    observations = object_poses_from_bag(bag_path, scene.topics, camera_pose=camera_pose, **dict(read_options or {}))
     start, end = scene.window
     cut = {}
     for name, series in observations.items():
@@ -44,8 +53,17 @@ def load_inputs(scene_path, bag_path, calibration_path=None):
             raise DataError(f"{scene.path} [window]: only {int(keep.sum())} poses of '{name}' in [{start}, {end}] s "
                             f"(its poses span {series.times[0]:.3f}..{series.times[-1]:.3f} s)")
         cut[name] = series.between(start, end)
-    data = {name: {"poses": len(s), "start": float(s.times[0]), "end": float(s.times[-1])} for name, s in cut.items()}
+    data = {name: {"poses": len(s), "start": float(s.times[0]), "end": float(s.times[-1]),
+                   "dropped": _dropped(observations[name].stats)} for name, s in cut.items()}
     return scene, cut, data
+
+
+def _dropped(stats):
+    """Messages the reader left out, reason -> count (only non-zero ones)."""
+    if stats is None:
+        return {}
+    counts = {"NaN/inf values": stats.dropped_nan, "repeated stamps": stats.dropped_duplicate}
+    return {reason: int(count) for reason, count in counts.items() if count}
 
 
 def write_object_outputs(out_dir, fit, scene, observations, data, force=False):
