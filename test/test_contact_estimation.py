@@ -424,6 +424,10 @@ def test_estimation_rejects_unknown_names_and_too_few_poses():
         estimate_object_parameters(world, {"cube": PoseSeries(*[a[:4] for a in _series()])}, ["cube.friction"])
     with pytest.raises(DataError, match="observations of 'cube'"):
         estimate_object_parameters(world, {"cube": [1.0, 2.0]}, ["cube.friction"])
+    with pytest.raises(ContactError, match="nothing is unknown: mark the values to estimate 'unknown'"):
+        fit_objects(world, observations, [])
+    with pytest.raises(DataError, match=r"too few poses \('cube' 4\): noise estimation needs"):
+        fit_objects(world, {"cube": PoseSeries(*[a[:4] for a in _series()])}, ["cube.friction"])
 
 
 def test_estimation_rejects_invalid_initial_guesses():

@@ -427,6 +427,8 @@ def fit_objects(world, observations, unknowns, initial=None, at_rest=None, setti
         raise ValueError(f"bootstrap refits must be 0 (none) or at least 2 (a spread), got {settings.bootstrap}")
     progress = progress or (lambda stage: None)
     unknowns = list(dict.fromkeys(unknowns))
+    if not unknowns:
+        raise ContactError("nothing is unknown: mark the values to estimate 'unknown' in the scene")
     given = (world, unknowns, initial)
     for name in list(unknowns) + list(initial or {}):
         world.locate_parameter(name)  # raises for unknown names
@@ -436,7 +438,11 @@ def fit_objects(world, observations, unknowns, initial=None, at_rest=None, setti
         raise ContactError(f"every object needs pose observations; missing {missing}")
     world = (world.with_parameters(dict(initial or {})).with_impact_substeps(settings.impact_substeps)
              .with_regularization(settings.regularization))
-    noise = pose_noise(list(observations.values()))
+    try:
+        noise = pose_noise(list(observations.values()))
+    except ValueError as err:  # name what the data hold
+        counts = ", ".join(f"'{name}' {len(series)}" for name, series in observations.items())
+        raise DataError(f"too few poses ({counts}): {err}") from None
     if at_rest is None:
         at_rest = tuple(n for n in world.object_names if at_rest_at_start(observations[n], noise))
     events = tuple(contact_events(world, observations, noise, at_rest))
