@@ -5,7 +5,8 @@
 
 Exit codes (:mod:`diffsim_ros.cli.exits`): 0 written; 2 bad input (nothing written); 3 a
 requested parameter is not determined by the data (named; nothing written unless
-``--allow-partial``).
+``--allow-partial``, and exit code 3 still), or less data than an estimate needs
+(``MIN_MOTION_SECONDS`` of motion or ``MIN_REST_POSES`` rest poses, as the online estimator).
 """
 
 import sys
@@ -156,4 +157,8 @@ def calibrate_command(args):
     print(f"calibrated in {time.perf_counter() - start:.1f} s")
     for kind, path in paths.items():
         print(f"wrote {kind}: {path}")
+    if run.undetermined:  # written as asked (--allow-partial), yet not every requested result
+        print(f"diffsim-ros calibrate: wrote the determined parameters; {len(run.undetermined)} requested "
+              f"parameter(s) not determined (exit {exits.UNDETERMINED})", file=sys.stderr)
+        return exits.UNDETERMINED
     return exits.OK

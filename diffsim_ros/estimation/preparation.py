@@ -14,7 +14,7 @@
   slower than the joint states); stamps in gaps of the joint stream are dropped.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -312,6 +312,26 @@ def _stream_notes(streams):
     return notes
 
 
+def _informative_efforts(streams, options, notes):
+    """The streams, with efforts that are exactly 0 on every joint and sample taken as none.
+
+    Such efforts carry no torque information (a moving arm under gravity never measures 0
+    everywhere; a driver that does not measure efforts may fill them with zeros). They are
+    refused when they would be the torques of the fit, and otherwise noted and ignored.
+    """
+    js = streams.joint_states
+    if js.efforts is None or len(js.efforts) == 0 or np.any(js.efforts != 0.0):
+        return streams
+    what = (f"{streams.source}: the joint states' efforts are exactly 0 on every joint and all {len(js.efforts)} "
+            f"samples; they carry no torque information")
+    if streams.commanded_torques is None:
+        raise DataError(f"{what}, and no commanded torques are recorded")
+    if options.torque_source == "effort":
+        raise DataError(f"{what} (torque_source 'effort')")
+    notes.append(f"{what}: ignored (the commanded torques are used)")
+    return replace(streams, joint_states=replace(js, efforts=None))
+
+
 def prepare_dataset(streams, camera_frame=None, options=DatasetOptions(), limits=None):
     """Identification data from recorded robot streams (offline: a bag; online: a window).
 
@@ -330,6 +350,7 @@ def prepare_dataset(streams, camera_frame=None, options=DatasetOptions(), limits
     if options.torque_hold not in ("auto",) + HOLDS:
         raise ValueError(f"torque_hold must be auto or one of {HOLDS}, got {options.torque_hold!r}")
     notes = _stream_notes(streams)
+    streams = _informative_efforts(streams, options, notes)
     js = streams.joint_states
     at_limit = np.zeros(len(js.times), dtype=bool) if limits is None else \
         near_limits(js.positions, *limits, options.limit_margin)

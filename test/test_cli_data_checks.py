@@ -1,0 +1,82 @@
+"""What the data of a bag must hold before ``calibrate`` or ``replay`` estimates anything.
+
+Too little motion and rest determines nothing (exit 3, the same minimum as the online
+estimator); efforts that are all exactly 0 are bad data (exit 2); ``replay`` refuses what
+``calibrate`` refuses, with the same messages, before it plays the bag. The bags are small
+and synthetic: nothing here runs a fit.
+"""
+
+import numpy as np
+import pytest
+
+from diffsim_ros.cli import exits
+from diffsim_ros.cli import main as cli_main
+from diffsim_ros.estimation.data import MIN_MOTION_SECONDS, MIN_REST_POSES
+from diffsim_ros.estimation.online import OnlineEstimatorConfig
+from diffsim_ros.io.bags import write_bag
+from diffsim_ros.io.ros_messages import joint_state_msg
+from diffsim_ros.io.ros_types import TypestoreMessages, default_typestore
+from diffsim_ros.model import load_robot_config
+from oracles import BAXTER_LEFT
+
+RATE = 100.0  # [Hz] joint states
+JOINTS = load_robot_config(BAXTER_LEFT).joints
+TOPIC = "/robot/joint_states"  # the topic of config/baxter_left.yaml
+
+
+def write_joint_state_bag(path, seconds, *, efforts="measured", names=JOINTS, scale=1.0):
+    """A bag of a moving arm's joint states at RATE.
+
+    Args:
+        path: Bag directory to create.
+        seconds: Duration [s].
+        efforts: ``"measured"`` (nonzero), ``"zero"`` (exactly 0.0 everywhere) or None (absent).
+        names: Joint names of the messages.
+        scale: Positions are multiplied by this (57.3: written in degrees).
+    """
+    factory = TypestoreMessages(default_typestore())
+    rng = np.random.default_rng(0)
+    count = int(round(seconds * RATE))
+    messages = []
+    for i in range(count):
+        t = i / RATE
+        q = scale * 0.3 * np.sin(2 * np.pi * 0.5 * t + np.arange(len(names)))
+        tau = {"measured": 5.0 + rng.normal(0, 0.1, len(names)), "zero": np.zeros(len(names)), None: None}[efforts]
+        stamp = 1_700_000_000 * 10**9 + int(round(t * 1e9))
+        messages.append((TOPIC, joint_state_msg(factory, stamp, list(names), q, efforts=tau), stamp))
+    return write_bag(path, messages, storage="sqlite3")
+
+
+def calibrate(tmp_path, bag, *extra):
+    """Exit code of ``calibrate`` of ``bag`` into tmp_path/out."""
+    return cli_main(["calibrate", "--bag", str(bag), "--config", str(BAXTER_LEFT), "--out", str(tmp_path / "out"),
+                     *extra])
+
+
+def test_one_minimum_of_data_offline_and_online():
+    config = OnlineEstimatorConfig()
+    assert (config.min_motion_seconds, config.min_poses) == (MIN_MOTION_SECONDS, MIN_REST_POSES)
+
+
+@pytest.mark.parametrize("extra", [(), ("--allow-partial",)])
+def test_calibrate_refuses_less_motion_than_an_estimate_needs(tmp_path, capsys, extra):
+    """0.5 s of motion wrote a payload COM 0.1 m off with a std 10x smaller, marked determined."""
+    bag = write_joint_state_bag(tmp_path / "bag", 0.5)
+    assert calibrate(tmp_path, bag, "--estimate", "payload,spring", *extra) == exits.UNDETERMINED
+    err = capsys.readouterr().err
+    assert "s of usable motion and 0 rest pose(s); an estimate needs at least 3 s of motion or 8 rest poses" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_calibrate_names_why_a_tiny_bag_determines_nothing(tmp_path, capsys):
+    bag = write_joint_state_bag(tmp_path / "bag", 0.05)
+    assert calibrate(tmp_path, bag) == exits.UNDETERMINED
+    err = capsys.readouterr().err
+    assert "5 joint states are too few" in err and "no parameter groups" not in err
+
+
+def test_calibrate_refuses_efforts_that_are_all_zero(tmp_path, capsys):
+    bag = write_joint_state_bag(tmp_path / "bag", 4.0, efforts="zero")
+    assert calibrate(tmp_path, bag, "--allow-partial") == exits.BAD_INPUT
+    assert "efforts are exactly 0 on every joint and all 400 samples" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
