@@ -13,8 +13,8 @@ from diffsim_ros.cli import exits
 from diffsim_ros.cli import main as cli_main
 from diffsim_ros.estimation.data import MIN_MOTION_SECONDS, MIN_REST_POSES
 from diffsim_ros.estimation.online import OnlineEstimatorConfig
-from diffsim_ros.io.bags import write_bag
-from diffsim_ros.io.ros_messages import joint_state_msg
+from diffsim_ros.io.bags import BagWriter, write_bag
+from diffsim_ros.io.ros_messages import float64_multi_array_msg, joint_state_msg
 from diffsim_ros.io.ros_types import TypestoreMessages, default_typestore
 from diffsim_ros.model import load_robot_config
 from oracles import BAXTER_LEFT
@@ -80,3 +80,55 @@ def test_calibrate_refuses_efforts_that_are_all_zero(tmp_path, capsys):
     assert calibrate(tmp_path, bag, "--allow-partial") == exits.BAD_INPUT
     assert "efforts are exactly 0 on every joint and all 400 samples" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def write_bad_bag(path, case):
+    """A bag ``calibrate`` refuses as bad input: ``case`` names what is wrong with it."""
+    if case == "other_arm":
+        return write_joint_state_bag(path, 4.0, names=[j.replace("left", "right") for j in JOINTS])
+    if case in ("no_efforts", "zero_efforts"):
+        return write_joint_state_bag(path, 4.0, efforts=None if case == "no_efforts" else "zero")
+    if case == "empty":  # the joint-states topic recorded, without a message
+        with BagWriter(path) as writer:
+            writer.add_topic(TOPIC, "sensor_msgs/msg/JointState")
+        return path
+    factory = TypestoreMessages(default_typestore())  # "wrong_type": arrays on the joint-states topic
+    return write_bag(path, [(TOPIC, float64_multi_array_msg(factory, np.zeros(7)), 10**9 + i * 10**7) for i in range(50)],
+                     storage="sqlite3")
+
+
+def replay(tmp_path, bag, *extra):
+    """Exit code of ``replay`` of ``bag`` into tmp_path/replayed."""
+    return cli_main(["replay", "--bag", str(bag), "--config", str(BAXTER_LEFT), "--out", str(tmp_path / "replayed"),
+                     *extra])
+
+
+@pytest.fixture
+def no_play(monkeypatch):
+    """Replay fails the test if it starts playing the bag."""
+    def play(*args):
+        raise AssertionError("the bag was played")
+
+    monkeypatch.setattr("diffsim_ros.cli.replay._play", play)
+
+
+@pytest.mark.parametrize("case", ["other_arm", "no_efforts", "zero_efforts", "empty", "wrong_type"])
+def test_replay_refuses_what_calibrate_refuses_before_playing(tmp_path, capsys, no_play, case):
+    """These ended in '0 updates ... no update ran' (exit 3), or an unexpected error (exit 1)."""
+    bag = write_bad_bag(tmp_path / "bag", case)
+    assert calibrate(tmp_path, bag) == exits.BAD_INPUT
+    refused = capsys.readouterr().err.strip().splitlines()[-1].removeprefix("diffsim-ros calibrate: ")
+    assert replay(tmp_path, bag) == exits.BAD_INPUT
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"diffsim-ros replay: {refused}"
+    assert not (tmp_path / "replayed").exists()
+
+
+@pytest.mark.parametrize("option, message", [
+    (("--estimate", "payloadd"), "--estimate: unknown parameter group(s) ['payloadd']; choose from payload,"),
+    (("--set", "window_seconds=abc"), "--set 'window_seconds=abc': window_seconds must be a number, got 'abc'"),
+])
+def test_replay_refuses_bad_options_before_playing(tmp_path, capsys, no_play, option, message):
+    """An unknown group gave ten 'estimator update failed: KeyError' lines and exit 3."""
+    bag = write_joint_state_bag(tmp_path / "bag", 4.0)
+    assert replay(tmp_path, bag, *option) == exits.BAD_INPUT
+    assert message in capsys.readouterr().err
