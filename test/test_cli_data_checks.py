@@ -24,7 +24,7 @@ JOINTS = load_robot_config(BAXTER_LEFT).joints
 TOPIC = "/robot/joint_states"  # the topic of config/baxter_left.yaml
 
 
-def write_joint_state_bag(path, seconds, *, efforts="measured", names=JOINTS, scale=1.0):
+def write_joint_state_bag(path, seconds, *, efforts="measured", names=JOINTS, scale=1.0, nan_every=0):
     """A bag of a moving arm's joint states at RATE.
 
     Args:
@@ -33,6 +33,7 @@ def write_joint_state_bag(path, seconds, *, efforts="measured", names=JOINTS, sc
         efforts: ``"measured"`` (nonzero), ``"zero"`` (exactly 0.0 everywhere) or None (absent).
         names: Joint names of the messages.
         scale: Positions are multiplied by this (57.3: written in degrees).
+        nan_every: Every k-th sample's positions are +inf (0: none).
     """
     factory = TypestoreMessages(default_typestore())
     rng = np.random.default_rng(0)
@@ -41,6 +42,8 @@ def write_joint_state_bag(path, seconds, *, efforts="measured", names=JOINTS, sc
     for i in range(count):
         t = i / RATE
         q = scale * 0.3 * np.sin(2 * np.pi * 0.5 * t + np.arange(len(names)))
+        if nan_every and i % nan_every == 0:
+            q = np.full(len(names), np.inf)
         tau = {"measured": 5.0 + rng.normal(0, 0.1, len(names)), "zero": np.zeros(len(names)), None: None}[efforts]
         stamp = 1_700_000_000 * 10**9 + int(round(t * 1e9))
         messages.append((TOPIC, joint_state_msg(factory, stamp, list(names), q, efforts=tau), stamp))
@@ -132,3 +135,10 @@ def test_replay_refuses_bad_options_before_playing(tmp_path, capsys, no_play, op
     bag = write_joint_state_bag(tmp_path / "bag", 4.0)
     assert replay(tmp_path, bag, *option) == exits.BAD_INPUT
     assert message in capsys.readouterr().err
+
+
+def test_replay_counts_every_dropped_sample(tmp_path, capsys):
+    """1000 of 2000 samples with inf were logged as '1 + 499 more' (the log is rate-limited)."""
+    bag = write_joint_state_bag(tmp_path / "bag", 4.0, nan_every=2)
+    replay(tmp_path, bag, "--estimate", "payload")
+    assert "note: joint states (/robot/joint_states): 200 of 400 samples with NaN/inf dropped" in capsys.readouterr().out

@@ -145,6 +145,16 @@ def _play(overrides, played, info, bag):
     return node
 
 
+def _print_drops(node):
+    """The final count of every input sample the node dropped (its log lines are rate-limited)."""
+    inputs = [("joint states", node.joints)] + ([("camera poses", node.camera)] if node.camera is not None else [])
+    for name, monitor in inputs:
+        for line in monitor.counters.drop_notes():
+            print(f"note: {name} ({monitor.what}): {line}")
+    if node.commands_dropped:
+        print(f"note: commanded torques: {node.commands_dropped} of {node.commands_received} messages dropped")
+
+
 def replay_command(args):
     """Handler: returns the exit code."""
     try:
@@ -159,6 +169,7 @@ def replay_command(args):
     except (BagError, DataError, CalibrationError, RobotModelError, OutputPathError, FileExistsError, ValueError) as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return exits.BAD_INPUT
+    _print_drops(node)
     updates = node.estimator.updates
     accepted = [u for u in updates if u.accepted]
     print(f"{len(updates)} updates, {len(accepted)} accepted; CPU per update: median "
