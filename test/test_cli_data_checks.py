@@ -20,11 +20,13 @@ from diffsim_ros.model import load_robot_config
 from oracles import BAXTER_LEFT
 
 RATE = 100.0  # [Hz] joint states
-JOINTS = load_robot_config(BAXTER_LEFT).joints
+CONFIG = load_robot_config(BAXTER_LEFT)
+JOINTS = CONFIG.joints
+_LOWER, _UPPER = (limit.numpy() for limit in (CONFIG.build_model().lower, CONFIG.build_model().upper))
 TOPIC = "/robot/joint_states"  # the topic of config/baxter_left.yaml
 
 
-def write_joint_state_bag(path, seconds, *, efforts="measured", names=JOINTS, scale=1.0, nan_every=0):
+def write_joint_state_bag(path, seconds, *, efforts="measured", names=JOINTS, scale=1.0, nan_every=0, same_stamps=False):
     """A bag of a moving arm's joint states at RATE.
 
     Args:
@@ -34,6 +36,7 @@ def write_joint_state_bag(path, seconds, *, efforts="measured", names=JOINTS, sc
         names: Joint names of the messages.
         scale: Positions are multiplied by this (57.3: written in degrees).
         nan_every: Every k-th sample's positions are +inf (0: none).
+        same_stamps: Every sample stamped as the first.
     """
     factory = TypestoreMessages(default_typestore())
     rng = np.random.default_rng(0)
@@ -41,11 +44,12 @@ def write_joint_state_bag(path, seconds, *, efforts="measured", names=JOINTS, sc
     messages = []
     for i in range(count):
         t = i / RATE
-        q = scale * 0.3 * np.sin(2 * np.pi * 0.5 * t + np.arange(len(names)))
+        swing = np.minimum(0.3, 0.4 * (_UPPER - _LOWER))  # [rad] within the joint limits
+        q = scale * ((_LOWER + _UPPER) / 2 + swing * np.sin(2 * np.pi * 0.5 * t + np.arange(len(names))))
         if nan_every and i % nan_every == 0:
             q = np.full(len(names), np.inf)
         tau = {"measured": 5.0 + rng.normal(0, 0.1, len(names)), "zero": np.zeros(len(names)), None: None}[efforts]
-        stamp = 1_700_000_000 * 10**9 + int(round(t * 1e9))
+        stamp = 1_700_000_000 * 10**9 + (0 if same_stamps else int(round(t * 1e9)))
         messages.append((TOPIC, joint_state_msg(factory, stamp, list(names), q, efforts=tau), stamp))
     return write_bag(path, messages, storage="sqlite3")
 
@@ -71,11 +75,17 @@ def test_calibrate_refuses_less_motion_than_an_estimate_needs(tmp_path, capsys, 
     assert not (tmp_path / "out").exists()
 
 
-def test_calibrate_names_why_a_tiny_bag_determines_nothing(tmp_path, capsys):
-    bag = write_joint_state_bag(tmp_path / "bag", 0.05)
-    assert calibrate(tmp_path, bag) == exits.UNDETERMINED
+@pytest.mark.parametrize("bag_options, extra, cause", [
+    ({"seconds": 0.05}, (), "5 joint states are too few"),
+    ({"seconds": 4.0, "scale": 180 / np.pi}, (), "all 400 samples lie outside the joint limits"),
+    ({"seconds": 4.0, "same_stamps": True}, ("--order-policy", "sort"), "399 of 400 samples with a repeated stamp dropped"),
+])
+def test_calibrate_names_why_a_bag_determines_nothing(tmp_path, capsys, bag_options, extra, cause):
+    """These only said 'no parameter groups to estimate; choose from [...]'."""
+    bag = write_joint_state_bag(tmp_path / "bag", bag_options.pop("seconds"), **bag_options)
+    assert calibrate(tmp_path, bag, *extra) == exits.UNDETERMINED
     err = capsys.readouterr().err
-    assert "5 joint states are too few" in err and "no parameter groups" not in err
+    assert cause in err and "no parameter groups" not in err
 
 
 def test_calibrate_refuses_efforts_that_are_all_zero(tmp_path, capsys):
@@ -142,3 +152,13 @@ def test_replay_counts_every_dropped_sample(tmp_path, capsys):
     bag = write_joint_state_bag(tmp_path / "bag", 4.0, nan_every=2)
     replay(tmp_path, bag, "--estimate", "payload")
     assert "note: joint states (/robot/joint_states): 200 of 400 samples with NaN/inf dropped" in capsys.readouterr().out
+
+
+def test_replay_refuses_less_motion_than_an_estimate_needs_before_playing(tmp_path, capsys, no_play):
+    bag = write_joint_state_bag(tmp_path / "bag", 0.5)
+    assert replay(tmp_path, bag) == exits.UNDETERMINED
+    err = capsys.readouterr().err
+    assert "an estimate needs at least 3 s of motion or 8 rest poses" in err and "nothing written" in err
+    # The estimator's own setting is the minimum: with a lower one, the bag is played.
+    assert replay(tmp_path, bag, "--set", "min_motion_seconds=0.1") == exits.FAILURE
+    assert "the bag was played" in capsys.readouterr().err

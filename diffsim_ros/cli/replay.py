@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from diffsim_ros.cli import exits
 from diffsim_ros.cli.calibrate import parse_groups
-from diffsim_ros.estimation.data import DataError
+from diffsim_ros.estimation.data import DataError, UndeterminedError
 from diffsim_ros.estimation.online import MODELS, OnlineEstimatorConfig
 from diffsim_ros.estimation.preparation import DatasetOptions
 from diffsim_ros.io.bags import BagError, BagTopics, bag_info
@@ -35,7 +35,7 @@ from diffsim_ros.io.calibration import CalibrationError, write_calibration
 from diffsim_ros.io.ros_types import FLOAT64_MULTI_ARRAY, JOINT_COMMAND
 from diffsim_ros.model import RobotModelError, load_robot_config
 from diffsim_ros.outputs import OutputPathError, atomic_directory
-from diffsim_ros.pipelines.calibration import read_bag_dataset
+from diffsim_ros.pipelines.calibration import check_enough_data, read_bag_dataset
 from diffsim_ros.runtime.embedded import EmbeddedRuntime
 
 __all__ = ["add_parser", "replay_command", "estimate_rows"]
@@ -106,10 +106,15 @@ def _tuning(items):
 def _check_bag(bag, config, overrides):
     """Refuse, before playing it, a bag that ``calibrate`` refuses (same checks, same messages).
 
-    Out-of-order stamps are not refused: the node drops them as it would live.
+    Out-of-order stamps are not refused: the node drops them as it would live. A bag below
+    the estimator's minimum of data (``min_motion_seconds``, ``min_poses``) in all raises
+    UndeterminedError: no window of it can hold more.
     """
     options = DatasetOptions(torque_source=overrides.get("torque_source", "auto"))
-    read_bag_dataset(bag, config, config.build_model(), options, {"order_policy": "sort"})
+    _, summary = read_bag_dataset(bag, config, config.build_model(), options, {"order_policy": "sort"})
+    defaults = OnlineEstimatorConfig()
+    check_enough_data(summary, bag, overrides.get("min_motion_seconds", defaults.min_motion_seconds),
+                      overrides.get("min_poses", defaults.min_poses))
 
 
 def estimate_rows(updates, t0):
@@ -166,6 +171,9 @@ def replay_command(args):
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted; nothing written", file=sys.stderr)
         return exits.INTERRUPTED
+    except UndeterminedError as err:
+        print(f"{PROG}: not determined: {err}; nothing written", file=sys.stderr)
+        return exits.UNDETERMINED
     except (BagError, DataError, CalibrationError, RobotModelError, OutputPathError, FileExistsError, ValueError) as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return exits.BAD_INPUT

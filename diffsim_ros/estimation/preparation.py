@@ -332,6 +332,20 @@ def _informative_efforts(streams, options, notes):
     return replace(streams, joint_states=replace(js, efforts=None))
 
 
+def _outside_limits_note(positions, limits):
+    """A note when joint-state samples lie outside the joint limits ([] when none do).
+
+    Args:
+        positions: Joint positions [rad or m], shape (N, n).
+        limits: ``(lower, upper)``, (n,) each.
+    """
+    outside = int(np.sum(np.any((positions < limits[0]) | (positions > limits[1]), axis=-1)))
+    if not outside:
+        return []
+    share = f"all {outside}" if outside == len(positions) else f"{outside} of {len(positions)}"
+    return [f"joint states: {share} samples lie outside the joint limits (positions in degrees, or another robot's?)"]
+
+
 def prepare_dataset(streams, camera_frame=None, options=DatasetOptions(), limits=None):
     """Identification data from recorded robot streams (offline: a bag; online: a window).
 
@@ -354,6 +368,8 @@ def prepare_dataset(streams, camera_frame=None, options=DatasetOptions(), limits
     js = streams.joint_states
     at_limit = np.zeros(len(js.times), dtype=bool) if limits is None else \
         near_limits(js.positions, *limits, options.limit_margin)
+    if limits is not None:
+        notes.extend(_outside_limits_note(js.positions, limits))
     static = _static_poses(js.times, js.positions, js.efforts, options, at_limit)
     if static is None:
         notes.append("no static poses (no rest intervals away from the joint limits, or no efforts)")

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from diffsim_ros.estimation.data import Dataset, UndeterminedError, data_shortfall
+from diffsim_ros.estimation.data import MIN_MOTION_SECONDS, MIN_REST_POSES, Dataset, UndeterminedError, data_shortfall
 from diffsim_ros.estimation.identification import IdentificationSettings, camera_initial_guess, identify
 from diffsim_ros.estimation.preparation import DatasetOptions, prepare_dataset
 from diffsim_ros.io.bags import read_robot_bag
@@ -129,16 +129,18 @@ def read_bag_dataset(bag_path, config, model, options=DatasetOptions(), read_opt
     return prepare_dataset(bag.streams(), camera_frame, options, limits)
 
 
-def check_enough_data(summary, source):
+def check_enough_data(summary, source, min_motion_seconds=MIN_MOTION_SECONDS, min_poses=MIN_REST_POSES):
     """UndeterminedError unless the data reach the minimum of an estimate (as online).
 
     Args:
         summary: DatasetSummary.
         source: What the data came from (named in the message), e.g. the bag's path.
+        min_motion_seconds: Motion needed without enough rest poses [s].
+        min_poses: Rest poses needed without enough motion.
     """
-    shortfall = data_shortfall(summary.trajectory_seconds, summary.static_poses)
+    shortfall = data_shortfall(summary.trajectory_seconds, summary.static_poses, min_motion_seconds, min_poses)
     if shortfall:
-        notes = f" ({'; '.join(summary.notes)})" if summary.notes else ""
+        notes = f"; data notes: {'; '.join(summary.notes)}" if summary.notes else ""
         raise UndeterminedError(f"{source}: {shortfall}{notes}")
 
 
