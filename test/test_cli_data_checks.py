@@ -3,7 +3,7 @@
 Too little motion and rest determines nothing (exit 3, the same minimum as the online
 estimator); efforts that are all exactly 0 are bad data (exit 2); ``replay`` refuses what
 ``calibrate`` refuses, with the same messages, before it plays the bag. The bags are small
-and synthetic: nothing here runs a fit.
+and synthetic: nothing here runs a fit. Bad arguments of these commands are named too.
 """
 
 import numpy as np
@@ -17,7 +17,7 @@ from diffsim_ros.io.bags import BagWriter, write_bag
 from diffsim_ros.io.ros_messages import float64_multi_array_msg, joint_state_msg
 from diffsim_ros.io.ros_types import TypestoreMessages, default_typestore
 from diffsim_ros.model import load_robot_config
-from oracles import BAXTER_LEFT
+from oracles import BAXTER_LEFT, REPO
 
 RATE = 100.0  # [Hz] joint states
 CONFIG = load_robot_config(BAXTER_LEFT)
@@ -162,3 +162,29 @@ def test_replay_refuses_less_motion_than_an_estimate_needs_before_playing(tmp_pa
     # The estimator's own setting is the minimum: with a lower one, the bag is played.
     assert replay(tmp_path, bag, "--set", "min_motion_seconds=0.1") == exits.FAILURE
     assert "the bag was played" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("case, message", [
+    ("threads", "--threads must be >= 1, got -2"),
+    ("objects_threads", "--threads must be >= 1, got -2"),
+    ("config_is_a_directory", "is a directory; give the robot config YAML"),
+    ("config_is_a_urdf", "baxter.urdf: that is a URDF; give the robot config YAML"),
+    ("bag_without_metadata", "not a rosbag2 directory (no metadata.yaml); to read its storage file alone, give the file:"),
+])
+def test_bad_arguments_are_named(tmp_path, capsys, case, message):
+    """--threads -2 was clamped to 1; a config directory was 'not found', a URDF 'invalid YAML'."""
+    bag = write_joint_state_bag(tmp_path / "bag", 4.0)
+    argv = ["--bag", str(bag), "--config", str(BAXTER_LEFT), "--out", str(tmp_path / "out")]
+    if case == "threads":
+        argv += ["--threads", "-2"]
+    elif case == "objects_threads":
+        argv = ["--bag", str(bag), "--scene", str(tmp_path / "scene.yaml"), "--out", str(tmp_path / "out"), "--threads", "-2"]
+    elif case.startswith("config"):
+        argv[3] = str(REPO / "urdf" / ("baxter.urdf" if case == "config_is_a_urdf" else ""))
+    else:
+        (bag / "metadata.yaml").unlink()
+    commands = ["estimate-objects"] if case == "objects_threads" else ["calibrate"] + (["replay"] if case != "threads" else [])
+    for command in commands:
+        assert cli_main([command] + argv) == exits.BAD_INPUT, command
+        assert message in capsys.readouterr().err, command
+    assert not (tmp_path / "out").exists()

@@ -99,6 +99,8 @@ def _settings(args):
         raise ValueError(f"--window-stride must be >= 1, got {stride}")
     if args.max_iterations < 1:
         raise ValueError(f"--max-iterations must be >= 1, got {args.max_iterations}")
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {args.threads}")
     loss = args.trajectory_loss
     if args.model == "pbd" and loss == "inverse_dynamics":
         raise ValueError("--model pbd needs --trajectory-loss rollout or auto (inverse dynamics is rigid-body only)")
@@ -125,13 +127,13 @@ def _report_undetermined(run, allow_partial):
 
 def calibrate_command(args):
     """Handler: returns the exit code (see :mod:`diffsim_ros.cli.exits`)."""
-    if args.threads is not None:
-        torch.set_num_threads(max(1, args.threads))
     bar = tqdm(desc="calibrate", unit="eval", leave=False, disable=None)
     start = time.perf_counter()
     try:
         groups = None if args.estimate is None else parse_groups(args.estimate)
         settings = _settings(args)
+        if args.threads is not None:
+            torch.set_num_threads(args.threads)
         atomic_directory(args.out, force=args.force)  # refuse early, before any work
         config = load_robot_config(args.config)
         options = DatasetOptions(torque_source=args.torque_source, torque_hold=args.torque_hold)
