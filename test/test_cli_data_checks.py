@@ -13,10 +13,11 @@ from diffsim_ros.cli import exits
 from diffsim_ros.cli import main as cli_main
 from diffsim_ros.estimation.data import MIN_MOTION_SECONDS, MIN_REST_POSES
 from diffsim_ros.estimation.online import OnlineEstimatorConfig
-from diffsim_ros.io.bags import BagWriter, write_bag
+from diffsim_ros.io.bags import BagWriter, read_robot_bag, write_bag
 from diffsim_ros.io.ros_messages import float64_multi_array_msg, joint_state_msg
 from diffsim_ros.io.ros_types import TypestoreMessages, default_typestore
 from diffsim_ros.model import load_robot_config
+from diffsim_ros.pipelines.calibration import read_bag_dataset
 from oracles import BAXTER_LEFT, REPO
 
 RATE = 100.0  # [Hz] joint states
@@ -52,6 +53,18 @@ def write_joint_state_bag(path, seconds, *, efforts="measured", names=JOINTS, sc
         stamp = 1_700_000_000 * 10**9 + (0 if same_stamps else int(round(t * 1e9)))
         messages.append((TOPIC, joint_state_msg(factory, stamp, list(names), q, efforts=tau), stamp))
     return write_bag(path, messages, storage="sqlite3")
+
+
+def with_commanded_torques(bag, path):
+    """A copy of a joint-state bag with Float64MultiArray commanded torques at every joint state."""
+    factory = TypestoreMessages(default_typestore())
+    data = read_robot_bag(bag, CONFIG)
+    stamps = data.t0_ns + np.round(data.joint_states.times * 1e9).astype(np.int64)
+    messages = [(TOPIC, joint_state_msg(factory, int(ns), list(JOINTS), q, efforts=tau), int(ns))
+                for ns, q, tau in zip(stamps, data.joint_states.positions, data.joint_states.efforts)]
+    messages += [("/robot/limb/left/joint_command", float64_multi_array_msg(factory, np.full(len(JOINTS), 5.0)), int(ns))
+                 for ns in stamps]
+    return write_bag(path, sorted(messages, key=lambda m: m[2]), storage="sqlite3")
 
 
 def calibrate(tmp_path, bag, *extra):
@@ -93,6 +106,14 @@ def test_calibrate_refuses_efforts_that_are_all_zero(tmp_path, capsys):
     assert calibrate(tmp_path, bag, "--allow-partial") == exits.BAD_INPUT
     assert "efforts are exactly 0 on every joint and all 400 samples" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_efforts_that_are_all_zero_are_ignored_beside_commanded_torques(tmp_path):
+    bag = with_commanded_torques(write_joint_state_bag(tmp_path / "zero", 4.0, efforts="zero"), tmp_path / "bag")
+    _, summary = read_bag_dataset(bag, CONFIG, CONFIG.build_model())
+    assert summary.torque_source == "commanded" and summary.trajectory_seconds > MIN_MOTION_SECONDS
+    assert any("efforts are exactly 0 on every joint and all 400 samples" in note and "ignored" in note
+               for note in summary.notes), summary.notes
 
 
 def write_bad_bag(path, case):
