@@ -5,7 +5,8 @@
 
 Exit codes (:mod:`diffsim_ros.cli.exits`): 0 written; 2 bad input (nothing written); 3 a
 requested parameter is not determined by the data (named; nothing written unless
-``--allow-partial``).
+``--allow-partial``, and exit code 3 still), or less data than an estimate needs
+(``MIN_MOTION_SECONDS`` of motion or ``MIN_REST_POSES`` rest poses, as the online estimator).
 """
 
 import sys
@@ -98,6 +99,8 @@ def _settings(args):
         raise ValueError(f"--window-stride must be >= 1, got {stride}")
     if args.max_iterations < 1:
         raise ValueError(f"--max-iterations must be >= 1, got {args.max_iterations}")
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {args.threads}")
     loss = args.trajectory_loss
     if args.model == "pbd" and loss == "inverse_dynamics":
         raise ValueError("--model pbd needs --trajectory-loss rollout or auto (inverse dynamics is rigid-body only)")
@@ -124,13 +127,13 @@ def _report_undetermined(run, allow_partial):
 
 def calibrate_command(args):
     """Handler: returns the exit code (see :mod:`diffsim_ros.cli.exits`)."""
-    if args.threads is not None:
-        torch.set_num_threads(max(1, args.threads))
     bar = tqdm(desc="calibrate", unit="eval", leave=False, disable=None)
     start = time.perf_counter()
     try:
         groups = None if args.estimate is None else parse_groups(args.estimate)
         settings = _settings(args)
+        if args.threads is not None:
+            torch.set_num_threads(args.threads)
         atomic_directory(args.out, force=args.force)  # refuse early, before any work
         config = load_robot_config(args.config)
         options = DatasetOptions(torque_source=args.torque_source, torque_hold=args.torque_hold)
@@ -156,4 +159,8 @@ def calibrate_command(args):
     print(f"calibrated in {time.perf_counter() - start:.1f} s")
     for kind, path in paths.items():
         print(f"wrote {kind}: {path}")
+    if run.undetermined:  # written as asked (--allow-partial), yet not every requested result
+        print(f"diffsim-ros calibrate: wrote the determined parameters; {len(run.undetermined)} requested "
+              f"parameter(s) not determined (exit {exits.UNDETERMINED})", file=sys.stderr)
+        return exits.UNDETERMINED
     return exits.OK

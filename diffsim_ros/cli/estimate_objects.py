@@ -71,8 +71,10 @@ def _progress(stage):
 
 def estimate_objects_command(args):
     """Handler: returns the exit code."""
-    torch.set_num_threads(max(1, args.threads))
     try:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
         if args.max_evaluations < 1:
             raise ValueError(f"--max-evaluations must be >= 1, got {args.max_evaluations}")
         if args.bootstrap < 0 or args.bootstrap == 1:

@@ -12,8 +12,9 @@ result does not depend on this machine's speed). Outputs (written atomically int
 * ``updates.csv``: every update: ``t,accepted,reason,held_back_before,held_back_after,
   cpu_seconds,motion_seconds,rest_poses`` (held-back prediction errors in noise units).
 
-Exit codes (:mod:`diffsim_ros.cli.exits`): 0 written; 2 bad input; 3 no update was accepted
-(nothing written); 130 interrupted.
+Exit codes (:mod:`diffsim_ros.cli.exits`): 0 written; 2 bad input (options, and the bag as
+``calibrate`` checks it, before it is played); 3 no update was accepted (nothing written);
+130 interrupted.
 """
 
 import csv
@@ -25,12 +26,16 @@ import numpy as np
 from tqdm import tqdm
 
 from diffsim_ros.cli import exits
+from diffsim_ros.cli.calibrate import parse_groups
+from diffsim_ros.estimation.data import DataError, UndeterminedError
 from diffsim_ros.estimation.online import MODELS, OnlineEstimatorConfig
+from diffsim_ros.estimation.preparation import DatasetOptions
 from diffsim_ros.io.bags import BagError, BagTopics, bag_info
 from diffsim_ros.io.calibration import CalibrationError, write_calibration
 from diffsim_ros.io.ros_types import FLOAT64_MULTI_ARRAY, JOINT_COMMAND
 from diffsim_ros.model import RobotModelError, load_robot_config
 from diffsim_ros.outputs import OutputPathError, atomic_directory
+from diffsim_ros.pipelines.calibration import check_enough_data, read_bag_dataset
 from diffsim_ros.runtime.embedded import EmbeddedRuntime
 
 __all__ = ["add_parser", "replay_command", "estimate_rows"]
@@ -57,9 +62,7 @@ def add_parser(subparsers):
 
 def _overrides(args, config):
     """Estimator node parameters from the command line (ValueError naming a bad one)."""
-    groups = [g.strip() for g in args.estimate.split(",") if g.strip()]
-    if not groups:
-        raise ValueError("--estimate names no parameter group")
+    groups = list(parse_groups(args.estimate))
     topics = BagTopics.from_config(config)
     info = bag_info(args.bag)
     if topics.joint_states not in info.topics:
@@ -80,12 +83,38 @@ def _overrides(args, config):
             raise BagError(f"{args.bag}: group 'camera' needs camera poses (topics.camera_pose of the robot config)")
         overrides["camera_topic"] = topics.camera_pose
         played.append(topics.camera_pose)
-    for item in args.set:
+    overrides.update(_tuning(args.set))
+    return overrides, played, info
+
+
+def _tuning(items):
+    """``--set NAME=VALUE`` items as estimator parameters (ValueError naming a bad one)."""
+    tuning = {}
+    for item in items:
         name, _, value = item.partition("=")
         if name not in _TUNING or not value:
             raise ValueError(f"--set {item!r}: expected NAME=VALUE with NAME one of {sorted(_TUNING)}")
-        overrides[name] = type(getattr(OnlineEstimatorConfig(), name))(value)
-    return overrides, played, info
+        kind = type(getattr(OnlineEstimatorConfig(), name))
+        try:
+            tuning[name] = kind(value)
+        except ValueError:
+            raise ValueError(f"--set {item!r}: {name} must be {'a number' if kind in (int, float) else kind.__name__}, "
+                             f"got {value!r}") from None
+    return tuning
+
+
+def _check_bag(bag, config, overrides):
+    """Refuse, before playing it, a bag that ``calibrate`` refuses (same checks, same messages).
+
+    Out-of-order stamps are not refused: the node drops them as it would live. A bag below
+    the estimator's minimum of data (``min_motion_seconds``, ``min_poses``) in all raises
+    UndeterminedError: no window of it can hold more.
+    """
+    options = DatasetOptions(torque_source=overrides.get("torque_source", "auto"))
+    _, summary = read_bag_dataset(bag, config, config.build_model(), options, {"order_policy": "sort"})
+    defaults = OnlineEstimatorConfig()
+    check_enough_data(summary, bag, overrides.get("min_motion_seconds", defaults.min_motion_seconds),
+                      overrides.get("min_poses", defaults.min_poses))
 
 
 def estimate_rows(updates, t0):
@@ -121,19 +150,34 @@ def _play(overrides, played, info, bag):
     return node
 
 
+def _print_drops(node):
+    """The final count of every input sample the node dropped (its log lines are rate-limited)."""
+    inputs = [("joint states", node.joints)] + ([("camera poses", node.camera)] if node.camera is not None else [])
+    for name, monitor in inputs:
+        for line in monitor.counters.drop_notes():
+            print(f"note: {name} ({monitor.what}): {line}")
+    if node.commands_dropped:
+        print(f"note: commanded torques: {node.commands_dropped} of {node.commands_received} messages dropped")
+
+
 def replay_command(args):
     """Handler: returns the exit code."""
     try:
         atomic_directory(args.out, force=args.force)  # refuse early, before any work
         config = load_robot_config(args.config)
         overrides, played, info = _overrides(args, config)
+        _check_bag(args.bag, config, overrides)
         node = _play(overrides, played, info, args.bag)
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted; nothing written", file=sys.stderr)
         return exits.INTERRUPTED
-    except (BagError, CalibrationError, RobotModelError, OutputPathError, FileExistsError, ValueError) as err:
+    except UndeterminedError as err:
+        print(f"{PROG}: not determined: {err}; nothing written", file=sys.stderr)
+        return exits.UNDETERMINED
+    except (BagError, DataError, CalibrationError, RobotModelError, OutputPathError, FileExistsError, ValueError) as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return exits.BAD_INPUT
+    _print_drops(node)
     updates = node.estimator.updates
     accepted = [u for u in updates if u.accepted]
     print(f"{len(updates)} updates, {len(accepted)} accepted; CPU per update: median "

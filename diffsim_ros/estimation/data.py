@@ -13,6 +13,9 @@ from scipy.interpolate import CubicSpline, PPoly
 __all__ = [
     "DataError",
     "HOLDS",
+    "MIN_MOTION_SECONDS",
+    "MIN_REST_POSES",
+    "data_shortfall",
     "UndeterminedError",
     "StaticPoses",
     "TorqueSignal",
@@ -34,6 +37,33 @@ class DataError(ValueError):
 
 class UndeterminedError(DataError):
     """The data are valid but determine none of the requested parameters (the message says why)."""
+
+
+MIN_MOTION_SECONDS = 3.0
+"""Motion [s] an estimate needs when there are too few rest poses (offline and online)."""
+MIN_REST_POSES = 8
+"""Rest poses an estimate needs when there is too little motion (offline and online)."""
+
+
+def data_shortfall(motion_seconds, rest_poses, min_motion_seconds=MIN_MOTION_SECONDS, min_poses=MIN_REST_POSES):
+    """What the data lack for an estimate, or None when there is enough.
+
+    An estimate needs ``min_motion_seconds`` of usable motion or ``min_poses`` rest poses:
+    below both, a fit follows the noise and its standard deviations understate its errors.
+
+    Args:
+        motion_seconds: Usable motion [s].
+        rest_poses: Usable rest poses.
+        min_motion_seconds: Motion needed without enough rest poses [s].
+        min_poses: Rest poses needed without enough motion.
+
+    Returns:
+        None, or a sentence naming what there is and what is needed.
+    """
+    if motion_seconds >= min_motion_seconds or rest_poses >= min_poses:
+        return None
+    return (f"{motion_seconds:.1f} s of usable motion and {rest_poses} rest pose(s); an estimate needs at least "
+            f"{min_motion_seconds:g} s of motion or {min_poses} rest poses")
 
 
 def _array(name, value, shape_tail, rows=None):

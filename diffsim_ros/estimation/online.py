@@ -30,7 +30,8 @@ import torch
 
 from diffsim_ros.dynamics.passive import passive_torques
 from diffsim_ros.dynamics.rnea import rnea
-from diffsim_ros.estimation.data import DataError, Dataset, StaticPoses, static_poses_from_intervals
+from diffsim_ros.estimation.data import MIN_MOTION_SECONDS, MIN_REST_POSES, DataError, Dataset, StaticPoses, \
+    data_shortfall, static_poses_from_intervals
 from diffsim_ros.estimation.identification import IdentificationSettings, camera_initial_guess, groups_with_data, \
     identify, prediction_errors
 from diffsim_ros.estimation.preparation import DatasetOptions, prepare_dataset
@@ -89,13 +90,13 @@ class OnlineEstimatorConfig:
     model: str = "rigid"
     window_seconds: float = 20.0
     holdout_seconds: float = 2.0
-    min_motion_seconds: float = 3.0
+    min_motion_seconds: float = MIN_MOTION_SECONDS
     window_poses: int = 40
     rest_window_seconds: float = 600.0
     rest_velocity: float = 0.01
     rest_duration: float = 0.3
     max_rest_duration: float = 2.0
-    min_poses: int = 8
+    min_poses: int = MIN_REST_POSES
     holdout: int = 3
     update_period: float = 2.0
     max_iterations: int = 12
@@ -417,7 +418,7 @@ class OnlineEstimator:
         record = lambda accepted, reason, before=math.nan, after=math.nan: self._record(  # noqa: E731
             now, accepted, reason, before, after, poses, motion, time.thread_time() - started)
         groups = groups_with_data(train, cfg.groups)
-        enough = motion >= cfg.min_motion_seconds or (train.static is not None and poses >= cfg.min_poses)
+        enough = data_shortfall(motion, poses if train.static is not None else 0, cfg.min_motion_seconds, cfg.min_poses) is None
         if not groups or not enough:
             return record(False, f"collecting data ({motion:.1f} s of motion, {poses} rest poses)")
         current = (self.model, self.camera_pose)

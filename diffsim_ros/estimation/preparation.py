@@ -14,7 +14,7 @@
   slower than the joint states); stamps in gaps of the joint stream are dropped.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -312,6 +312,40 @@ def _stream_notes(streams):
     return notes
 
 
+def _informative_efforts(streams, options, notes):
+    """The streams, with efforts that are exactly 0 on every joint and sample taken as none.
+
+    Such efforts carry no torque information (a moving arm under gravity never measures 0
+    everywhere; a driver that does not measure efforts may fill them with zeros). They are
+    refused when they would be the torques of the fit, and otherwise noted and ignored.
+    """
+    js = streams.joint_states
+    if js.efforts is None or len(js.efforts) == 0 or np.any(js.efforts != 0.0):
+        return streams
+    what = (f"{streams.source}: the joint states' efforts are exactly 0 on every joint and all {len(js.efforts)} "
+            f"samples; they carry no torque information")
+    if streams.commanded_torques is None:
+        raise DataError(f"{what}, and no commanded torques are recorded")
+    if options.torque_source == "effort":
+        raise DataError(f"{what} (torque_source 'effort')")
+    notes.append(f"{what}: ignored (the commanded torques are used)")
+    return replace(streams, joint_states=replace(js, efforts=None))
+
+
+def _outside_limits_note(positions, limits):
+    """A note when joint-state samples lie outside the joint limits ([] when none do).
+
+    Args:
+        positions: Joint positions [rad or m], shape (N, n).
+        limits: ``(lower, upper)``, (n,) each.
+    """
+    outside = int(np.sum(np.any((positions < limits[0]) | (positions > limits[1]), axis=-1)))
+    if not outside:
+        return []
+    share = f"all {outside}" if outside == len(positions) else f"{outside} of {len(positions)}"
+    return [f"joint states: {share} samples lie outside the joint limits (positions in degrees, or another robot's?)"]
+
+
 def prepare_dataset(streams, camera_frame=None, options=DatasetOptions(), limits=None):
     """Identification data from recorded robot streams (offline: a bag; online: a window).
 
@@ -330,9 +364,12 @@ def prepare_dataset(streams, camera_frame=None, options=DatasetOptions(), limits
     if options.torque_hold not in ("auto",) + HOLDS:
         raise ValueError(f"torque_hold must be auto or one of {HOLDS}, got {options.torque_hold!r}")
     notes = _stream_notes(streams)
+    streams = _informative_efforts(streams, options, notes)
     js = streams.joint_states
     at_limit = np.zeros(len(js.times), dtype=bool) if limits is None else \
         near_limits(js.positions, *limits, options.limit_margin)
+    if limits is not None:
+        notes.extend(_outside_limits_note(js.positions, limits))
     static = _static_poses(js.times, js.positions, js.efforts, options, at_limit)
     if static is None:
         notes.append("no static poses (no rest intervals away from the joint limits, or no efforts)")

@@ -205,7 +205,9 @@ def _storage_of(path):
     if path.is_dir():
         meta = path / "metadata.yaml"
         if not meta.is_file():
-            raise BagError(f"{path}: not a rosbag2 directory (no metadata.yaml)")
+            files = sorted(p.name for p in path.iterdir() if p.suffix in (".db3", ".mcap"))
+            hint = f"; to read its storage file alone, give the file: {path / files[0]}" if len(files) == 1 else ""
+            raise BagError(f"{path}: not a rosbag2 directory (no metadata.yaml){hint}")
         try:
             info = yaml.safe_load(meta.read_text())["rosbag2_bagfile_information"]
             return str(info["storage_identifier"])

@@ -192,8 +192,12 @@ def load_robot_config(path):
             (named).
     """
     path = Path(path)
+    if path.is_dir():
+        raise RobotModelError(f"robot config {path} is a directory; give the robot config YAML")
     if not path.is_file():
         raise RobotModelError(f"robot config not found: {path}")
+    if path.suffix.lower() in (".urdf", ".xacro"):
+        raise RobotModelError(f"robot config {path}: that is a URDF; give the robot config YAML (its robot.urdf names the URDF)")
     try:
         raw = yaml.safe_load(path.read_text())
     except (yaml.YAMLError, UnicodeDecodeError) as err:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from diffsim_ros.estimation.data import Dataset
+from diffsim_ros.estimation.data import MIN_MOTION_SECONDS, MIN_REST_POSES, Dataset, UndeterminedError, data_shortfall
 from diffsim_ros.estimation.identification import IdentificationSettings, camera_initial_guess, identify
 from diffsim_ros.estimation.preparation import DatasetOptions, prepare_dataset
 from diffsim_ros.io.bags import read_robot_bag
@@ -17,7 +17,8 @@ from diffsim_ros.io.calibration import Calibration, atomic_directory, write_cali
 from diffsim_ros.io.urdf_export import export_calibrated_urdf
 from diffsim_ros.viz.calibration import calibration_report
 
-__all__ = ["MODELS", "CalibrationRun", "default_groups", "calibrate_dataset", "calibrate_bag", "write_outputs"]
+__all__ = ["MODELS", "CalibrationRun", "default_groups", "calibrate_dataset", "read_bag_dataset", "check_enough_data",
+           "calibrate_bag", "write_outputs"]
 
 MODELS = ("rigid", "pbd")
 
@@ -105,6 +106,44 @@ def calibrate_dataset(model, dataset, groups, *, settings=IdentificationSettings
     return CalibrationRun(model, result.model, result.camera_pose, guess, dataset, [("joint", result)], calibration)
 
 
+def read_bag_dataset(bag_path, config, model, options=DatasetOptions(), read_options=None):
+    """Read a bag with a robot config into identification data, with every check of ``calibrate``.
+
+    Args:
+        bag_path: rosbag2 directory or file (sqlite3 or mcap).
+        config: RobotConfig (joints, topics, camera frame).
+        model: Nominal model (its joint limits).
+        options: DatasetOptions.
+        read_options: Keyword arguments of :func:`~diffsim_ros.io.bags.read_bag`.
+
+    Returns:
+        ``(Dataset, DatasetSummary)``.
+
+    Raises:
+        BagError: The bag cannot be read as this robot's (named).
+        DataError: Its data cannot be used (no torques, efforts all zero, ...).
+    """
+    bag = read_robot_bag(bag_path, config, **(read_options or {}))
+    camera_frame = (config.raw.get("camera") or {}).get("tracked_frame")
+    limits = (model.lower.detach().cpu().numpy(), model.upper.detach().cpu().numpy())
+    return prepare_dataset(bag.streams(), camera_frame, options, limits)
+
+
+def check_enough_data(summary, source, min_motion_seconds=MIN_MOTION_SECONDS, min_poses=MIN_REST_POSES):
+    """UndeterminedError unless the data reach the minimum of an estimate (as online).
+
+    Args:
+        summary: DatasetSummary.
+        source: What the data came from (named in the message), e.g. the bag's path.
+        min_motion_seconds: Motion needed without enough rest poses [s].
+        min_poses: Rest poses needed without enough motion.
+    """
+    shortfall = data_shortfall(summary.trajectory_seconds, summary.static_poses, min_motion_seconds, min_poses)
+    if shortfall:
+        notes = f"; data notes: {'; '.join(summary.notes)}" if summary.notes else ""
+        raise UndeterminedError(f"{source}: {shortfall}{notes}")
+
+
 def calibrate_bag(bag_path, config, groups=None, *, options=DatasetOptions(), read_options=None, **kwargs):
     """Read a bag with a robot config and calibrate.
 
@@ -119,12 +158,13 @@ def calibrate_bag(bag_path, config, groups=None, *, options=DatasetOptions(), re
 
     Returns:
         CalibrationRun (``summary`` holds the DatasetSummary).
+
+    Raises:
+        UndeterminedError: Less data than an estimate needs (:func:`check_enough_data`).
     """
     model = config.build_model()
-    bag = read_robot_bag(bag_path, config, **(read_options or {}))
-    camera_frame = (config.raw.get("camera") or {}).get("tracked_frame")
-    limits = (model.lower.detach().cpu().numpy(), model.upper.detach().cpu().numpy())
-    dataset, summary = prepare_dataset(bag.streams(), camera_frame, options, limits)
+    dataset, summary = read_bag_dataset(bag_path, config, model, options, read_options)
+    check_enough_data(summary, bag_path)
     groups = default_groups(model, dataset) if groups is None else groups
     run = calibrate_dataset(model, dataset, groups, robot_name=config.name, **kwargs)
     run.summary = summary

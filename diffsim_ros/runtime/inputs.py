@@ -161,6 +161,13 @@ class InputCounters:
         """All dropped samples."""
         return self.dropped_nonfinite + self.dropped_out_of_order + self.dropped_invalid + self.dropped_time_jump
 
+    def drop_notes(self):
+        """One line per kind of drop that happened: ``"1000 of 2000 samples with NaN/inf dropped"``."""
+        kinds = ((self.dropped_nonfinite, "with NaN/inf"), (self.dropped_out_of_order, "out of order or repeated"),
+                 (self.dropped_invalid, "invalid (conversion or plausibility check failed)"),
+                 (self.dropped_time_jump, "off the stream's time base (time jump)"))
+        return [f"{count} of {self.received} samples {what} dropped" for count, what in kinds if count]
+
 
 class InputMonitor:
     """Validated, time-ordered input samples with counters, log lines and a watchdog.
