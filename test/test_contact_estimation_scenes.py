@@ -145,9 +145,10 @@ def test_stamps_out_of_order_are_sorted_on_request_and_dropped_poses_are_reporte
     err = capsys.readouterr().err
     assert "non-monotonic header stamps" in err and "the command's --order-policy sort" in err
     assert cli_main(args + ["--order-policy", "sort"]) == OK
-    assert "note: 1 of the poses of 'box' dropped (NaN/inf values)" in capsys.readouterr().err
+    assert f"note: poses of 'box': 1 of {len(times)} samples with NaN/inf dropped" in capsys.readouterr().err
     result = yaml.safe_load((tmp_path / "out" / "objects.yaml").read_text())
-    assert result["data"]["box"]["poses"] == len(times) - 1 and result["data"]["box"]["dropped"] == {"NaN/inf values": 1}
+    assert result["data"]["box"]["poses"] == len(times) - 1 and result["data"]["box"]["notes"] == [
+        f"1 of {len(times)} samples with NaN/inf dropped", f"1 of {len(times)} samples out of order (sorted)"]
 
 
 @pytest.mark.parametrize("pose, reason", [([0.5, -0.4, 0.9], "expected [x, y, z, qx, qy, qz, qw], got 3 values"),

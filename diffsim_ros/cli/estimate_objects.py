@@ -82,8 +82,8 @@ def estimate_objects_command(args):
         atomic_directory(args.out, force=args.force)  # refuse early, before any work
         scene, observations, data = load_inputs(args.scene, args.bag, args.calibration, {"order_policy": args.order_policy})
         for name, summary in data.items():
-            for reason, count in summary["dropped"].items():
-                print(f"{PROG}: note: {count} of the poses of '{name}' dropped ({reason})", file=sys.stderr)
+            for line in summary["notes"]:
+                print(f"{PROG}: note: poses of '{name}': {line}", file=sys.stderr)
         settings = FitSettings(max_evaluations=args.max_evaluations, bootstrap=args.bootstrap)
         fit = fit_objects(scene.world(), observations, scene.unknowns, initial=scene.initial_guess, settings=settings,
                           progress=_progress)

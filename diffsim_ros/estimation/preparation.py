@@ -292,24 +292,10 @@ def _camera(streams, frame, options, notes):
 
 
 def _stream_notes(streams):
-    """Notes on every sample the reader dropped, reordered or skipped.
-
-    A stream whose messages have no stamps at all (Float64MultiArray commands) is stamped by
-    its receive times by design; that is not noted.
-    """
-    notes = []
+    """Notes on every sample the reader dropped, reordered or skipped (StreamStats.notes)."""
     series = {"joint states": streams.joint_states, "camera poses": streams.camera_poses, "commanded torques": streams.commanded_torques}
-    for name, stream in series.items():
-        if stream is None:
-            continue
-        st = stream.stats
-        for count, what in ((st.dropped_nan, "with NaN/inf dropped"), (st.out_of_order, "out of order (sorted)"),
-                            (st.dropped_duplicate, "with a repeated stamp dropped"),
-                            (0 if st.stamp_from_receive == st.messages else st.stamp_from_receive,
-                             "without a header stamp (receive time used)")):
-            if count:
-                notes.append(f"{name} ({st.topic}): {count} of {st.messages} samples {what}")
-    return notes
+    return [f"{name} ({stream.stats.topic}): {line}" for name, stream in series.items() if stream is not None
+            for line in stream.stats.notes()]
 
 
 def _informative_efforts(streams, options, notes):

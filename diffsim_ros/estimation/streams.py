@@ -44,6 +44,16 @@ class StreamStats:
     stamp_from_receive: int = 0
     sorted: bool = False
 
+    def notes(self):
+        """One line per sample the reader dropped, reordered or restamped, e.g. ``"2 of 2000
+        samples with NaN/inf dropped"`` ([] when none). A stream without any header stamp
+        (Float64MultiArray commands) is stamped by its receive times by design: not noted."""
+        restamped = 0 if self.stamp_from_receive == self.messages else self.stamp_from_receive
+        kinds = ((self.dropped_nan, "with NaN/inf dropped"), (self.out_of_order, "out of order (sorted)"),
+                 (self.dropped_duplicate, "with a repeated stamp dropped"),
+                 (restamped, "without a header stamp (receive time used)"))
+        return [f"{count} of {self.messages} samples {what}" for count, what in kinds if count]
+
 
 @dataclass(frozen=True)
 class JointStateSeries:

@@ -28,7 +28,8 @@ def load_inputs(scene_path, bag_path, calibration_path=None, read_options=None):
 
     Returns:
         ``(scene, observations, data)``: ObjectScene, object -> PoseSeries in the base frame
-        (cut to the scene's window), object -> {poses, start, end, dropped: {reason: count}}.
+        (cut to the scene's window), object -> {poses, start, end, notes: what the bag reader dropped or
+        reordered (StreamStats.notes)}.
 
     Raises:
         SceneError, CalibrationError, BagError, DataError: Bad input, named.
@@ -54,16 +55,8 @@ def load_inputs(scene_path, bag_path, calibration_path=None, read_options=None):
                             f"(its poses span {series.times[0]:.3f}..{series.times[-1]:.3f} s)")
         cut[name] = series.between(start, end)
     data = {name: {"poses": len(s), "start": float(s.times[0]), "end": float(s.times[-1]),
-                   "dropped": _dropped(observations[name].stats)} for name, s in cut.items()}
+                   "notes": observations[name].stats.notes() if observations[name].stats else []} for name, s in cut.items()}
     return scene, cut, data
-
-
-def _dropped(stats):
-    """Messages the reader left out, reason -> count (only non-zero ones)."""
-    if stats is None:
-        return {}
-    counts = {"NaN/inf values": stats.dropped_nan, "repeated stamps": stats.dropped_duplicate}
-    return {reason: int(count) for reason, count in counts.items() if count}
 
 
 def write_object_outputs(out_dir, fit, scene, observations, data, force=False):
