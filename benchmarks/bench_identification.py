@@ -105,6 +105,60 @@ def accuracy(seeds, workdir):
     return rows, failures
 
 
+def _quality_bags(workdir):
+    """``(name, bag, groups, model, true payload mass)``: consistent bags, and the same motion with one error put in."""
+    from dataclasses import replace
+
+    from motion_recordings import MotionSpec, decimate, random_truth, simulate, write_motion_bag
+
+    swap = [0, 3, 2, 1, 4, 5, 6]  # s1 <-> e1: a config naming the joints in the wrong order
+    cases = []
+    for seed in (0, 1):
+        streams = simulate(random_truth(seed, seed == 1), replace(MotionSpec(), excitation_seed=seed, noise_seed=100 + seed))
+        groups = GROUPS if seed == 1 else GROUPS[:3]
+        bag = write_motion_bag(streams, workdir / f"q{seed}")
+        low = write_motion_bag(decimate(streams, 10.0, camera_rate=10.0, command_rate=10.0), workdir / f"q{seed}_10")
+        mass = streams.truth.payload_mass
+        cases += [(f"truth {seed}, 100 Hz", bag, groups, "rigid", mass), (f"truth {seed}, 10 Hz", low, groups, "rigid", mass),
+                  (f"truth {seed}, 10 Hz, PBD", low, groups, "pbd", mass)]
+        if seed:
+            continue
+        variants = {"efforts and commands negated": dict(effort=-streams.effort, command=-streams.command),
+                    "s1 and e1 torques swapped": dict(effort=np.ascontiguousarray(streams.effort[:, swap]),
+                                                      command=np.ascontiguousarray(streams.command[:, swap])),
+                    "torques x2 (units)": dict(effort=2 * streams.effort, command=2 * streams.command)}
+        for k, (name, change) in enumerate(variants.items()):
+            cases.append((f"truth 0, 100 Hz, {name}", write_motion_bag(replace(streams, **change), workdir / f"qv{k}"),
+                          GROUPS[:3], "rigid", mass))
+        cases.append(("truth 0, 100 Hz, damping not estimated (nominal 0.7)", bag, GROUPS[:2], "rigid", mass))
+    return cases
+
+
+def quality(workdir):
+    """Rows: the arm's fit-quality check (estimation/fit_quality.py) on consistent and broken bags."""
+    from motion_recordings import write_robot_config
+
+    config = load_robot_config(write_robot_config(workdir / "robot.yaml"))
+    rows = []
+    for name, bag, groups, kind, mass in _quality_bags(workdir):
+        start = time.perf_counter()
+        run = calibrate_bag(bag, config, groups, model_kind=kind)
+        result = run.stages[0][1]
+        cells = []
+        for item in result.agreement:
+            j = int(np.nanargmax(np.abs(item.slope - 1.0) / item.slope_std))
+            k = int(np.nanargmax(np.abs(item.offset)))
+            cells.append(f"{item.block}: {run.nominal.joint_names[j]} {item.slope[j]:.3f} +- {item.slope_std[j]:.3f}; "
+                         f"{run.nominal.joint_names[k]} {item.offset[k]:+.3g} N·m of {item.scale:.3g}")
+        failing = [run.nominal.joint_names[j] for item in result.agreement for j in item.failing()]
+        payload = result.values.get("payload.mass")
+        rows.append([name, kind, ",".join(groups), f"{'n/d' if payload is None else f'{float(payload):.3f}'} ({mass:.3f})",
+                     "; ".join(cells), ", ".join(failing) or "-",
+                     "**poor fit**" if result.poor_fit else "ok", f"{time.perf_counter() - start:.1f}"])
+        print(rows[-1], flush=True)
+    return rows
+
+
 def speed(workdir):
     """Seconds to calibrate 60 s of 100 Hz motion (payload, spring, damping, friction)."""
     from motion_recordings import MotionSpec, record_motion_bag, write_robot_config
@@ -219,7 +273,7 @@ def tangents_online(workdir, repeats=3):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--parts", default="accuracy,speed", help="of accuracy, speed, tangents")
+    parser.add_argument("--parts", default="accuracy,speed", help="of accuracy, speed, tangents, quality")
     args = parser.parse_args()
     torch.set_num_threads(1)
     parts = set(args.parts.split(","))
@@ -242,6 +296,30 @@ def main():
         write_section("identification-from-motion", "## Identification from motion (issue 13)\n\n" + "\n".join(lines))
     if "tangents" in parts:
         _write_tangents()
+    if "quality" in parts:
+        _write_quality()
+
+
+def _write_quality():
+    """The ``arm-fit-quality`` section."""
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = quality(Path(tmp))
+    lines = [f"Measured {machine_line()}; `python -m benchmarks.bench_identification --parts quality`.", "",
+             "Each joint's measured torque regressed on the fitted model's, measured = offset + slope x predicted; a fit "
+             "fails when a slope is off 1 by more than 0.5 and 4 of its std (one independent sample per filter window) "
+             "with a residual above 2 % of the torque scale (the largest rms measured torque over the joints), or an "
+             "offset is above 10 % of that scale. Bags: the MuJoCo recordings of the accuracy part (their own controller, noise and rates), and the "
+             "same motion of truth 0 with one error put in.", "",
+             "### Per residual block: the slope furthest from 1 in stds, the largest offset and the torque scale; joints "
+             "failing; verdict", "",
+             markdown_table(["bag", "model", "groups", "payload kg (truth)", "worst slope; largest offset", "failing",
+                             "verdict", "s"], rows),
+             "", "A scale error that the estimated parameters absorb (torques x2) is not caught: the check sees what the "
+             "fitted model cannot explain, not which parameters explained it. Nor, here, is the nominal damping the "
+             "robot does not have: the wrist's slope is off by 0.58, but its residual is below 2 % of the shoulder's "
+             "torque (the payload is 0.5 % off); on the multi-sine motion of `test/test_fit_quality.py` (6 and 20 s) it "
+             "is 6 % and caught."]
+    write_section("arm-fit-quality", "## Arm calibration fit quality (`estimation/fit_quality.py`)\n\n" + "\n".join(lines))
 
 
 def _write_tangents():

@@ -32,6 +32,12 @@ __all__ = ["ARM", "MotionSpec", "MotionTruth", "MotionStreams", "random_truth", 
 ARM = ("left_s0", "left_s1", "left_e0", "left_e1", "left_w0", "left_w1", "left_w2")
 NOMINAL_SPRING = {"stiffness": 8000.0, "offset": 0.10, "alpha1": 0.20, "l1": 0.30, "l2": 0.07, "rest_length": 0.20}
 _EXTRA_JOINTS = ("head_pan", "right_s0", "right_s1", "right_e0", "right_e1", "right_w0", "right_w1", "right_w2")
+# A locked joint's brake (MotionSpec.frozen_joint): a torque on that joint alone, as a real
+# brake's. Resetting its position and velocity after each step instead would push every joint
+# coupled to it through the mass matrix. Held over each 1 ms RK4 step (explicit), so no
+# stiffer: 2e4 / 300 diverges. It holds the joint within 0.5 mrad, below the speed noise.
+BRAKE_STIFFNESS = 5000.0  # [N·m/rad]
+BRAKE_DAMPING = 40.0  # [N·m·s/rad]
 _CENTER = np.array([0.1, -0.45, -0.2, 1.3, 0.2, 0.7, 0.1])
 _AMPLITUDE = np.array([0.45, 0.30, 0.55, 0.45, 0.9, 0.55, 1.0])  # peak excursion [rad] per joint
 
@@ -291,10 +297,10 @@ def simulate(truth, spec=MotionSpec()):
         data.qfrc_applied[:] = 0.0
         data.qfrc_applied[models.dof] = tau
         data.qfrc_applied[models.dof[1]] += _spring_torque(q[1], truth.stiffness, truth.offset)
+        if spec.frozen_joint is not None:  # a brake: a stiff torque on that joint alone
+            j = spec.frozen_joint
+            data.qfrc_applied[models.dof[j]] -= BRAKE_STIFFNESS * (q[j] - q0[j]) + BRAKE_DAMPING * qd[j]
         mj.mj_step(models.plant, data)
-        if spec.frozen_joint is not None:  # a brake holds the joint exactly
-            data.qpos[models.qpos[spec.frozen_joint]] = q0[spec.frozen_joint]
-            data.qvel[models.dof[spec.frozen_joint]] = 0.0
     arr = {k: np.asarray(v) for k, v in out.items()}
     return MotionStreams(truth, spec, arr["jt"].astype(np.int64), arr["q"], arr["qd"], arr["e"], arr["ct"].astype(np.int64),
                          arr["c"], arr["kt"].astype(np.int64), arr["kp"].reshape(-1, 3), arr["kq"].reshape(-1, 4), arr["qt"])

@@ -89,6 +89,23 @@ def test_a_ctrl_c_that_a_library_swallows_stops_the_write(tmp_path, bag, capsys,
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_swallowed_ctrl_c_is_the_outcome_of_a_command_that_stops_early(tmp_path, bag, capsys, monkeypatch):
+    """A Ctrl-C a library swallowed, then a command that ends without writing (here: the data
+    determine nothing): exit 130, not the command's own code."""
+    from diffsim_ros.cli import calibrate as command
+    from diffsim_ros.estimation.data import UndeterminedError
+
+    def swallow_then_give_up(*args, **kwargs):
+        swallow_a_ctrl_c()
+        raise UndeterminedError("nothing")
+
+    monkeypatch.setattr(command, "calibrate_bag", swallow_then_give_up)
+    with python_sigint_handler():
+        code = main(["calibrate", "--bag", str(bag), "--config", str(BAXTER_LEFT), "--out", str(tmp_path / "out")])
+    assert code == 130
+    assert capsys.readouterr().err.splitlines()[-1] == "diffsim-ros: interrupted (Ctrl-C); no partial outputs were written"
+
+
 def test_exported_urdf_matches_calibrated_dynamics(tmp_path):
     config = load_robot_config(BAXTER_LEFT)
     nominal = config.build_model()

@@ -76,11 +76,23 @@ def test_updates_that_worsen_recent_poses_are_rejected(setup):
     estimator._last_update_ns, estimator._fresh = None, True  # allow one update now
     # Corrupt the training poses (all but the held-back three): the fit must not be accepted.
     poses = list(estimator._rests)
-    estimator._rests.clear()
-    for i, (start, stop, q, effort, std) in enumerate(poses):
-        estimator._rests.append((start, stop, q, effort + (5.0 if i < len(poses) - 3 else 0.0), std))
-    update = estimator.update(first.joint_time[-1])
+    heavier = model.with_parameters({"payload.mass": model.get_parameter("payload.mass") + 0.4})
+
+    def corrupt(change):
+        estimator._rests.clear()
+        for i, (start, stop, q, effort, std) in enumerate(poses):
+            estimator._rests.append((start, stop, q, effort + (change(q) if i < len(poses) - 3 else 0.0), std))
+        estimator._last_update_ns, estimator._fresh = None, True
+        return estimator.update(first.joint_time[-1])
+
+    # Rests of a payload 0.4 kg heavier than the motion's: a fit within the fit-quality check,
+    # which the held-back poses refute.
+    q_as_t = lambda q: torch.as_tensor(q)[None]  # noqa: E731
+    update = corrupt(lambda q: (dyn.gravity_torques(heavier, q_as_t(q)) - dyn.gravity_torques(model, q_as_t(q)))[0].numpy())
     assert update is not None and not update.accepted and "held-back" in update.reason
+    # Efforts 5 N·m off on every joint: no model explains them (the fit-quality check).
+    update = corrupt(lambda q: 5.0)
+    assert update is not None and not update.accepted and update.reason.startswith("rejected: poor fit")
 
 
 def test_configuration_errors():

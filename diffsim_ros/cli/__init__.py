@@ -17,8 +17,8 @@ import os
 import signal
 import sys
 
-from diffsim_ros.cli.exits import FAILURE, INTERRUPTED
-from diffsim_ros.outputs import record_interrupts
+from diffsim_ros.cli.exits import FAILURE, INTERRUPTED, OK
+from diffsim_ros.outputs import check_interrupted, record_interrupts
 
 __all__ = ["SUBCOMMAND_MODULES", "TRACEBACK_VARIABLE", "build_parser", "main"]
 
@@ -62,6 +62,8 @@ def main(argv=None):
     try:
         with record_interrupts():
             code = _run(argv)
+            if code != OK:  # a Ctrl-C a library swallowed ended it early: that is the outcome
+                check_interrupted()
     except KeyboardInterrupt:
         with _sigint_ignored():  # a second Ctrl-C must not interrupt the message
             print("diffsim-ros: interrupted (Ctrl-C); no partial outputs were written", file=sys.stderr)

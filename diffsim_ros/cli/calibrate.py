@@ -81,9 +81,10 @@ def _format(value):
 def summary_table(run):
     """Plain-text table: parameter, nominal, estimate, standard deviation, status."""
     rows = [("parameter", "nominal", "estimate", "stddev", "status")]
+    status = "POOR FIT (not a result)" if run.poor_fit else "determined"
     for name, value in run.calibration.parameters.items():
         nominal = "" if name == "camera.pose" else _format(run.nominal.get_parameter(name).detach().cpu().numpy())
-        rows.append((name, nominal, _format(value), _format(run.calibration.stddev.get(name, np.nan)), "determined"))
+        rows.append((name, nominal, _format(value), _format(run.calibration.stddev.get(name, np.nan)), status))
     for name, reason in run.calibration.unidentifiable.items():
         nominal = "" if name == "camera.pose" else _format(run.nominal.get_parameter(name).detach().cpu().numpy())
         rows.append((name, nominal, "-", "-", "NOT DETERMINED: " + reason.split(";")[0]))
@@ -143,6 +144,9 @@ def calibrate_command(args):
         bar.close()
         _print_data(run.summary)
         print(summary_table(run))
+        if run.poor_fit:
+            print(f"diffsim-ros calibrate: {run.poor_fit}; no value is a result, nothing written", file=sys.stderr)
+            return exits.UNDETERMINED
         if run.undetermined:
             _report_undetermined(run, args.allow_partial)
             if not args.allow_partial:

@@ -25,6 +25,7 @@ from diffsim_ros.dynamics.spatial import matrix_to_quat, quat_to_matrix
 from diffsim_ros.estimation import identifiability as ident
 from diffsim_ros.estimation import solvers
 from diffsim_ros.estimation.data import DataError, UndeterminedError
+from diffsim_ros.estimation.fit_quality import agreement_verdict, torque_agreement
 from diffsim_ros.estimation.parameters import GROUPS, ParameterSpace
 from diffsim_ros.estimation.residuals import (
     CameraResidual,
@@ -161,6 +162,11 @@ class IdentificationResult:
             ``PAYLOAD_START_MASS``), as ``metrics_before``; entries the block leaves out are 0.
             What reports draw (they do not evaluate models again).
         errors_after: The same at the estimate.
+        agreement: Per torque block, :class:`~diffsim_ros.estimation.fit_quality.TorqueAgreement`
+            of the measured torques with the fitted model's.
+        poor_fit: None, or why the fitted model does not explain the measured torques
+            (:func:`~diffsim_ros.estimation.fit_quality.agreement_verdict`). Then no value is
+            a result: callers must not apply ``values`` or ``model``.
     """
 
     model: object
@@ -178,6 +184,8 @@ class IdentificationResult:
     blocks: tuple = ()
     errors_before: dict = field(default_factory=dict)
     errors_after: dict = field(default_factory=dict)
+    agreement: tuple = ()
+    poor_fit: str | None = None
 
 
 def camera_initial_guess(model, observations):
@@ -436,6 +444,27 @@ def _per_block(blocks, residual):
         start += size
 
 
+def _agreements(blocks, residual, still):
+    """TorqueAgreement of every block whose errors are torques, at the stacked ``residual``.
+
+    Entries of a joint slower than ``still`` [rad/s] within its filter span are left out: a
+    joint that sticks, or that a brake or an obstacle holds, holds any torque up to a limit
+    no model here knows, as the fit's own stiction rule says.
+    """
+    out = []
+    for block, part in _per_block(blocks, residual):
+        measured = block.measured_torques()
+        if measured is None:
+            continue
+        error = part.reshape(-1, block.columns) * block.scale.reshape(-1, block.columns)
+        weight = torch.ones_like(error) if block.weight is None else block.weight.reshape(-1, block.columns)
+        if block.speeds is not None:
+            weight = weight * (block.speeds >= still).to(weight.dtype)
+        out.append(torque_agreement(block.name, measured.detach().cpu().numpy(),
+                                    block.torque_error_sign * error.detach().cpu().numpy(), weight.cpu().numpy(), block.span))
+    return tuple(out)
+
+
 def _per_block_metrics(blocks, residual):
     return {block.name: block.per_joint_rms(part).cpu().numpy() for block, part in _per_block(blocks, residual)}
 
@@ -601,7 +630,8 @@ def identify(model, dataset, groups, *, settings=None, simulator=None, camera_gu
         solution = _solve(problem, problem.x0[torch.as_tensor(problem.free)], settings, history, progress)
         values, stddev, again, _ = _determine(problem, solution, settings)
         rejected = {**again, **rejected}
-    return _result(model, problem, solution, values, stddev, {**unidentifiable, **rejected}, before, history, singular)
+    return _result(model, problem, solution, values, stddev, {**unidentifiable, **rejected}, before, history, singular,
+                   settings)
 
 
 def prediction_errors(candidates, dataset, groups, *, settings=None, simulator=None):
@@ -640,7 +670,7 @@ def prediction_errors(candidates, dataset, groups, *, settings=None, simulator=N
     return scores
 
 
-def _result(nominal, problem, solution, values, stddev, unidentifiable, before, history, singular):
+def _result(nominal, problem, solution, values, stddev, unidentifiable, before, history, singular, settings):
     """The calibrated model holds the determined values only; the rest stay nominal.
 
     ``before``: ``(metrics, errors)`` per block at the nominal values.
@@ -656,6 +686,7 @@ def _result(nominal, problem, solution, values, stddev, unidentifiable, before, 
         determined["camera.pose"] = camera
     residual = problem.residual(problem.full(solution.z)).detach()
     noise = {b.name: b.scale.reshape(-1, b.columns).median(0).values.cpu().numpy() for b in problem.blocks}
+    agreement = _agreements(problem.blocks, residual, settings.stiction_velocity or 0.0)
     return IdentificationResult(
         model=model.replace(params=model.params.detach()),
         camera_pose=camera_pose,
@@ -672,4 +703,6 @@ def _result(nominal, problem, solution, values, stddev, unidentifiable, before, 
         blocks=tuple(b.name for b in problem.blocks),
         errors_before=before[1],
         errors_after=_per_block_errors(problem.blocks, residual),
+        agreement=agreement,
+        poor_fit=agreement_verdict(agreement, nominal.joint_names),
     )

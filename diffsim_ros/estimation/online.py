@@ -439,7 +439,7 @@ class OnlineEstimator:
         candidate = (result.model, result.camera_pose if result.camera_pose is not None else self.camera_pose)
         before, after = self._scores([current, candidate], held, cfg.groups)
         self._budget(result, time.thread_time() - started)
-        problem = self._out_of_bounds(result.values)
+        problem = result.poor_fit or self._out_of_bounds(result.values)
         if problem:
             return record(False, f"rejected: {problem}", math.sqrt(before), math.sqrt(after))
         if after > before * (1.0 + cfg.acceptance_margin) + 1e-12:

@@ -62,6 +62,19 @@ class _Block:
     name = "block"
     unit = ""
     weight = None
+    span = 0
+    """Rows on each side whose errors a row's error is correlated with (filtered data)."""
+    torque_error_sign = 1.0
+    """+1 where a torque error is the model's torque minus the measured one, -1 where it is
+    measured minus model (a simulation that misses a torque falls behind)."""
+    speeds = None
+    """Motion blocks: per entry, the slowest joint speed among the samples it depends on
+    [rad/s], shaped like the errors (rows, columns); None for rest poses."""
+
+    def measured_torques(self):
+        """Measured torques [N·m] shaped like the errors, (rows, columns), or None where the
+        block's errors are not torque errors."""
+        return None
 
     @property
     def active(self):
@@ -130,6 +143,9 @@ class StaticTorqueResidual(_Block):
         """Torques that hold each pose [N·m], shape (N, n)."""
         return gravity_torques(model, self.q) - spring_torques(model, self.q)
 
+    def measured_torques(self):
+        return self.effort
+
     def __call__(self, model, camera_pose=None):
         return self._finish(self.predict(model) - self.effort)
 
@@ -158,13 +174,18 @@ class SimulatorDynamicsResidual(_Block):
     name = "simulator dynamics"
     unit = "N·m"
 
-    def __init__(self, q, qd, qdd, tau, scale, model, simulator, weight=None):
+    def __init__(self, q, qd, qdd, tau, scale, model, simulator, weight=None, span=0, speeds=None):
         like = model.params.mass
         self.q, self.qd, self.qdd, self.tau = (_tensor(v, like) for v in (q, qd, qdd, tau))
         self.scale = torch.broadcast_to(_tensor(scale, like), self.q.shape).clone()
         self.columns = self.q.shape[1]
         self.simulator = simulator
         self.weight = weight
+        self.span = int(span)
+        self.speeds = None if speeds is None else _tensor(speeds, like)
+
+    def measured_torques(self):
+        return self.tau
 
     @classmethod
     def from_trajectories(cls, trajectories, model, simulator, torque_std, stiction_velocity=None):
@@ -179,7 +200,8 @@ class SimulatorDynamicsResidual(_Block):
         arrays = {k: np.concatenate(v) for k, v in parts.items()}
         like = model.params.mass
         weight = _stiction_weight(_tensor(arrays["slowest"], like)[:, None, :], stiction_velocity)
-        return cls(arrays["q"], arrays["qd"], arrays["qdd"], arrays["tau"], float(torque_std), model, simulator, weight)
+        return cls(arrays["q"], arrays["qd"], arrays["qdd"], arrays["tau"], float(torque_std), model, simulator, weight,
+                   max(t.filter_span for t in trajectories), arrays["slowest"])
 
     def __call__(self, model, camera_pose=None):
         sim = self.simulator.with_model(model)
@@ -238,8 +260,12 @@ class InverseDynamicsResidual(_Block):
         self.tau = torch.cat([_tensor(t.tau, like) for t in trajectories])
         self.scale = torch.full_like(self.q, float(torque_std))
         self.columns = self.q.shape[1]
-        slowest = torch.cat([_tensor(t.slowest_speed(), like) for t in trajectories])
-        self.weight = _stiction_weight(slowest[:, None, :], stiction_velocity)
+        self.speeds = torch.cat([_tensor(t.slowest_speed(), like) for t in trajectories])
+        self.weight = _stiction_weight(self.speeds[:, None, :], stiction_velocity)
+        self.span = max(t.filter_span for t in trajectories)
+
+    def measured_torques(self):
+        return self.tau
 
     chunk_rows = 1024
     """Samples per chunk when Jacobians are taken chunk by chunk. With torch's Python shape code
@@ -286,6 +312,7 @@ class RolloutResidual(_Block):
     """
 
     name = "rollout"
+    torque_error_sign = -1.0
 
     def __init__(self, trajectories, model, simulator, horizon=1, scheme="both", stride=None, checkpoint_every=None,
                  stiction_velocity=None, torque_std=0.05):
@@ -312,10 +339,24 @@ class RolloutResidual(_Block):
         self.scale = {"angle": q_std, "velocity": qd_std, "both": torch.cat([q_std, qd_std], -1), "torque": tau_std}[scheme]
         self.unit = {"angle": "rad", "velocity": "rad/s", "both": "rad | rad/s", "torque": "N·m"}[scheme]
         self.weight = self._weight(stiction_velocity)
+        self.span = max(t.filter_span for t in trajectories)
+        speeds = torch.cat([self.data["qd0"][:, None, :], self.data["qd"]], dim=1).abs().amin(1, keepdim=True)
+        self.speeds = speeds.expand_as(self.data["q"]).reshape(-1, self.data["q"].shape[-1])
         if scheme == "torque":
             # Rigid-body inertia of the nominal model at the measured states: a fixed metric.
             elapsed = trajectories[0].dt * torch.arange(1, self.data["q"].shape[1] + 1, dtype=like.dtype, device=like.device)
             self.metric = mass_matrix(model, self.data["q"]).detach() / elapsed[None, :, None, None]
+
+    def measured_torques(self):
+        """Of the ``"torque"`` scheme: the mean applied torque from each window's start to
+        each of its samples [N·m], (W * K, n), the torque its error ``M dv / t`` is compared
+        with; None for the other schemes."""
+        if self.scheme != "torque":
+            return None
+        tau, m = self.data["tau"], self.steps_per_sample  # (W, K * m, n)
+        steps = torch.arange(1, tau.shape[1] + 1, dtype=tau.dtype, device=tau.device)
+        means = tau.cumsum(1) / steps[None, :, None]
+        return means[:, m - 1 :: m].reshape(-1, tau.shape[-1])
 
     def _steps_per_sample(self, dt, sim_dt):
         m = int(round(dt / sim_dt))

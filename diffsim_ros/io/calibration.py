@@ -14,10 +14,12 @@ Format::
       payload.mass: 0.0005
     unidentifiable:        # requested but not determined by the data (kept nominal)
       left_w2.damping: "..."
-    metrics:               # per-joint residual RMS before and after, per residual block
-      static torques [N·m]:
-        before: {left_s0: 0.01, ...}
-        after: {left_s0: 0.005, ...}
+    metrics:               # per residual block, per joint in the model's order
+      static torques:
+        before: [0.01, ...]     # residual RMS at the nominal values [N·m]
+        after: [0.005, ...]     # and at the estimate
+        slope: [1.001, ...]     # torque blocks: measured = offset + slope x predicted
+        offset: [-0.002, ...]   # [N·m] (the fit-quality check, estimation/fit_quality.py)
 
 Reading validates before anything uses the file: :func:`load_calibration` checks the
 structure and that every value is a finite number or list of numbers (standard deviations

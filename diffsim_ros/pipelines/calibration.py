@@ -48,6 +48,11 @@ class CalibrationRun:
     summary: object = None
 
     @property
+    def poor_fit(self):
+        """None, or why the fitted model does not explain the data (then nothing is a result)."""
+        return next((result.poor_fit for _, result in self.stages if result.poor_fit), None)
+
+    @property
     def undetermined(self):
         """Requested parameters the data do not determine: name -> reason."""
         return dict(self.calibration.unidentifiable)
@@ -72,6 +77,8 @@ def _metrics(result):
     for block, before in result.metrics_before.items():
         after = result.metrics_after[block]
         out[block] = {"before": [float(v) for v in before], "after": [float(v) for v in after]}
+    for item in result.agreement:  # the fit-quality check's figures (estimation/fit_quality.py)
+        out[item.block].update(slope=[float(v) for v in item.slope], offset=[float(v) for v in item.offset])
     return out
 
 
