@@ -152,9 +152,9 @@ def test_online_updates_of_a_poor_fit_are_rejected(model):
     assert all(u.reason.startswith("rejected: poor fit") for u in fitted)
 
 
-def _bag(path, model, **kwargs):
+def _bag(path, model, seconds=5.0, **kwargs):
     factory = TypestoreMessages(default_typestore())
-    t, q, _, _, effort = arm_motion(model, 5.0, **kwargs)
+    t, q, _, _, effort = arm_motion(model, seconds, **kwargs)
     stamps = 1_700_000_000 * 10**9 + np.round(t * 1e9).astype(np.int64)
     return write_bag(path, [("/robot/joint_states", joint_state_msg(factory, int(ns), list(JOINTS), qi, efforts=ei), int(ns))
                             for ns, qi, ei in zip(stamps, q, effort)], storage="sqlite3")
@@ -171,3 +171,12 @@ def test_calibrate_writes_nothing_for_a_poor_fit(tmp_path, model, capsys):
     assert cli_main(["calibrate", "--bag", str(_bag(tmp_path / "right", model)), "--config", str(BAXTER_LEFT),
                      "--out", str(out), "--estimate", "spring"]) == exits.OK
     assert (out / "calibration.yaml").exists()
+
+
+def test_replay_of_a_poor_fit_writes_nothing_and_says_why(tmp_path, model, capsys):
+    bag = _bag(tmp_path / "negated", model, seconds=10.0, effort_scale=-1.0)
+    out = tmp_path / "out"
+    code = cli_main(["replay", "--bag", str(bag), "--config", str(BAXTER_LEFT), "--out", str(out), "--estimate", "spring"])
+    assert code == exits.UNDETERMINED and not out.exists()
+    err = capsys.readouterr().err
+    assert "no estimate was accepted" in err and "last: rejected: poor fit" in err and " N·m rms vs " in err

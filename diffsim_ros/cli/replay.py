@@ -185,6 +185,9 @@ def replay_command(args):
     if not accepted:
         reasons = sorted({u.reason.split(":")[0] for u in updates}) or ["no update ran"]
         print(f"{PROG}: no estimate was accepted ({'; '.join(reasons)}); nothing written", file=sys.stderr)
+        last = next((u.reason for u in reversed(updates) if u.reason.startswith(("rejected", "no update"))), None)
+        if last:  # why the fits were refused, in full (a poor fit names its joints)
+            print(f"  last: {last}", file=sys.stderr)
         return exits.UNDETERMINED
     for name, value in node.estimator.values.items():
         std = node.estimator.stddev.get(name)
