@@ -5,7 +5,9 @@ Every requested parameter group is estimated at once from all the data there is:
 windows through the rigid-body or the PBD simulator, also from low-rate data with a fine
 internal step) and camera poses. Each residual block is normalized by its noise, and the
 noise of every block column is re-estimated from the fit (variance components), so that
-blocks of different units and quality are weighted by what they are worth.
+blocks of different units and quality are weighted by what they are worth. Standard
+deviations count the motion's residuals, correlated over the filter's span, for the
+information they hold (:func:`~diffsim_ros.estimation.identifiability.serial_covariance`).
 
 The optimizer is trust-region least squares (``scipy.optimize.least_squares``, box bounds
 from :mod:`diffsim_ros.model.plausibility`, Jacobians from torch forward-mode AD) or Adam,
@@ -497,6 +499,19 @@ def _physical(problem, x, cov, names):
     return values, stddev
 
 
+def _serial_rows(blocks):
+    """:class:`~diffsim_ros.estimation.identifiability.SerialRows` of the blocks whose entries
+    are time series (motion from filtered data), at their offsets in the stacked residual."""
+    out, start = [], 0
+    for block in blocks:
+        series = block.serial_segments()
+        if series is not None:
+            lengths, reach = series
+            out.append(ident.SerialRows(start, block.scale.numel() // sum(lengths), lengths, reach))
+        start += block.scale.numel()
+    return out
+
+
 def _coordinate_blocks(problem):
     """Per coordinate: the parameter block (index into space.blocks) it belongs to."""
     return np.concatenate([np.full(block.size, i) for i, block in enumerate(problem.space.blocks)])
@@ -515,7 +530,9 @@ def _determine(problem, solution, settings):
     r, jac = problem.value_and_jacobian(z)
     r, jac = r.cpu().numpy(), jac.cpu().numpy()
     dof = max(1, problem.count() - int(problem.free.sum()))
-    cov = ident.covariance(jac, 2.0 * solvers.robust_cost(r, settings.robust, settings.robust_scale) / dof)
+    variance = 2.0 * solvers.robust_cost(r, settings.robust, settings.robust_scale) / dof
+    psi = solvers.robust_influence(r, settings.robust, settings.robust_scale)
+    cov = ident.serial_covariance(jac, psi, variance, _serial_rows(problem.blocks))
     lower, upper = problem.bounds()
     pinned = ident.pinned_coordinates(z.cpu().numpy(), solution.active, jac, r, cov, lower, upper,
                                       settings.policy.bound_sigmas)

@@ -56,7 +56,8 @@ class _Block:
     """Shared helpers: weights, per-column RMS in physical units, noise rescaling.
 
     ``scale`` holds each entry's noise standard deviation; ``weight`` is 1 for entries that
-    count and 0 for those a block leaves out (e.g. joints sticking in Coulomb friction).
+    count and 0 for those a block leaves out (e.g. joints sticking in Coulomb friction);
+    ``series`` is what :meth:`serial_segments` returns.
     """
 
     name = "block"
@@ -70,6 +71,7 @@ class _Block:
     speeds = None
     """Motion blocks: per entry, the slowest joint speed among the samples it depends on
     [rad/s], shaped like the errors (rows, columns); None for rest poses."""
+    series = None
 
     def measured_torques(self):
         """Measured torques [N·m] shaped like the errors, (rows, columns), or None where the
@@ -104,6 +106,28 @@ class _Block:
         """Multiply the noise of each column by ``factors`` (shape (columns,))."""
         shape = self.scale.shape
         self.scale = (self.scale.reshape(-1, self.columns) * factors).reshape(shape)
+
+    def serial_segments(self):
+        """Which entries are samples of time series with correlated errors, or None.
+
+        Returns:
+            None when the errors of all entries are independent (rest poses, camera
+            observations); else ``(lengths, reach)``: the samples of every segment (gap-free
+            run) in entry order, a sample being ``entries / sum(lengths)`` consecutive
+            entries, and the largest lag [samples] at which the errors of one segment share
+            raw data (a filter's span; errors of different segments never do).
+        """
+        return self.series
+
+
+def _series(lengths, reach):
+    """``serial_segments`` of a block: None when no two samples share raw data."""
+    return (tuple(int(n) for n in lengths), int(reach)) if reach > 0 else None
+
+
+def _filter_reach(trajectories):
+    """Largest lag [samples] at which two samples' filtered values share a raw sample."""
+    return 2 * max(int(t.filter_span) for t in trajectories)
 
 
 def _stiction_weight(qd, velocity):
@@ -200,8 +224,10 @@ class SimulatorDynamicsResidual(_Block):
         arrays = {k: np.concatenate(v) for k, v in parts.items()}
         like = model.params.mass
         weight = _stiction_weight(_tensor(arrays["slowest"], like)[:, None, :], stiction_velocity)
-        return cls(arrays["q"], arrays["qd"], arrays["qdd"], arrays["tau"], float(torque_std), model, simulator, weight,
-                   max(t.filter_span for t in trajectories), arrays["slowest"])
+        block = cls(arrays["q"], arrays["qd"], arrays["qdd"], arrays["tau"], float(torque_std), model, simulator, weight,
+                    max(t.filter_span for t in trajectories), arrays["slowest"])
+        block.series = _series([len(t) for t in trajectories], _filter_reach(trajectories))
+        return block
 
     def __call__(self, model, camera_pose=None):
         sim = self.simulator.with_model(model)
@@ -263,6 +289,7 @@ class InverseDynamicsResidual(_Block):
         self.speeds = torch.cat([_tensor(t.slowest_speed(), like) for t in trajectories])
         self.weight = _stiction_weight(self.speeds[:, None, :], stiction_velocity)
         self.span = max(t.filter_span for t in trajectories)
+        self.series = _series([len(t) for t in trajectories], _filter_reach(trajectories))
 
     def measured_torques(self):
         return self.tau
@@ -320,11 +347,12 @@ class RolloutResidual(_Block):
             raise ValueError(f"unknown rollout scheme '{scheme}'; choose from {ROLLOUT_SCHEMES}")
         like = model.params.mass
         parts = {k: [] for k in ("q0", "qd0", "tau", "q", "qd")}
-        q_std, qd_std = [], []
+        q_std, qd_std, counts = [], [], []
         self.steps_per_sample = None
         for traj in trajectories:
             m = self._steps_per_sample(traj.dt, simulator.dt)
             windows = traj.windows(horizon, stride, m)
+            counts.append(len(windows["start"]))
             for key in parts:
                 parts[key].append(_tensor(windows[key], like))
             q_std.append(torch.full_like(parts["q"][-1], traj.q_std))
@@ -342,6 +370,10 @@ class RolloutResidual(_Block):
         self.span = max(t.filter_span for t in trajectories)
         speeds = torch.cat([self.data["qd0"][:, None, :], self.data["qd"]], dim=1).abs().amin(1, keepdim=True)
         self.speeds = speeds.expand_as(self.data["q"]).reshape(-1, self.data["q"].shape[-1])
+        # A window is one sample of the series; windows less than its horizon plus the filter's
+        # reach apart share raw data (one's end state is the next one's start). Rounded up.
+        step = horizon if stride is None else int(stride)
+        self.series = _series(counts, -(-(int(horizon) + _filter_reach(trajectories)) // step))
         if scheme == "torque":
             # Rigid-body inertia of the nominal model at the measured states: a fixed metric.
             elapsed = trajectories[0].dt * torch.arange(1, self.data["q"].shape[1] + 1, dtype=like.dtype, device=like.device)

@@ -14,7 +14,7 @@ from scipy.optimize import least_squares as _scipy_least_squares
 
 from diffsim_ros._tangents import lean_zero_tangents
 
-__all__ = ["ROBUST_LOSSES", "Solution", "forward_jacobian", "robust_cost", "least_squares", "adam"]
+__all__ = ["ROBUST_LOSSES", "Solution", "forward_jacobian", "robust_cost", "robust_influence", "least_squares", "adam"]
 
 ROBUST_LOSSES = ("linear", "huber", "soft_l1", "cauchy")
 
@@ -72,18 +72,31 @@ def _forward_jacobian_loop(fn, x):
     return value.detach(), torch.stack(columns, dim=1).detach()
 
 
+def _rho(z, robust):
+    """scipy's robust loss ``rho(z)`` and its derivative ``rho'(z)`` at ``z = (r / scale)^2``."""
+    if robust == "linear":
+        return z, np.ones_like(z)
+    if robust == "huber":
+        root = np.sqrt(np.maximum(z, 1.0))
+        return np.where(z <= 1, z, 2 * root - 1), np.where(z <= 1, 1.0, 1.0 / root)
+    if robust == "soft_l1":
+        return 2 * (np.sqrt(1 + z) - 1), 1.0 / np.sqrt(1 + z)
+    return np.log1p(z), 1.0 / (1 + z)
+
+
 def robust_cost(residual, robust, scale):
     """``0.5 * sum rho(r^2)`` with scipy's robust-loss definitions (numpy, scalar)."""
-    z = (np.asarray(residual) / scale) ** 2
-    if robust == "linear":
-        rho = z
-    elif robust == "huber":
-        rho = np.where(z <= 1, z, 2 * np.sqrt(z) - 1)
-    elif robust == "soft_l1":
-        rho = 2 * (np.sqrt(1 + z) - 1)
-    else:
-        rho = np.log1p(z)
-    return 0.5 * scale**2 * rho.sum()
+    return 0.5 * scale**2 * _rho((np.asarray(residual) / scale) ** 2, robust)[0].sum()
+
+
+def robust_influence(residual, robust, scale):
+    """Influence ``psi(r) = rho'((r / scale)^2) r`` of every residual, numpy like ``residual``.
+
+    The cost's gradient is ``J^T psi(r)``: a residual's share of the estimate (for Huber, r
+    clipped to +-scale), what the scores of a sandwich covariance are made of.
+    """
+    residual = np.asarray(residual, dtype=float)
+    return _rho((residual / scale) ** 2, robust)[1] * residual
 
 
 def _active(z, lower, upper, reported=None):
