@@ -62,7 +62,7 @@ def main(argv=None):
     try:
         with record_interrupts():
             code = _run(argv)
-            if code != OK:  # a Ctrl-C a library swallowed ended it early: that is the outcome
+            if code not in (OK, INTERRUPTED):  # a Ctrl-C a library swallowed ended it early: that is the outcome
                 check_interrupted()
     except KeyboardInterrupt:
         with _sigint_ignored():  # a second Ctrl-C must not interrupt the message
