@@ -180,3 +180,15 @@ def test_replay_of_a_poor_fit_writes_nothing_and_says_why(tmp_path, model, capsy
     assert code == exits.UNDETERMINED and not out.exists()
     err = capsys.readouterr().err
     assert "no estimate was accepted" in err and "last: rejected: poor fit" in err and " N·m rms vs " in err
+
+
+def test_a_block_the_data_do_not_determine_is_held_at_nominal_while_the_rest_is_fitted(model):
+    # The arm carries no payload (nominal 0): the payload is held up at its bound and kept
+    # nominal. The refit of the rest used to hold it at the optimizer's start mass (0.1 kg)
+    # instead, so the spring absorbed a payload the reported model does not have.
+    result = identify(model, _dataset(model), ("payload", "spring"))
+    assert "payload.mass" in result.unidentifiable and float(result.model.get_parameter("payload.mass")) == 0.0
+    (item,) = result.agreement
+    assert np.all(item.residual_rms < 3 * TORQUE_NOISE)
+    nominal = float(model.get_parameter("left_s1.spring.stiffness"))
+    assert abs(result.values["left_s1.spring.stiffness"] - nominal) < 1e-3 * nominal

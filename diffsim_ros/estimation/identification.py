@@ -625,6 +625,8 @@ def identify(model, dataset, groups, *, settings=None, simulator=None, camera_gu
                         "record more poses or a longer trajectory")
     unidentifiable = {}
     singular = _flag_rank_deficient(problem, jac0.cpu().numpy(), unidentifiable)
+    nominal = torch.as_tensor(space.nominal, dtype=like.dtype, device=like.device)
+    problem.x0 = torch.where(torch.as_tensor(problem.free), problem.x0, nominal)  # fixed blocks: at nominal
     if not problem.free.any():
         raise UndeterminedError(f"none of the parameters of groups {list(groups)} is identifiable from these data "
                         "(too few or too similar poses, or no excitation)")
@@ -643,7 +645,7 @@ def identify(model, dataset, groups, *, settings=None, simulator=None, camera_gu
         if not problem.free.any():
             raise UndeterminedError(f"no parameter of groups {list(groups)} is determined by these data: "
                             + "; ".join(f"{k}: {v}" for k, v in rejected.items()))
-        problem.x0 = torch.where(torch.as_tensor(problem.free), held, problem.x0)
+        problem.x0 = torch.where(torch.as_tensor(problem.free), held, nominal)
         solution = _solve(problem, problem.x0[torch.as_tensor(problem.free)], settings, history, progress)
         values, stddev, again, _ = _determine(problem, solution, settings)
         rejected = {**again, **rejected}

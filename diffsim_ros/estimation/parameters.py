@@ -100,9 +100,22 @@ class ParameterSpace:
         self.lower = np.concatenate([b.lower for b in self.blocks])
         self.upper = np.concatenate([b.upper for b in self.blocks])
         self.x0 = np.clip(self.x0, self.lower, self.upper)
+        self.nominal = self._nominal_coordinates(model)
         self._camera_guess = None if camera_guess is None else torch.as_tensor(
             np.asarray(camera_guess, dtype=np.float64), dtype=model.dtype, device=model.device
         )
+
+    def _nominal_coordinates(self, model):
+        """The nominal model's own coordinates, clipped into the bounds: ``x0`` but for a zero
+        payload, which ``x0`` starts at ``PAYLOAD_START_MASS``. Where a block the data do not
+        determine is held (the reported model keeps it nominal: so must the fit of the rest)."""
+        nominal, start = self.x0.copy(), 0
+        for block in self.blocks:
+            if block.kind == "payload":
+                mass = float(model.params.payload_mass)
+                nominal[start : start + 4] = np.concatenate([[mass], mass * model.params.payload_com.detach().cpu().numpy()])
+            start += block.size
+        return np.clip(nominal, self.lower, self.upper)
 
     # ------------------------------------------------------------------ block builders
     def _direct(self, model, name):
