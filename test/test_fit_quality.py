@@ -12,6 +12,7 @@ import math
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from diffsim_ros import dynamics as dyn
 from diffsim_ros.cli import exits
@@ -160,17 +161,28 @@ def _bag(path, model, seconds=5.0, **kwargs):
                             for ns, qi, ei in zip(stamps, q, effort)], storage="sqlite3")
 
 
-def test_calibrate_writes_nothing_for_a_poor_fit(tmp_path, model, capsys):
+def test_calibrate_writes_no_calibration_for_a_poor_fit_only_its_diagnostics(tmp_path, model, capsys):
     bag = _bag(tmp_path / "negated", model, effort_scale=-1.0)
     out = tmp_path / "out"
     args = ["calibrate", "--bag", str(bag), "--config", str(BAXTER_LEFT), "--out", str(out), "--estimate", "spring"]
-    assert cli_main(args + ["--allow-partial"]) == exits.UNDETERMINED
+    assert cli_main(args) == exits.UNDETERMINED
     err = capsys.readouterr().err
     assert "poor fit" in err and "nothing written" in err and " N·m rms vs " in err
     assert not out.exists()
+    # --allow-partial: what shows why (per-joint slopes, offsets, the torque plots), never a
+    # file a node could load as a calibration.
+    assert cli_main(args + ["--allow-partial"]) == exits.UNDETERMINED
+    assert "no calibration written" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == ["diagnostics.yaml", "report.png"]
+    document = yaml.safe_load((out / "diagnostics.yaml").read_text())
+    assert document["status"] == "poor_fit" and "poor fit" in document["message"]
+    assert "left_s1.spring.stiffness" in document["not_a_result"]
+    (quality,) = document["fit_quality"].values()
+    assert quality["joints"] == list(model.joint_names) and quality["failing"]
+    assert all(quality["slope"][model.joint_names.index(j)] < 0 for j in quality["failing"])
     assert cli_main(["calibrate", "--bag", str(_bag(tmp_path / "right", model)), "--config", str(BAXTER_LEFT),
-                     "--out", str(out), "--estimate", "spring"]) == exits.OK
-    assert (out / "calibration.yaml").exists()
+                     "--out", str(out), "--estimate", "spring", "--force"]) == exits.OK
+    assert (out / "calibration.yaml").exists() and not (out / "diagnostics.yaml").exists()
 
 
 def test_replay_of_a_poor_fit_writes_nothing_and_says_why(tmp_path, model, capsys):

@@ -5,8 +5,11 @@
 
 Exit codes (:mod:`diffsim_ros.cli.exits`): 0 written; 2 bad input (nothing written); 3 a
 requested parameter is not determined by the data (named; nothing written unless
-``--allow-partial``, and exit code 3 still), or less data than an estimate needs
-(``MIN_MOTION_SECONDS`` of motion or ``MIN_REST_POSES`` rest poses, as the online estimator).
+``--allow-partial``, and exit code 3 still), less data than an estimate needs
+(``MIN_MOTION_SECONDS`` of motion or ``MIN_REST_POSES`` rest poses, as the online estimator),
+or a poor fit: the fitted model does not explain the measured torques (no value is a result;
+``--allow-partial`` writes ``diagnostics.yaml`` and ``report.png`` to see why, never a
+calibration).
 """
 
 import sys
@@ -24,7 +27,7 @@ from diffsim_ros.estimation.parameters import GROUPS
 from diffsim_ros.io.bags import BagError
 from diffsim_ros.io.calibration import CalibrationError, atomic_directory
 from diffsim_ros.estimation.preparation import DatasetOptions
-from diffsim_ros.pipelines.calibration import MODELS, calibrate_bag, write_outputs
+from diffsim_ros.pipelines.calibration import MODELS, calibrate_bag, write_diagnostics, write_outputs
 from diffsim_ros.model import RobotModelError, load_robot_config
 
 __all__ = ["add_parser", "calibrate_command", "parse_groups", "summary_table"]
@@ -41,7 +44,8 @@ def add_parser(subparsers):
     parser.add_argument("--force", action="store_true", help="replace an existing output directory")
     parser.add_argument("--allow-partial", action="store_true",
                         help="write the determined parameters even if some requested ones are not determined "
-                             "(those go under 'unidentifiable:')")
+                             "(those go under 'unidentifiable:'); after a poor fit, write only its diagnostics "
+                             "(diagnostics.yaml, report.png), never a calibration; exit code 3 still")
     parser.add_argument("--model", choices=MODELS, default="rigid",
                         help="differentiable model the residuals go through: exact rigid-body dynamics or the PBD simulator")
     parser.add_argument("--trajectory-loss", choices=TRAJECTORY_LOSSES, default="auto",
@@ -126,6 +130,21 @@ def _report_undetermined(run, allow_partial):
         print("nothing written (pass --allow-partial to write the determined parameters)", file=sys.stderr)
 
 
+def _report_poor_fit(run, args):
+    """No value of a poor fit is a result: nothing, or with ``--allow-partial`` only its diagnostics."""
+    if not args.allow_partial:
+        print(f"diffsim-ros calibrate: {run.poor_fit}; no value is a result, nothing written "
+              "(--allow-partial writes the diagnostics)", file=sys.stderr)
+        return exits.UNDETERMINED
+    code, paths = exits.write_guarded("diffsim-ros calibrate", args.out, lambda: write_diagnostics(run, args.out, args.force))
+    if code != exits.OK:
+        return code
+    for kind, path in paths.items():
+        print(f"wrote {kind}: {path}")
+    print(f"diffsim-ros calibrate: {run.poor_fit}; no value is a result, no calibration written", file=sys.stderr)
+    return exits.UNDETERMINED
+
+
 def calibrate_command(args):
     """Handler: returns the exit code (see :mod:`diffsim_ros.cli.exits`)."""
     bar = tqdm(desc="calibrate", unit="eval", leave=False, disable=None)
@@ -145,8 +164,7 @@ def calibrate_command(args):
         _print_data(run.summary)
         print(summary_table(run))
         if run.poor_fit:
-            print(f"diffsim-ros calibrate: {run.poor_fit}; no value is a result, nothing written", file=sys.stderr)
-            return exits.UNDETERMINED
+            return _report_poor_fit(run, args)
         if run.undetermined:
             _report_undetermined(run, args.allow_partial)
             if not args.allow_partial:

@@ -8,6 +8,7 @@ Parameters the data do not determine are named with the reason and never written
 from dataclasses import dataclass, field
 
 import numpy as np
+import yaml
 
 from diffsim_ros.estimation.data import MIN_MOTION_SECONDS, MIN_REST_POSES, Dataset, UndeterminedError, data_shortfall
 from diffsim_ros.estimation.identification import IdentificationSettings, camera_initial_guess, identify
@@ -18,7 +19,7 @@ from diffsim_ros.io.urdf_export import export_calibrated_urdf
 from diffsim_ros.viz.calibration import calibration_report
 
 __all__ = ["MODELS", "CalibrationRun", "default_groups", "calibrate_dataset", "read_bag_dataset", "check_enough_data",
-           "calibrate_bag", "write_outputs"]
+           "calibrate_bag", "write_outputs", "write_diagnostics"]
 
 MODELS = ("rigid", "pbd")
 
@@ -195,3 +196,46 @@ def write_outputs(run, out_dir, source_urdf, force=False):
         "urdf": out_dir / f"{name}_calibrated.urdf",
         "report": out_dir / "report.png",
     }
+
+
+def _fit_quality(result, joint_names):
+    """Per torque block, the fit-quality check's figures by joint (plain lists, joint order)."""
+    out = {}
+    for item in result.agreement:
+        failing = set(int(j) for j in item.failing())
+        out[item.block] = {
+            "joints": list(joint_names),
+            "slope": [float(v) for v in item.slope], "slope_std": [float(v) for v in item.slope_std],
+            "offset": [float(v) for v in item.offset], "residual_rms": [float(v) for v in item.residual_rms],
+            "measured_rms": [float(v) for v in item.measured_rms],
+            "failing": [joint_names[j] for j in sorted(failing)],
+        }
+    return out
+
+
+def write_diagnostics(run, out_dir, force=False):
+    """Write what a poor fit shows, and no calibration: ``diagnostics.yaml`` and ``report.png``.
+
+    A fit whose model does not explain the torques (``run.poor_fit``) gives no values, so no
+    ``calibration.yaml`` or URDF a node could load is written; the user still needs the
+    per-joint slopes and offsets and the torque plots to see what is wrong with the data.
+
+    Returns:
+        Dict of the written paths.
+    """
+    joint_names = list(run.nominal.joint_names)
+    result = run.stages[-1][1]
+    document = {
+        "status": "poor_fit",
+        "message": run.poor_fit,
+        "robot": run.calibration.robot,
+        "groups": list(run.calibration.groups),
+        "not_a_result": sorted(set(run.calibration.parameters) | set(run.calibration.unidentifiable)),
+        "fit_quality": _fit_quality(result, joint_names),
+        "metrics": dict(run.calibration.metrics),
+    }
+    with atomic_directory(out_dir, force=force) as tmp:
+        (tmp / "diagnostics.yaml").write_text(yaml.safe_dump(document, sort_keys=False, allow_unicode=True))
+        calibration_report(tmp / "report.png", [r for _, r in run.stages], [n for n, _ in run.stages], run.dataset,
+                           joint_names, title=f"diffsim_ros calibration of {run.calibration.robot}: POOR FIT, not a calibration")
+    return {"diagnostics": out_dir / "diagnostics.yaml", "report": out_dir / "report.png"}

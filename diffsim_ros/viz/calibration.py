@@ -7,6 +7,8 @@ and at the estimate); no model is evaluated here again.
 
 import numpy as np
 
+from diffsim_ros.estimation.fit_quality import SLOPE_LIMIT
+
 __all__ = ["calibration_report"]
 
 STATIC_BLOCKS = ("static torques", "static torques (simulator)")  # rigid-body or through the simulator
@@ -60,6 +62,29 @@ def _static_fit(ax, before, after, dataset):
     ax.legend(fontsize=7)
 
 
+def _torque_agreement(ax, agreements, joint_names):
+    """The fit-quality check per joint: slope of measured on predicted torque, failing joints red."""
+    if not agreements:
+        ax.text(0.5, 0.5, "no torque data to check", ha="center", transform=ax.transAxes)
+        return
+    ax.axhspan(1 - SLOPE_LIMIT, 1 + SLOPE_LIMIT, color="tab:green", alpha=0.12, label=f"slope 1 +- {SLOPE_LIMIT:g}")
+    x = np.arange(len(joint_names))
+    shift = np.linspace(-0.2, 0.2, len(agreements)) if len(agreements) > 1 else [0.0]
+    for item, dx in zip(agreements, shift):
+        failing = np.zeros(len(joint_names), bool)
+        failing[item.failing()] = True
+        for mask, color, label in ((~failing, "tab:blue", item.block), (failing, "tab:red", f"{item.block}: failing")):
+            if mask.any():
+                ax.errorbar(x[mask] + dx, item.slope[mask], yerr=item.slope_std[mask], fmt="o", color=color, label=label)
+        for j in np.flatnonzero(np.isfinite(item.offset)):
+            ax.annotate(f"{item.offset[j]:+.2g}", (x[j] + dx, item.slope[j]), fontsize=6, xytext=(3, 3),
+                        textcoords="offset points")
+    ax.set_xticks(x, list(joint_names), rotation=45, ha="right", fontsize=7)
+    ax.set_ylabel("slope (labels: offset [N·m])")
+    ax.set_title("Measured = offset + slope x predicted torque")
+    ax.legend(fontsize=7)
+
+
 def _camera_fit(ax, before, after):
     if CAMERA_BLOCK not in before:
         ax.text(0.5, 0.5, "camera not calibrated", ha="center", transform=ax.transAxes)
@@ -96,8 +121,16 @@ def calibration_report(path, results, stage_names, dataset, joint_names, title):
     before, after = results[0].errors_before, results[-1].errors_after
     _bars(axes[0, 0], results, list(joint_names))
     _convergence(axes[0, 1], results, stage_names)
-    _static_fit(axes[1, 0], before, after, dataset)
-    _camera_fit(axes[1, 1], before, after)
+    # The torque check takes whichever lower panel its data leave free (motion alone: no rest poses).
+    lower = [axes[1, 0], axes[1, 1]]
+    if any(name in before for name in STATIC_BLOCKS) and dataset.static is not None:
+        _static_fit(lower.pop(0), before, after, dataset)
+    if CAMERA_BLOCK in before:
+        _camera_fit(lower.pop(), before, after)
+    if lower:
+        _torque_agreement(lower.pop(0), results[-1].agreement, joint_names)
+    for ax in lower:
+        ax.set_axis_off()
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
