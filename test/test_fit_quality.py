@@ -204,3 +204,19 @@ def test_a_block_the_data_do_not_determine_is_held_at_nominal_while_the_rest_is_
     assert np.all(item.residual_rms < 3 * TORQUE_NOISE)
     nominal = float(model.get_parameter("left_s1.spring.stiffness"))
     assert abs(result.values["left_s1.spring.stiffness"] - nominal) < 1e-3 * nominal
+
+
+def test_the_table_of_a_poor_fit_calls_no_parameter_determined_or_undetermined(model):
+    from types import SimpleNamespace
+
+    from diffsim_ros.cli.calibrate import summary_table
+    from diffsim_ros.io.calibration import Calibration
+
+    calibration = Calibration(robot="baxter_left", parameters={"payload.mass": 1.6}, stddev={"payload.mass": 0.007},
+                              groups=("payload", "damping"),
+                              unidentifiable={"left_s0.damping": "too imprecise: std 0.42; record more motion"})
+    run = SimpleNamespace(calibration=calibration, nominal=model, poor_fit=None)
+    assert "NOT DETERMINED: too imprecise" in summary_table(run) and "determined" in summary_table(run)
+    run.poor_fit = "poor fit: left_s0 offset +2.5 N·m"
+    rows = summary_table(run).splitlines()[2:]
+    assert len(rows) == 2 and all(row.endswith("POOR FIT (not a result)") for row in rows)

@@ -91,7 +91,9 @@ def summary_table(run):
         rows.append((name, nominal, _format(value), _format(run.calibration.stddev.get(name, np.nan)), status))
     for name, reason in run.calibration.unidentifiable.items():
         nominal = "" if name == "camera.pose" else _format(run.nominal.get_parameter(name).detach().cpu().numpy())
-        rows.append((name, nominal, "-", "-", "NOT DETERMINED: " + reason.split(";")[0]))
+        # A poor fit's determination says nothing (its std come from a model that does not fit).
+        status = "POOR FIT (not a result)" if run.poor_fit else "NOT DETERMINED: " + reason.split(";")[0]
+        rows.append((name, nominal, "-", "-", status))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = ["  ".join([cell.ljust(w) for cell, w in zip(row[:4], widths)] + [row[4]]) for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths) + "  ------")
