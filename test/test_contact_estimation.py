@@ -469,3 +469,18 @@ def test_parameter_std_follows_per_channel_noise():
     assert pooled[0] > 5 * exact[0] and pooled[1] < 0.8 * exact[1]  # one variance misstates both
     with pytest.raises(ValueError, match="channels must have shape"):
         parameter_uncertainty(jac, residuals[0], channels[:-1])
+
+
+def test_an_estimated_mass_says_which_declared_mass_it_is_measured_against():
+    # Camera poses hold the ratio of two colliding masses: a wrong declared mass scales the
+    # estimate by the same factor and no fit quality can show it, so the outputs say so.
+    from types import SimpleNamespace
+
+    from diffsim_ros.io.object_report import mass_notes
+
+    fit = SimpleNamespace(identifiable={"box.mass": True, "box/ground.friction": True},
+                          events=(SimpleNamespace(pair=("box", "target")),))
+    scene = SimpleNamespace(known={"target.mass": 0.6, "target/ground.friction": 0.3})
+    (note,) = mass_notes(fit, scene)
+    assert note.startswith("box.mass is measured against the declared target.mass = 0.6 kg") and "ratio" in note
+    assert mass_notes(SimpleNamespace(identifiable=fit.identifiable, events=()), scene) == []

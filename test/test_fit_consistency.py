@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy.optimize import least_squares
 
-from diffsim_ros.estimation.consistency import CONSISTENCY_P_VALUE, channel_consistency
+from diffsim_ros.estimation.consistency import CONSISTENCY_P_VALUE, STD_RATIO, channel_consistency
 from diffsim_ros.estimation.objects import row_noise
 
 SEED = 7
@@ -69,6 +69,9 @@ def test_a_channel_pulled_by_a_model_error_is_found():
     assert result.z["a"] == pytest.approx(-SHIFT_STD, rel=1e-6)
     assert result.by_channel["orientation"]["a"] - result.by_channel["position"]["a"] == pytest.approx(SHIFT_STD * std, rel=1e-6)
     assert result.p_value < CONSISTENCY_P_VALUE
+    # Each channel's own std, whose sum in quadrature is the difference's.
+    own = [result.std_by_channel[c]["a"] for c in ("position", "orientation")]
+    assert np.hypot(*own) == pytest.approx(std, rel=1e-9)
 
 
 def test_a_parameter_one_channel_cannot_see_carries_no_evidence():
@@ -80,6 +83,7 @@ def test_a_parameter_one_channel_cannot_see_carries_no_evidence():
     results = [_test(jac, channels, sigma, bias + rng.normal(size=2 * ROWS) * sigma) for _ in range(400)]
     assert {r.dof for r in results} == {1}
     assert results[0].z["b"] == 0.0
+    assert results[0].std_by_channel["orientation"]["b"] == np.inf and np.isfinite(results[0].std_by_channel["position"]["b"])
     p = np.array([r.p_value for r in results])
     assert abs(np.mean(p < LEVEL) - LEVEL) < 2 * LEVEL_TOL
 
@@ -109,3 +113,21 @@ def test_a_nonlinear_fit_is_tested_at_its_solution():
         fit = least_squares(lambda x: model(x, 0.0) - data, np.ones(2))
         result = channel_consistency(fit.jac, fit.fun, sigma, channels, ["a", "b"], fit.x)
         assert result.agrees() is expect_agree
+
+
+def test_a_parameter_one_channel_barely_sees_is_not_tested():
+    # Before a hit, a box's mass is seen only through second-order effects (a contact's
+    # compliance): a model error there is no disagreement about the mass.
+    rng = np.random.default_rng(SEED)
+    jac, channels, sigma = _problem(rng)
+    jac[ROWS:, 1] *= 1e-3  # the orientation rows see parameter 1, 1000x less well
+    std_o = np.sqrt(np.linalg.inv((jac[ROWS:] / sigma[ROWS:, None]).T @ (jac[ROWS:] / sigma[ROWS:, None]))[1, 1])
+    bias = np.where(channels == 1, jac[:, 1] * 5 * std_o, 0.0)  # 5 of its own std, on the weak side only
+    result = _test(jac, channels, sigma, bias)
+    assert result.dof == 1 and result.z["b"] == 0.0 and result.agrees()
+    assert result.std_by_channel["orientation"]["b"] > STD_RATIO * result.std_by_channel["position"]["b"]
+    # The parameter both channels see is still tested, and a disagreement on it is found.
+    std = np.sqrt(sum(np.linalg.inv((jac[channels == c] / sigma[channels == c, None]).T
+                                    @ (jac[channels == c] / sigma[channels == c, None]))[0, 0] for c in (0, 1)))
+    pulled = _test(jac, channels, sigma, bias + np.where(channels == 1, jac[:, 0] * SHIFT_STD * std, 0.0))
+    assert pulled.dof == 1 and not pulled.agrees()

@@ -39,7 +39,7 @@ _AMPLITUDE = np.array([0.5, 0.3, 0.6, 0.5, 0.8, 0.5, 0.9])  # [rad]
 _FREQUENCY = np.array([0.11, 0.17, 0.13, 0.19, 0.23, 0.29, 0.31])  # [Hz]
 
 
-def arm_motion(model, seconds, *, effort_scale=1.0, damping=None, seed=0):
+def arm_motion(model, seconds, *, effort_scale=1.0, damping=None, seed=0, effort_bias=0.0):
     """Exact multi-sine motion of the model and the torques that drive it.
 
     Args:
@@ -48,6 +48,7 @@ def arm_motion(model, seconds, *, effort_scale=1.0, damping=None, seed=0):
         effort_scale: The efforts are multiplied by this (-1: the wrong sign convention).
         damping: Joint damping of the robot [N·m·s/rad] if not the model's.
         seed: Noise seed.
+        effort_bias: Added to the efforts [N·m], scalar or (7,) (a torque sensor's offset).
 
     Returns:
         ``(t, q, qd, qdd, effort)``: arrays (T,) and (T, 7).
@@ -62,7 +63,7 @@ def arm_motion(model, seconds, *, effort_scale=1.0, damping=None, seed=0):
     as_t = lambda x: torch.as_tensor(x, dtype=torch.float64)  # noqa: E731
     tau = (dyn.rnea(robot, as_t(q), as_t(qd), as_t(qdd)) - dyn.passive_torques(robot, as_t(q), as_t(qd))).numpy()
     tau = tau + TORQUE_NOISE * np.random.default_rng(seed).standard_normal(tau.shape)
-    return t, q, qd, qdd, effort_scale * tau
+    return t, q, qd, qdd, effort_scale * tau + effort_bias
 
 
 @pytest.fixture(scope="module")

@@ -234,6 +234,8 @@ class Trajectory:
             over every simulator step), or None: ``tau`` interpolated linearly.
         filter_span: Samples on each side that a sample's filtered ``qdd`` and ``tau`` depend
             on (0: instantaneous values).
+        measured_efforts: Whether ``tau`` are measured efforts (offset from the joint torques by
+            the model's ``effort_bias``) rather than commanded torques.
     """
 
     dt: float
@@ -246,6 +248,7 @@ class Trajectory:
     start_ns: int = 0
     torque: TorqueSignal | None = None
     filter_span: int = 0
+    measured_efforts: bool = False
 
     def __post_init__(self):
         if not self.dt > 0:

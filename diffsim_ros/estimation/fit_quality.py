@@ -146,5 +146,5 @@ def agreement_verdict(agreements, joint_names):
             f"predicted: a model that explains them has slope 1 +- {SLOPE_LIMIT:g} and an offset within "
             f"{100 * OFFSET_FRACTION:g} % of the arm's largest rms torque): "
             + "; ".join(parts) + ". Check the effort sign and units, the joint names of the robot config and the torque "
-            "source; an offset alone is an effort sensor's bias (zero the sensors, or record with commanded torques); "
+            "source; an offset alone is an effort sensor's bias (estimate the effort_bias group); "
             "unmodelled damping or friction also do this (estimate those groups)")

@@ -66,6 +66,7 @@ _NEEDS = {
     "damping": ("trajectories",),
     "friction": ("trajectories",),
     "camera": ("camera",),
+    "effort_bias": ("efforts",),
 }
 
 
@@ -214,6 +215,9 @@ def _present(dataset):
         "static": dataset.static is not None and len(dataset.static) > 0,
         "trajectories": len(dataset.trajectories) > 0,
         "camera": dataset.camera is not None and len(dataset.camera) > 0,
+        # Measured efforts: every rest pose, and motion whose torques are efforts (not commands).
+        "efforts": (dataset.static is not None and len(dataset.static) > 0)
+        or any(t.measured_efforts for t in dataset.trajectories),
     }
 
 
@@ -223,6 +227,9 @@ def groups_with_data(dataset, groups):
     return tuple(g for g in groups if any(present[n] for n in _NEEDS[g]))
 
 
+_NEED_TEXT = {"static": "static poses", "efforts": "measured efforts (rest poses, or motion with effort torques)"}
+
+
 def _check_data(dataset, groups, model):
     dataset.check_joints(model.nq)
     present = _present(dataset)
@@ -230,7 +237,7 @@ def _check_data(dataset, groups, model):
         needs = _NEEDS[group]
         if not any(present[n] for n in needs):
             raise DataError(
-                f"group '{group}' needs {' or '.join(n.replace('static', 'static poses') for n in needs)} "
+                f"group '{group}' needs {' or '.join(_NEED_TEXT.get(n, n) for n in needs)} "
                 f"in the data; the data has {[k for k, v in present.items() if v] or 'nothing'}"
             )
 

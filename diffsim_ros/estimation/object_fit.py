@@ -373,6 +373,9 @@ def _split_time(observations, events):
     return 0.5 * (start + max(float(o.times[-1]) for o in observations.values()))
 
 
+_WHAT_TO_CHECK = "(check the known values, the scene, and the model's time step: model: {dt: ...} in the scene file)"
+
+
 def _judge(estimate, identifiable, drift, settings):
     """``(status, message)`` from the fit's residual ratios, their drift and identifiability."""
     verdict = quality_verdict(estimate.fit_ratio, estimate.noise, settings.quality_limit)
@@ -384,17 +387,20 @@ def _judge(estimate, identifiable, drift, settings):
         return "poor_fit", (f"poor fit: the {channel} residuals of '{name}' drift ({DRIFT_BLOCK}-pose means {value:.1f}x what "
                             f"camera noise leaves; limit {settings.drift_limit:g}x) although their rms is "
                             f"{estimate.worst_ratio:.2f}x the noise: the model departs from the data systematically and its "
-                            "estimates would be biased (check the known values, the scene and the model's time step)")
+                            "estimates would be biased " + _WHAT_TO_CHECK)
     failed = [c for c in estimate.consistency.values() if not c.agrees(settings.consistency_p_value / len(estimate.consistency))]
     if failed:
         check = min(failed, key=lambda c: c.p_value)
         name = max(check.z, key=lambda n: abs(check.z[n]))
         (a, by_a), (b, by_b) = check.by_channel.items()
+        # With its std: one side may barely see a parameter (a mass before any hit).
+        std = check.std_by_channel or {a: {}, b: {}}
+        alone = [f"{by[name]:.4g} +- {std[side].get(name, math.nan):.2g} from the {side} data" for side, by in ((a, by_a), (b, by_b))]
         return "poor_fit", (f"poor fit: the {a} and {b} data disagree on the parameters beyond camera noise (chi-square "
                             f"{check.statistic:.1f} on {check.dof} dof, p = {check.p_value:.1e} < {settings.consistency_p_value:g}; "
-                            f"'{name}' is {by_a[name]:.4g} from the {a} data alone and {by_b[name]:.4g} from the {b} data, "
+                            f"'{name}' is {alone[0]} alone and {alone[1]}, "
                             f"{abs(check.z[name]):.1f} std apart): a model error is absorbed by the parameters and the "
-                            "estimates would be biased (check the known values, the scene and the model's time step)")
+                            "estimates would be biased " + _WHAT_TO_CHECK)
     missing = [n for n, ok in identifiable.items() if not ok]
     if missing:
         return "undetermined", f"the data do not determine {missing} (relative std above the limit or unobservable)"

@@ -265,7 +265,8 @@ def _trajectory_runs(streams, options, notes, limits):
                      f"{source} torques, or runs shorter than {options.min_trajectory_samples} samples)")
     trajectories = tuple(
         Trajectory(dt=period * 1e-9, q=values[0][a:b], qd=values[1][a:b], tau=tau[a:b], qdd=values[2][a:b],
-                   q_std=options.q_std, qd_std=options.qd_std, start_ns=int(grid[a]), torque=signal, filter_span=half)
+                   q_std=options.q_std, qd_std=options.qd_std, start_ns=int(grid[a]), torque=signal, filter_span=half,
+                   measured_efforts=source == "effort")
         for a, b in runs
     )
     if not trajectories:

@@ -145,6 +145,26 @@ def _stiction_weight(qd, velocity):
     return (qd.abs() >= velocity).all(dim=-2).to(qd.dtype)
 
 
+def _effort_rows(trajectories, like, repeat=None):
+    """1 for the rows of trajectories whose torques are measured efforts, else 0, shape (rows, 1).
+
+    Args:
+        trajectories: The block's trajectories, in row order.
+        like: Tensor giving dtype and device.
+        repeat: Rows per trajectory (default: its samples).
+    """
+    counts = [len(t) for t in trajectories] if repeat is None else repeat
+    flags = [float(t.measured_efforts) for t in trajectories]
+    return torch.repeat_interleave(torch.tensor(flags, dtype=like.dtype, device=like.device),
+                                   torch.tensor(counts, device=like.device))[:, None]
+
+
+def _torques(tau, efforts, model):
+    """Joint torques of measured ``tau`` [N·m]: efforts less the model's effort bias (where
+    ``efforts`` is 1, shape broadcastable to ``tau``); commanded torques as they are."""
+    return tau if efforts is None else tau - efforts * model.params.effort_bias
+
+
 class StaticTorqueResidual(_Block):
     """``(g(q) - tau_spring(q) - effort) / std`` for every static pose and joint [N·m].
 
@@ -171,7 +191,7 @@ class StaticTorqueResidual(_Block):
         return self.effort
 
     def __call__(self, model, camera_pose=None):
-        return self._finish(self.predict(model) - self.effort)
+        return self._finish(self.predict(model) - (self.effort - model.params.effort_bias))
 
 
 class SimulatorDynamicsResidual(_Block):
@@ -198,9 +218,10 @@ class SimulatorDynamicsResidual(_Block):
     name = "simulator dynamics"
     unit = "N·m"
 
-    def __init__(self, q, qd, qdd, tau, scale, model, simulator, weight=None, span=0, speeds=None):
+    def __init__(self, q, qd, qdd, tau, scale, model, simulator, weight=None, span=0, speeds=None, efforts=None):
         like = model.params.mass
         self.q, self.qd, self.qdd, self.tau = (_tensor(v, like) for v in (q, qd, qdd, tau))
+        self.efforts = efforts  # (N, 1): rows whose tau are measured efforts, or None (all commanded)
         self.scale = torch.broadcast_to(_tensor(scale, like), self.q.shape).clone()
         self.columns = self.q.shape[1]
         self.simulator = simulator
@@ -225,13 +246,13 @@ class SimulatorDynamicsResidual(_Block):
         like = model.params.mass
         weight = _stiction_weight(_tensor(arrays["slowest"], like)[:, None, :], stiction_velocity)
         block = cls(arrays["q"], arrays["qd"], arrays["qdd"], arrays["tau"], float(torque_std), model, simulator, weight,
-                    max(t.filter_span for t in trajectories), arrays["slowest"])
+                    max(t.filter_span for t in trajectories), arrays["slowest"], _effort_rows(trajectories, like))
         block.series = _series([len(t) for t in trajectories], _filter_reach(trajectories))
         return block
 
     def __call__(self, model, camera_pose=None):
         sim = self.simulator.with_model(model)
-        _, qd1 = sim.rollout(self.q, self.qd, self.tau[:, None, :])
+        _, qd1 = sim.rollout(self.q, self.qd, _torques(self.tau, self.efforts, model)[:, None, :])
         missing = (self.qd + sim.dt * self.qdd - qd1[:, 0]) / sim.dt
         return self._finish(matvec(mass_matrix(model, self.q), missing))
 
@@ -254,6 +275,7 @@ class StaticSimulatorResidual(SimulatorDynamicsResidual):
         zeros = np.zeros_like(poses.q)
         super().__init__(poses.q, zeros, zeros, poses.effort, poses.effort_std, model, simulator)
         self.effort = self.tau
+        self.efforts = torch.ones_like(self.tau[:, :1])
 
     def predict(self, model):
         """Torques that hold each pose [N·m] (rigid-body statics, for reports), shape (N, n)."""
@@ -284,6 +306,7 @@ class InverseDynamicsResidual(_Block):
         self.qd = torch.cat([_tensor(t.qd, like) for t in trajectories])
         self.qdd = torch.cat([_tensor(t.qdd, like) for t in trajectories])
         self.tau = torch.cat([_tensor(t.tau, like) for t in trajectories])
+        self.efforts = _effort_rows(trajectories, like)
         self.scale = torch.full_like(self.q, float(torque_std))
         self.columns = self.q.shape[1]
         self.speeds = torch.cat([_tensor(t.slowest_speed(), like) for t in trajectories])
@@ -310,7 +333,7 @@ class InverseDynamicsResidual(_Block):
     def __call__(self, model, camera_pose=None, rows=slice(None)):
         q, qd = self.q[rows], self.qd[rows]
         predicted = rnea(model, q, qd, self.qdd[rows]) - passive_torques(model, q, qd)
-        residual = (predicted - self.tau[rows]) / self.scale[rows]
+        residual = (predicted - _torques(self.tau[rows], self.efforts[rows], model)) / self.scale[rows]
         if self.weight is not None:
             residual = residual * self.weight[rows]
         return residual.reshape(-1)
@@ -358,6 +381,7 @@ class RolloutResidual(_Block):
             q_std.append(torch.full_like(parts["q"][-1], traj.q_std))
             qd_std.append(torch.full_like(parts["qd"][-1], traj.qd_std))
         self.data = {k: torch.cat(v) for k, v in parts.items()}
+        self.efforts = _effort_rows(trajectories, like, counts)[:, None]  # (W, 1, 1)
         self.simulator = simulator
         self.scheme = scheme
         self.checkpoint_every = checkpoint_every
@@ -411,7 +435,7 @@ class RolloutResidual(_Block):
         """Simulated ``(q, qd)`` at every sample of every window, shapes (W, K, n)."""
         sim = self.simulator.with_model(model)
         d = self.data
-        q, qd = sim.rollout(d["q0"], d["qd0"], d["tau"], checkpoint_every=self.checkpoint_every)
+        q, qd = sim.rollout(d["q0"], d["qd0"], _torques(d["tau"], self.efforts, model), checkpoint_every=self.checkpoint_every)
         m = self.steps_per_sample
         return q[..., m - 1 :: m, :], qd[..., m - 1 :: m, :]
 

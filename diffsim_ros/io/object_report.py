@@ -13,6 +13,7 @@
       box/ground.restitution: "..."
     not_estimated:              # unknowns the data cannot involve, with the reason
     known: {target.mass: 0.6, ...}
+    notes: ["box.mass is measured against the declared target.mass = 0.6 kg: ..."]
     quality: {noise: {...}, fit_ratio: {box: {position: 1.05, orientation: 1.01}, ...}, drift: {box: {...}, ...},
               consistency: {before/after: {chi_square: 0.7, dof: 1, p_value: 0.39, estimates: {before: {...}, after: {...}}}, ...}}
     events: [{pair: [box, target], time: 0.2, last_apart: 0.167}]
@@ -23,7 +24,7 @@
 import math
 
 
-__all__ = ["estimates_document", "summary_table"]
+__all__ = ["estimates_document", "mass_notes", "summary_table"]
 
 
 def _float(value):
@@ -35,6 +36,27 @@ def _std_parts(fit, name):
     if not fit.std_bootstrap:
         return {}
     return {"std_linear": _float(fit.std_linear[name]), "std_bootstrap": _float(fit.std_bootstrap[name])}
+
+
+def mass_notes(fit, scene):
+    """What each estimated mass is measured against: the declared masses of the objects it hit.
+
+    Gravity and Coulomb friction move a body alike whatever its mass, so camera poses hold
+    the ratio of two colliding masses only: an error in the declared mass scales the estimate
+    by the same factor, and no fit quality can show it.
+    """
+    notes = []
+    for name in fit.identifiable:
+        owner, _, kind = name.rpartition(".")
+        if kind != "mass" or "/" in owner:
+            continue
+        partners = sorted({b if a == owner else a for e in fit.events for a, b in [e.pair] if owner in (a, b)})
+        known = [(p, scene.known[f"{p}.mass"]) for p in partners if f"{p}.mass" in scene.known]
+        if known:
+            against = " and ".join(f"{p}.mass = {value:.6g} kg" for p, value in known)
+            notes.append(f"{name} is measured against the declared {against}: the poses hold only the ratio of colliding "
+                         "masses, so an error in a declared mass scales this estimate by the same factor")
+    return notes
 
 
 def estimates_document(fit, scene, data):
@@ -51,12 +73,14 @@ def estimates_document(fit, scene, data):
         "unidentifiable": unidentifiable,
         "not_estimated": dict(fit.not_estimated),
         "known": {k: _float(v) for k, v in scene.known.items()},
+        "notes": mass_notes(fit, scene),
         "quality": {
             "noise": {"position_m": fit.noise.position, "orientation_rad": fit.noise.orientation, "windows": fit.noise.windows},
             "fit_ratio": {k: {c: round(float(v), 4) for c, v in r.items()} for k, r in fit.fit_ratio.items()},
             "drift": {k: {c: round(float(v), 4) for c, v in r.items()} for k, r in fit.drift.items()},
             "consistency": {split: {"chi_square": round(c.statistic, 4), "dof": c.dof, "p_value": float(f"{c.p_value:.4g}"),
-                                    "estimates": {side: {n: float(v) for n, v in values.items()} for side, values in c.by_channel.items()}}
+                                    "estimates": {side: {n: float(v) for n, v in values.items()} for side, values in c.by_channel.items()},
+                                    "std": {side: {n: _float(v) for n, v in values.items()} for side, values in (c.std_by_channel or {}).items()}}
                             for split, c in fit.estimate.consistency.items()},
         },
         "events": [{"pair": list(e.pair), "time": round(e.time, 6), "last_apart": round(e.last_apart, 6)} for e in fit.events],
@@ -94,6 +118,7 @@ def summary_table(fit, scene):
               f"{', '.join(f'{k} {max(r.values()):.2f}x' for k, r in fit.drift.items()) or 'not checked (too few poses)'}",
               "data splits agree on the parameters: " + (", ".join(f"{split} p = {c.p_value:.2g}" for split, c in fit.estimate.consistency.items())
                                                           or "not checked")]
+    lines += [f"note: {note}" for note in mass_notes(fit, scene)]
     if fit.std_bootstrap:
         lines.append("std: the larger of the fit's linear std and the spread of its bootstrap refits (linear / bootstrap: "
                      + ", ".join(f"{n} {fit.std_linear[n]:.3g} / {fit.std_bootstrap[n]:.3g}" for n in fit.std_bootstrap) + ")")

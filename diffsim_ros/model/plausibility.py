@@ -104,7 +104,7 @@ def parameter_kind(name):
         return name
     for suffix in ("spring.stiffness", "spring.offset", "spring.alpha1", "spring.l1", "spring.l2",
                    "spring.rest_length", "spring.damping", "spring.point_a", "spring.point_b", "origin.xyz",
-                   "damping", "friction", "mass", "com", "inertia"):
+                   "damping", "friction", "effort_bias", "mass", "com", "inertia"):
         if name.endswith("." + suffix):
             return suffix
     return None

@@ -13,6 +13,9 @@ files and logs:
 ``<joint>.origin.xyz``           joint origin translation in the parent body frame [m], (3,)
 ``<joint>.damping``              viscous damping [N·m·s/rad or N·s/m]
 ``<joint>.friction``             Coulomb friction [N·m or N]
+``<joint>.effort_bias``          constant offset of the joint's measured effort [N·m or N]: a
+                                 torque sensor's bias (effort = joint torque + bias); no
+                                 dynamics algorithm uses it, only comparisons with efforts
 ``<joint>.spring.stiffness``     lever spring stiffness k [N/m]; torsion spring k [N·m/rad or N/m]
 ``<joint>.spring.offset``        lever offset angle alpha2 [rad]; torsion rest position q0 [rad or m]
 ``<joint>.spring.alpha1``        lever mounting angle alpha1 [rad]
@@ -81,6 +84,9 @@ class RobotParams:
     """Joint viscous damping [N·m·s/rad], shape (n,)."""
     friction: torch.Tensor
     """Joint Coulomb friction [N·m], shape (n,)."""
+    effort_bias: torch.Tensor
+    """Offset of each joint's measured effort from its torque [N·m], shape (n,) (a sensor's
+    bias: estimation subtracts it from measured efforts; dynamics never see it)."""
     spring_stiffness: torch.Tensor
     """Lever spring stiffness k [N/m], shape (s,)."""
     spring_offset: torch.Tensor
@@ -127,7 +133,8 @@ class RobotParams:
 
 # parameter-name suffix -> (RobotParams field, indexed by 'body' | 'joint' | 'spring' | None)
 _BODY_FIELDS = {"mass": "mass", "com": "com", "inertia": "inertia"}
-_JOINT_FIELDS = {"origin.xyz": "joint_origin_xyz", "damping": "damping", "friction": "friction"}
+_JOINT_FIELDS = {"origin.xyz": "joint_origin_xyz", "damping": "damping", "friction": "friction",
+                 "effort_bias": "effort_bias"}
 _PAYLOAD_FIELDS = {"payload.mass": "payload_mass", "payload.com": "payload_com"}
 
 
@@ -249,6 +256,7 @@ class RobotModel:
             joint_origin_xyz=tensor([j.origin[:3, 3] for j in joints]),
             damping=tensor([j.damping for j in joints]),
             friction=tensor([j.friction for j in joints]),
+            effort_bias=tensor([0.0] * len(joints)),
             **_spring_tensors(springs.elements, dtype, device),
             payload_mass=tensor(0.0),
             payload_com=tensor([0.0, 0.0, 0.0]),

@@ -11,7 +11,7 @@ import numpy as np
 import yaml
 
 from diffsim_ros.estimation.data import MIN_MOTION_SECONDS, MIN_REST_POSES, Dataset, UndeterminedError, data_shortfall
-from diffsim_ros.estimation.identification import IdentificationSettings, camera_initial_guess, identify
+from diffsim_ros.estimation.identification import IdentificationSettings, camera_initial_guess, groups_with_data, identify
 from diffsim_ros.estimation.preparation import DatasetOptions, prepare_dataset
 from diffsim_ros.io.bags import read_robot_bag
 from diffsim_ros.io.calibration import Calibration, atomic_directory, write_calibration
@@ -60,7 +60,9 @@ class CalibrationRun:
 
 
 def default_groups(model, dataset):
-    """Groups the data can inform: payload and springs (rest poses or motion), camera, damping."""
+    """Groups the data can inform: payload and springs (rest poses or motion), camera, damping,
+    and the efforts' bias where torques are measured efforts (a torque sensor's offset, which
+    the payload and springs would otherwise absorb)."""
     groups = []
     if dataset.static is not None or dataset.trajectories:
         groups.append("payload")
@@ -70,6 +72,8 @@ def default_groups(model, dataset):
         groups.append("camera")
     if dataset.trajectories:
         groups.append("damping")
+    if groups_with_data(dataset, ("effort_bias",)):
+        groups.append("effort_bias")
     return tuple(groups)
 
 
