@@ -66,9 +66,9 @@ def _reference_parameter_jacobian(simulator, q, qd, tau):
     values = {
         name: model.get_parameter(name).detach().clone().requires_grad_(True)
         for name in model.parameter_names()
-        # Geometry is not a column of the compiled step, nor is the efforts' bias (a sensor's
-        # parameter: no dynamics depend on it).
-        if not name.endswith(("origin.xyz", "effort_bias"))
+        # Geometry is not a column of the compiled step, nor are the efforts' bias and delay (a
+        # sensor's parameters: no dynamics depend on them).
+        if not name.endswith(("origin.xyz", "effort_bias")) and name != "efforts.delay"
     }
     out = torch.cat(simulator.with_model(model.with_parameters(values)).joint_step(q, qd, tau))
     rows = [torch.autograd.grad(out[r], list(values.values()), allow_unused=True, retain_graph=True) for r in range(out.numel())]

@@ -39,7 +39,14 @@ _AMPLITUDE = np.array([0.5, 0.3, 0.6, 0.5, 0.8, 0.5, 0.9])  # [rad]
 _FREQUENCY = np.array([0.11, 0.17, 0.13, 0.19, 0.23, 0.29, 0.31])  # [Hz]
 
 
-def arm_motion(model, seconds, *, effort_scale=1.0, damping=None, seed=0, effort_bias=0.0):
+def _multi_sine(t):
+    """Positions, velocities and accelerations of the reference motion at times ``t`` (T,)."""
+    w, phase = 2 * math.pi * _FREQUENCY, 0.7 * np.arange(7)
+    angle = w * t[:, None] + phase
+    return _CENTER + _AMPLITUDE * np.sin(angle), _AMPLITUDE * w * np.cos(angle), -_AMPLITUDE * w**2 * np.sin(angle)
+
+
+def arm_motion(model, seconds, *, effort_scale=1.0, damping=None, seed=0, effort_bias=0.0, effort_delay=0.0):
     """Exact multi-sine motion of the model and the torques that drive it.
 
     Args:
@@ -49,19 +56,18 @@ def arm_motion(model, seconds, *, effort_scale=1.0, damping=None, seed=0, effort
         damping: Joint damping of the robot [N·m·s/rad] if not the model's.
         seed: Noise seed.
         effort_bias: Added to the efforts [N·m], scalar or (7,) (a torque sensor's offset).
+        effort_delay: The efforts are the torques this much earlier [s] (a sensor's lag).
 
     Returns:
         ``(t, q, qd, qdd, effort)``: arrays (T,) and (T, 7).
     """
     t = np.arange(int(round(seconds * RATE))) / RATE
-    w, phase = 2 * math.pi * _FREQUENCY, 0.7 * np.arange(7)
-    q = _CENTER + _AMPLITUDE * np.sin(w * t[:, None] + phase)
-    qd = _AMPLITUDE * w * np.cos(w * t[:, None] + phase)
-    qdd = -_AMPLITUDE * w**2 * np.sin(w * t[:, None] + phase)
+    q, qd, qdd = _multi_sine(t)
     robot = model if damping is None else model.with_parameters(
         {f"{j}.damping": torch.tensor(float(damping), dtype=torch.float64) for j in JOINTS})
     as_t = lambda x: torch.as_tensor(x, dtype=torch.float64)  # noqa: E731
-    tau = (dyn.rnea(robot, as_t(q), as_t(qd), as_t(qdd)) - dyn.passive_torques(robot, as_t(q), as_t(qd))).numpy()
+    earlier = [as_t(x) for x in _multi_sine(t - effort_delay)]
+    tau = (dyn.rnea(robot, *earlier) - dyn.passive_torques(robot, *earlier[:2])).numpy()
     tau = tau + TORQUE_NOISE * np.random.default_rng(seed).standard_normal(tau.shape)
     return t, q, qd, qdd, effort_scale * tau + effort_bias
 

@@ -235,7 +235,9 @@ class Trajectory:
         filter_span: Samples on each side that a sample's filtered ``qdd`` and ``tau`` depend
             on (0: instantaneous values).
         measured_efforts: Whether ``tau`` are measured efforts (offset from the joint torques by
-            the model's ``effort_bias``) rather than commanded torques.
+            the model's ``effort_bias``, late by its ``effort_delay``) rather than commanded torques.
+        tau_rate: Time derivative of ``tau`` [N·m/s], shape (T, n), filtered like it, or None
+            (then no effort delay can be estimated from this trajectory).
     """
 
     dt: float
@@ -249,6 +251,7 @@ class Trajectory:
     torque: TorqueSignal | None = None
     filter_span: int = 0
     measured_efforts: bool = False
+    tau_rate: np.ndarray | None = None
 
     def __post_init__(self):
         if not self.dt > 0:
@@ -262,6 +265,8 @@ class Trajectory:
         object.__setattr__(self, "tau", _array("trajectory tau", self.tau, (n,), steps))
         if self.qdd is not None:
             object.__setattr__(self, "qdd", _array("trajectory qdd", self.qdd, (n,), steps))
+        if self.tau_rate is not None:
+            object.__setattr__(self, "tau_rate", _array("trajectory tau_rate", self.tau_rate, (n,), steps))
         if self.torque is None:
             object.__setattr__(self, "torque", TorqueSignal(self.stamps_ns, self.tau, "linear"))
         elif self.torque.values.shape[1] != n:

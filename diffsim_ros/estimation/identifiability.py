@@ -56,6 +56,7 @@ _RESOLUTION = {
     # independent MuJoCo arm (RESULTS "Arm calibration on an independent generator with effort nuisances"):
     # with 0.3 N·m of coloured effort noise, an unbiased s1 came out 0.025 +- 0.068.
     "effort_bias": 0.1,
+    "efforts.delay": 0.001,  # [s] a tenth of a 100 Hz sample
     "spring.stiffness": 0.0,
     "spring.offset": 0.0175,  # [rad] (1 deg)
     "spring.alpha1": 0.0175,
@@ -77,6 +78,7 @@ _HINTS = {
     "inertia": "fast motion with varied accelerations of this link",
     "damping": "motion of this joint at varied speeds",
     "friction": "motion of this joint in both directions at varied speeds",
+    "efforts.delay": "motion with faster changes of the joint torques",
     "effort_bias": "rest poses or motion over a wider range of configurations (the bias is the torque no pose changes)",
     "spring.stiffness": "motion or rest poses over a wider range of the spring joint",
     "spring.offset": "motion or rest poses over a wider range of the spring joint",

@@ -67,6 +67,7 @@ _NEEDS = {
     "friction": ("trajectories",),
     "camera": ("camera",),
     "effort_bias": ("efforts",),
+    "effort_delay": ("effort_motion",),
 }
 
 
@@ -218,6 +219,7 @@ def _present(dataset):
         # Measured efforts: every rest pose, and motion whose torques are efforts (not commands).
         "efforts": (dataset.static is not None and len(dataset.static) > 0)
         or any(t.measured_efforts for t in dataset.trajectories),
+        "effort_motion": any(t.measured_efforts and t.tau_rate is not None for t in dataset.trajectories),
     }
 
 
@@ -227,7 +229,8 @@ def groups_with_data(dataset, groups):
     return tuple(g for g in groups if any(present[n] for n in _NEEDS[g]))
 
 
-_NEED_TEXT = {"static": "static poses", "efforts": "measured efforts (rest poses, or motion with effort torques)"}
+_NEED_TEXT = {"static": "static poses", "efforts": "measured efforts (rest poses, or motion with effort torques)",
+              "effort_motion": "motion with measured efforts (not commanded torques)"}
 
 
 def _check_data(dataset, groups, model):

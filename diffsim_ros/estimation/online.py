@@ -177,7 +177,7 @@ def _strided(trajectory, k):
         return trajectory
     t = trajectory
     return replace(t, dt=t.dt * k, q=t.q[::k], qd=t.qd[::k], tau=t.tau[::k], qdd=None if t.qdd is None else t.qdd[::k],
-                   filter_span=-(-t.filter_span // k))
+                   tau_rate=None if t.tau_rate is None else t.tau_rate[::k], filter_span=-(-t.filter_span // k))
 
 
 class OnlineEstimator:

@@ -24,7 +24,7 @@ from diffsim_ros.model.plausibility import DEFAULT_BOUNDS, scalar_bounds
 
 __all__ = ["GROUPS", "ParameterBlock", "ParameterSpace", "camera_pose_vector"]
 
-GROUPS = ("payload", "spring", "damping", "friction", "inertia", "camera", "link_lengths", "effort_bias")
+GROUPS = ("payload", "spring", "damping", "friction", "inertia", "camera", "link_lengths", "effort_bias", "effort_delay")
 PAYLOAD_MIN_MASS = 1e-6
 """[kg] Denominator floor of com = (m c) / m while the payload mass passes through zero."""
 PAYLOAD_START_MASS = 0.1
@@ -162,6 +162,9 @@ class ParameterSpace:
     def _blocks_effort_bias(self, model, spring_geometry, camera_guess):
         for joint in model.joint_names:
             yield self._direct(model, f"{joint}.effort_bias")
+
+    def _blocks_effort_delay(self, model, spring_geometry, camera_guess):
+        yield self._direct(model, "efforts.delay")
 
     def _blocks_link_lengths(self, model, spring_geometry, camera_guess):
         for joint in model.joint_names[1:]:  # the first origin only moves the whole arm

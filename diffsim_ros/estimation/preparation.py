@@ -202,6 +202,12 @@ def _consistent_torques(signal, grid, period, options):
     return np.einsum("tcn,c->tn", means, weights)
 
 
+def _torque_rate(signal, grid, period, options):
+    """Time derivative [N·m/s] of :func:`_consistent_torques` (central difference over one sample)."""
+    ahead, behind = (_consistent_torques(signal, grid + shift, period, options) for shift in (period, -period))
+    return (ahead - behind) / (2 * period * 1e-9)
+
+
 def _runs(valid, min_samples):
     """(start, stop) index runs of valid samples at least ``min_samples`` long."""
     return [(a, b) for a, b in contiguous_runs(valid) if b - a >= min_samples]
@@ -241,11 +247,13 @@ def _trajectory_runs(streams, options, notes, limits):
     values = [interpolate(js.times, v, seconds, max_gap=DEFAULT_GAP_FACTOR * period * 1e-9)[0]
               for v in (filtered.positions, filtered.velocities, filtered.accelerations)]
     tau = _consistent_torques(signal, grid, period, options)
+    # Measured efforts may lag the joint states: their rate, filtered alike, lets a delay be fitted.
+    rate = _torque_rate(signal, grid, period, options) if source == "effort" else None
     half = window_samples(options.trajectory_filter_window, period * 1e-9, options.trajectory_polyorder) // 2
     centred = np.zeros(len(grid), dtype=bool)  # edge samples of a run have one-sided filters
     for a, b in contiguous_runs(np.all(np.isfinite(np.concatenate(values, axis=1)), axis=1)):
         centred[a + half : b - half] = True
-    valid = centred & np.all(np.isfinite(np.concatenate(values + [tau], axis=1)), axis=1)
+    valid = centred & np.all(np.isfinite(np.concatenate(values + [tau] + ([] if rate is None else [rate]), axis=1)), axis=1)
     if source == "commanded":
         stale = _dilated(_commands_stale(streams, grid, options.command_timeout), half)
         if np.any(valid & stale):
@@ -266,7 +274,7 @@ def _trajectory_runs(streams, options, notes, limits):
     trajectories = tuple(
         Trajectory(dt=period * 1e-9, q=values[0][a:b], qd=values[1][a:b], tau=tau[a:b], qdd=values[2][a:b],
                    q_std=options.q_std, qd_std=options.qd_std, start_ns=int(grid[a]), torque=signal, filter_span=half,
-                   measured_efforts=source == "effort")
+                   measured_efforts=source == "effort", tau_rate=None if rate is None else rate[a:b])
         for a, b in runs
     )
     if not trajectories:

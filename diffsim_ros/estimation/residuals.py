@@ -159,10 +159,22 @@ def _effort_rows(trajectories, like, repeat=None):
                                    torch.tensor(counts, device=like.device))[:, None]
 
 
-def _torques(tau, efforts, model):
-    """Joint torques of measured ``tau`` [N·m]: efforts less the model's effort bias (where
-    ``efforts`` is 1, shape broadcastable to ``tau``); commanded torques as they are."""
-    return tau if efforts is None else tau - efforts * model.params.effort_bias
+def _torques(tau, efforts, model, rate=None):
+    """Joint torques of measured ``tau`` [N·m]: efforts less the model's effort bias, and read
+    ``effort_delay`` later (to first order, with their ``rate`` [N·m/s]) where ``efforts`` is 1
+    (shape broadcastable to ``tau``); commanded torques as they are."""
+    if efforts is None:
+        return tau
+    if rate is not None:
+        tau = tau + efforts * model.params.effort_delay * rate
+    return tau - efforts * model.params.effort_bias
+
+
+def _rates(trajectories, like):
+    """Stacked ``tau_rate`` of trajectories (zeros where a trajectory has none), or None."""
+    if all(t.tau_rate is None for t in trajectories):
+        return None
+    return torch.cat([_tensor(np.zeros_like(t.tau) if t.tau_rate is None else t.tau_rate, like) for t in trajectories])
 
 
 class StaticTorqueResidual(_Block):
@@ -218,10 +230,12 @@ class SimulatorDynamicsResidual(_Block):
     name = "simulator dynamics"
     unit = "N·m"
 
-    def __init__(self, q, qd, qdd, tau, scale, model, simulator, weight=None, span=0, speeds=None, efforts=None):
+    def __init__(self, q, qd, qdd, tau, scale, model, simulator, weight=None, span=0, speeds=None, efforts=None,
+                 rate=None):
         like = model.params.mass
         self.q, self.qd, self.qdd, self.tau = (_tensor(v, like) for v in (q, qd, qdd, tau))
         self.efforts = efforts  # (N, 1): rows whose tau are measured efforts, or None (all commanded)
+        self.rate = rate  # (N, n) d tau / dt, or None
         self.scale = torch.broadcast_to(_tensor(scale, like), self.q.shape).clone()
         self.columns = self.q.shape[1]
         self.simulator = simulator
@@ -246,13 +260,14 @@ class SimulatorDynamicsResidual(_Block):
         like = model.params.mass
         weight = _stiction_weight(_tensor(arrays["slowest"], like)[:, None, :], stiction_velocity)
         block = cls(arrays["q"], arrays["qd"], arrays["qdd"], arrays["tau"], float(torque_std), model, simulator, weight,
-                    max(t.filter_span for t in trajectories), arrays["slowest"], _effort_rows(trajectories, like))
+                    max(t.filter_span for t in trajectories), arrays["slowest"], _effort_rows(trajectories, like),
+                    _rates(trajectories, like))
         block.series = _series([len(t) for t in trajectories], _filter_reach(trajectories))
         return block
 
     def __call__(self, model, camera_pose=None):
         sim = self.simulator.with_model(model)
-        _, qd1 = sim.rollout(self.q, self.qd, _torques(self.tau, self.efforts, model)[:, None, :])
+        _, qd1 = sim.rollout(self.q, self.qd, _torques(self.tau, self.efforts, model, self.rate)[:, None, :])
         missing = (self.qd + sim.dt * self.qdd - qd1[:, 0]) / sim.dt
         return self._finish(matvec(mass_matrix(model, self.q), missing))
 
@@ -307,6 +322,7 @@ class InverseDynamicsResidual(_Block):
         self.qdd = torch.cat([_tensor(t.qdd, like) for t in trajectories])
         self.tau = torch.cat([_tensor(t.tau, like) for t in trajectories])
         self.efforts = _effort_rows(trajectories, like)
+        self.rate = _rates(trajectories, like)
         self.scale = torch.full_like(self.q, float(torque_std))
         self.columns = self.q.shape[1]
         self.speeds = torch.cat([_tensor(t.slowest_speed(), like) for t in trajectories])
@@ -333,7 +349,8 @@ class InverseDynamicsResidual(_Block):
     def __call__(self, model, camera_pose=None, rows=slice(None)):
         q, qd = self.q[rows], self.qd[rows]
         predicted = rnea(model, q, qd, self.qdd[rows]) - passive_torques(model, q, qd)
-        residual = (predicted - _torques(self.tau[rows], self.efforts[rows], model)) / self.scale[rows]
+        rate = None if self.rate is None else self.rate[rows]
+        residual = (predicted - _torques(self.tau[rows], self.efforts[rows], model, rate)) / self.scale[rows]
         if self.weight is not None:
             residual = residual * self.weight[rows]
         return residual.reshape(-1)
@@ -363,6 +380,9 @@ class RolloutResidual(_Block):
 
     name = "rollout"
     torque_error_sign = -1.0
+    # Windows apply the measured torques as recorded: efforts' bias is subtracted, but their
+    # delay (``effort_delay``, a first-order correction with the filtered torque rate of the
+    # instantaneous losses) is not modelled here, so rollouts alone leave it undetermined.
 
     def __init__(self, trajectories, model, simulator, horizon=1, scheme="both", stride=None, checkpoint_every=None,
                  stiction_velocity=None, torque_std=0.05):

@@ -23,6 +23,7 @@ parameter                  plausible when
 ``*.spring.point_a``       within ``spring_length_max`` of its link frame (also ``point_b``)
 ``<joint>.origin.xyz``     within ``origin_radius`` of the joint's parent frame origin
 ``camera.pose``            position within ``camera_radius`` of the base; unit quaternion
+``efforts.delay``          |delay| <= ``effort_delay_max``
 =========================  ==============================================================
 """
 
@@ -48,6 +49,8 @@ class PlausibilityBounds:
 
     payload_mass_max: float = 25.0
     """[kg] heavier than any arm in this package's range can carry."""
+    effort_delay_max: float = 0.1
+    """[s] longer than any effort sensor's lag (Baxter publishes joint states at 100 Hz)."""
     payload_com_radius: float = 0.5
     """[m] a payload's centre of mass lies within this distance of the payload frame."""
     body_mass_max: float = 200.0
@@ -100,7 +103,7 @@ DEFAULT_BOUNDS = PlausibilityBounds()
 
 def parameter_kind(name):
     """The plausibility kind of a parameter name (``"payload.mass"``, ``"damping"``, ...), or None."""
-    if name in ("payload.mass", "payload.com", "camera.pose"):
+    if name in ("payload.mass", "payload.com", "camera.pose", "efforts.delay"):
         return name
     for suffix in ("spring.stiffness", "spring.offset", "spring.alpha1", "spring.l1", "spring.l2",
                    "spring.rest_length", "spring.damping", "spring.point_a", "spring.point_b", "origin.xyz",
@@ -119,6 +122,7 @@ def scalar_bounds(name, bounds=DEFAULT_BOUNDS):
     kind = parameter_kind(name)
     return {
         "payload.mass": (0.0, bounds.payload_mass_max),
+        "efforts.delay": (-bounds.effort_delay_max, bounds.effort_delay_max),
         "mass": (0.0, bounds.body_mass_max),
         "damping": (0.0, bounds.damping_max),
         "friction": (0.0, bounds.friction_max),
@@ -166,7 +170,7 @@ def _camera_reason(value, bounds):
     return _radius_reason(value[:3], bounds.camera_radius, "camera")
 
 
-_UNITS = {"payload.mass": "kg", "mass": "kg", "damping": "N·m·s/rad", "friction": "N·m", "spring.stiffness": "N/m or N·m/rad",
+_UNITS = {"payload.mass": "kg", "efforts.delay": "s", "mass": "kg", "damping": "N·m·s/rad", "friction": "N·m", "spring.stiffness": "N/m or N·m/rad",
           "spring.offset": "rad", "spring.alpha1": "rad", "spring.l1": "m", "spring.l2": "m", "spring.rest_length": "m",
           "spring.damping": "N·s/m or N·m·s/rad"}
 _STRICT = {"mass", "spring.stiffness", "spring.l1", "spring.l2"}

@@ -29,6 +29,10 @@ files and logs:
 ``<name>.spring.point_a``        point spring end on its first link, link frame [m], (3,)
 ``<name>.spring.point_b``        point spring end on its second link, link frame [m], (3,)
 ``payload.mass``                 point-mass payload on the payload frame [kg]
+``efforts.delay``                how much later the measured efforts show a torque than the
+                                 joint states show its motion [s] (a sensor's filter or
+                                 transport lag); like ``<joint>.effort_bias``, only
+                                 comparisons with measured efforts use it
 ``payload.com``                  payload position in the payload frame [m], (3,)
 ===============================  =========================================================
 
@@ -119,6 +123,8 @@ class RobotParams:
     """Payload point mass [kg], shape ()."""
     payload_com: torch.Tensor
     """Payload position in the payload frame [m], shape (3,)."""
+    effort_delay: torch.Tensor
+    """Lag of the measured efforts behind the joint states [s], shape ()."""
 
     def to(self, dtype=None, device=None):
         """Copy with every tensor converted."""
@@ -135,7 +141,7 @@ class RobotParams:
 _BODY_FIELDS = {"mass": "mass", "com": "com", "inertia": "inertia"}
 _JOINT_FIELDS = {"origin.xyz": "joint_origin_xyz", "damping": "damping", "friction": "friction",
                  "effort_bias": "effort_bias"}
-_PAYLOAD_FIELDS = {"payload.mass": "payload_mass", "payload.com": "payload_com"}
+_PAYLOAD_FIELDS = {"payload.mass": "payload_mass", "payload.com": "payload_com", "efforts.delay": "effort_delay"}
 
 
 @dataclass(frozen=True)
@@ -260,6 +266,7 @@ class RobotModel:
             **_spring_tensors(springs.elements, dtype, device),
             payload_mass=tensor(0.0),
             payload_com=tensor([0.0, 0.0, 0.0]),
+            effort_delay=tensor(0.0),
         )
         parents = tuple(j.parent for j in joints)
         return cls(

@@ -61,8 +61,8 @@ class CalibrationRun:
 
 def default_groups(model, dataset):
     """Groups the data can inform: payload and springs (rest poses or motion), camera, damping,
-    and the efforts' bias where torques are measured efforts (a torque sensor's offset, which
-    the payload and springs would otherwise absorb)."""
+    and the efforts' bias and delay where torques are measured efforts (a torque sensor's offset
+    and lag, which the payload, springs and damping would otherwise absorb)."""
     groups = []
     if dataset.static is not None or dataset.trajectories:
         groups.append("payload")
@@ -72,8 +72,7 @@ def default_groups(model, dataset):
         groups.append("camera")
     if dataset.trajectories:
         groups.append("damping")
-    if groups_with_data(dataset, ("effort_bias",)):
-        groups.append("effort_bias")
+    groups += groups_with_data(dataset, ("effort_bias", "effort_delay"))
     return tuple(groups)
 
 
