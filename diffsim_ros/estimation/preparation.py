@@ -202,10 +202,14 @@ def _consistent_torques(signal, grid, period, options):
     return np.einsum("tcn,c->tn", means, weights)
 
 
-def _torque_rate(signal, grid, period, options):
-    """Time derivative [N·m/s] of :func:`_consistent_torques` (central difference over one sample)."""
-    ahead, behind = (_consistent_torques(signal, grid + shift, period, options) for shift in (period, -period))
-    return (ahead - behind) / (2 * period * 1e-9)
+def _torque_rate(tau, period):
+    """Time derivative [N·m/s] of filtered torques on the grid (T, n): central differences, one-sided
+    at the ends of each finite run, so that the rate costs no sample."""
+    rate = np.full_like(tau, np.nan)
+    for a, b in contiguous_runs(np.all(np.isfinite(tau), axis=1)):
+        if b - a >= 2:
+            rate[a:b] = np.gradient(tau[a:b], period * 1e-9, axis=0)
+    return rate
 
 
 def _runs(valid, min_samples):
@@ -248,7 +252,7 @@ def _trajectory_runs(streams, options, notes, limits):
               for v in (filtered.positions, filtered.velocities, filtered.accelerations)]
     tau = _consistent_torques(signal, grid, period, options)
     # Measured efforts may lag the joint states: their rate, filtered alike, lets a delay be fitted.
-    rate = _torque_rate(signal, grid, period, options) if source == "effort" else None
+    rate = _torque_rate(tau, period) if source == "effort" else None
     half = window_samples(options.trajectory_filter_window, period * 1e-9, options.trajectory_polyorder) // 2
     centred = np.zeros(len(grid), dtype=bool)  # edge samples of a run have one-sided filters
     for a, b in contiguous_runs(np.all(np.isfinite(np.concatenate(values, axis=1)), axis=1)):
