@@ -181,6 +181,10 @@ def calibrate_command(args):
     finally:
         bar.close()
     print(f"calibrated in {time.perf_counter() - start:.1f} s")
+    if run.undetermined_nuisances:
+        print(f"note: not determined, and not requested: {', '.join(run.undetermined_nuisances)} (the default groups "
+              "add the effort sensor's bias and delay so that the other parameters do not absorb them; where the data "
+              "see them only imprecisely, the other stds include that); listed under 'unidentifiable:'")
     for kind, path in paths.items():
         print(f"wrote {kind}: {path}")
     if run.undetermined:  # written as asked (--allow-partial), yet not every requested result

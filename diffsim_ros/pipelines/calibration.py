@@ -37,6 +37,9 @@ class CalibrationRun:
         stages: ``[(name, IdentificationResult)]`` (one joint stage).
         calibration: The Calibration to write.
         summary: DatasetSummary of the bag (None for a dataset).
+        nuisance_groups: Groups estimated without being requested (the effort sensor's groups
+            that :func:`default_groups` adds): what they leave undetermined stays free in the
+            fit, so the other stds carry it, and is not a requested result.
     """
 
     nominal: object
@@ -47,6 +50,7 @@ class CalibrationRun:
     stages: list = field(default_factory=list)
     calibration: Calibration | None = None
     summary: object = None
+    nuisance_groups: tuple = ()
 
     @property
     def poor_fit(self):
@@ -56,7 +60,19 @@ class CalibrationRun:
     @property
     def undetermined(self):
         """Requested parameters the data do not determine: name -> reason."""
-        return dict(self.calibration.unidentifiable)
+        return {k: v for k, v in self.calibration.unidentifiable.items() if not self._nuisance(k)}
+
+    @property
+    def undetermined_nuisances(self):
+        """Parameters of ``nuisance_groups`` the data do not determine: name -> reason."""
+        return {k: v for k, v in self.calibration.unidentifiable.items() if self._nuisance(k)}
+
+    def _nuisance(self, name):
+        return any(name.endswith(_NUISANCE_SUFFIX[g]) for g in self.nuisance_groups)
+
+
+_NUISANCE_SUFFIX = {"effort_bias": ".effort_bias", "effort_delay": "efforts.delay"}
+"""Groups :func:`default_groups` adds as nuisances -> the suffix of their parameter names."""
 
 
 def default_groups(model, dataset):
@@ -176,9 +192,12 @@ def calibrate_bag(bag_path, config, groups=None, *, options=DatasetOptions(), re
     model = config.build_model()
     dataset, summary = read_bag_dataset(bag_path, config, model, options, read_options)
     check_enough_data(summary, bag_path)
+    requested = groups
     groups = default_groups(model, dataset) if groups is None else groups
     run = calibrate_dataset(model, dataset, groups, robot_name=config.name, **kwargs)
     run.summary = summary
+    if requested is None:  # the sensor's groups were added, not asked for
+        run.nuisance_groups = tuple(g for g in groups if g in _NUISANCE_SUFFIX)
     return run
 
 
