@@ -101,9 +101,8 @@ _checked = set()
 
 
 def _package_root(fn):
-    module = sys.modules.get(fn.__module__)
-    top = sys.modules.get(fn.__module__.split(".")[0])
-    paths = getattr(top, "__path__", None) if module is not None else None
+    """Directory of the top-level package of ``fn``'s module, or None (a script's function)."""
+    paths = getattr(sys.modules.get(fn.__module__.split(".")[0]), "__path__", None)
     return Path(list(paths)[0]).resolve() if paths else None
 
 

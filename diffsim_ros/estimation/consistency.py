@@ -61,7 +61,7 @@ class Consistency:
     p_value: float
     by_channel: dict
     z: dict
-    std_by_channel: dict = None
+    std_by_channel: dict
 
     def agrees(self, p_value=CONSISTENCY_P_VALUE):
         """True when the channels agree at the given p-value (or there is nothing to test)."""

@@ -394,8 +394,8 @@ def _judge(estimate, identifiable, drift, settings):
         name = max(check.z, key=lambda n: abs(check.z[n]))
         (a, by_a), (b, by_b) = check.by_channel.items()
         # With its std: one side may barely see a parameter (a mass before any hit).
-        std = check.std_by_channel or {a: {}, b: {}}
-        alone = [f"{by[name]:.4g} +- {std[side].get(name, math.nan):.2g} from the {side} data" for side, by in ((a, by_a), (b, by_b))]
+        std = check.std_by_channel
+        alone = [f"{by[name]:.4g} +- {std[side][name]:.2g} from the {side} data" for side, by in ((a, by_a), (b, by_b))]
         return "poor_fit", (f"poor fit: the {a} and {b} data disagree on the parameters beyond camera noise (chi-square "
                             f"{check.statistic:.1f} on {check.dof} dof, p = {check.p_value:.1e} < {settings.consistency_p_value:g}; "
                             f"'{name}' is {alone[0]} alone and {alone[1]}, "

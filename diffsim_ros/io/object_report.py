@@ -80,7 +80,7 @@ def estimates_document(fit, scene, data):
             "drift": {k: {c: round(float(v), 4) for c, v in r.items()} for k, r in fit.drift.items()},
             "consistency": {split: {"chi_square": round(c.statistic, 4), "dof": c.dof, "p_value": float(f"{c.p_value:.4g}"),
                                     "estimates": {side: {n: float(v) for n, v in values.items()} for side, values in c.by_channel.items()},
-                                    "std": {side: {n: _float(v) for n, v in values.items()} for side, values in (c.std_by_channel or {}).items()}}
+                                    "std": {side: {n: _float(v) for n, v in values.items()} for side, values in c.std_by_channel.items()}}
                             for split, c in fit.estimate.consistency.items()},
         },
         "events": [{"pair": list(e.pair), "time": round(e.time, 6), "last_apart": round(e.last_apart, 6)} for e in fit.events],

@@ -16,6 +16,7 @@ from diffsim_ros.estimation.preparation import DatasetOptions, prepare_dataset
 from diffsim_ros.io.bags import read_robot_bag
 from diffsim_ros.io.calibration import Calibration, atomic_directory, write_calibration
 from diffsim_ros.io.urdf_export import export_calibrated_urdf
+from diffsim_ros.model.plausibility import parameter_kind
 from diffsim_ros.viz.calibration import calibration_report
 
 __all__ = ["MODELS", "CalibrationRun", "default_groups", "calibrate_dataset", "read_bag_dataset", "check_enough_data",
@@ -68,11 +69,12 @@ class CalibrationRun:
         return {k: v for k, v in self.calibration.unidentifiable.items() if self._nuisance(k)}
 
     def _nuisance(self, name):
-        return any(name.endswith(_NUISANCE_SUFFIX[g]) for g in self.nuisance_groups)
+        return parameter_kind(name) in {_NUISANCE_KIND[g] for g in self.nuisance_groups}
 
 
-_NUISANCE_SUFFIX = {"effort_bias": ".effort_bias", "effort_delay": "efforts.delay"}
-"""Groups :func:`default_groups` adds as nuisances -> the suffix of their parameter names."""
+_NUISANCE_KIND = {"effort_bias": "effort_bias", "effort_delay": "efforts.delay"}
+"""Groups :func:`default_groups` adds as nuisances -> the kind of their parameters
+(:func:`~diffsim_ros.model.plausibility.parameter_kind`)."""
 
 
 def default_groups(model, dataset):
@@ -197,8 +199,13 @@ def calibrate_bag(bag_path, config, groups=None, *, options=DatasetOptions(), re
     run = calibrate_dataset(model, dataset, groups, robot_name=config.name, **kwargs)
     run.summary = summary
     if requested is None:  # the sensor's groups were added, not asked for
-        run.nuisance_groups = tuple(g for g in groups if g in _NUISANCE_SUFFIX)
+        run.nuisance_groups = tuple(g for g in groups if g in _NUISANCE_KIND)
     return run
+
+
+def _report(path, run, title):
+    return calibration_report(path, [r for _, r in run.stages], [n for n, _ in run.stages], run.dataset,
+                              run.nominal.joint_names, title=title)
 
 
 def write_outputs(run, out_dir, source_urdf, force=False):
@@ -211,8 +218,7 @@ def write_outputs(run, out_dir, source_urdf, force=False):
     with atomic_directory(out_dir, force=force) as tmp:
         write_calibration(tmp / "calibration.yaml", run.calibration)
         export_calibrated_urdf(run.model, run.nominal, source_urdf, tmp / f"{name}_calibrated.urdf")
-        calibration_report(tmp / "report.png", [r for _, r in run.stages], [n for n, _ in run.stages], run.dataset,
-                           run.nominal.joint_names, title=f"diffsim_ros calibration of {name}")
+        _report(tmp / "report.png", run, f"diffsim_ros calibration of {name}")
     return {
         "calibration": out_dir / "calibration.yaml",
         "urdf": out_dir / f"{name}_calibrated.urdf",
@@ -258,6 +264,5 @@ def write_diagnostics(run, out_dir, force=False):
     }
     with atomic_directory(out_dir, force=force) as tmp:
         (tmp / "diagnostics.yaml").write_text(yaml.safe_dump(document, sort_keys=False, allow_unicode=True))
-        calibration_report(tmp / "report.png", [r for _, r in run.stages], [n for n, _ in run.stages], run.dataset,
-                           joint_names, title=f"diffsim_ros calibration of {run.calibration.robot}: POOR FIT, not a calibration")
+        _report(tmp / "report.png", run, f"diffsim_ros calibration of {run.calibration.robot}: POOR FIT, not a calibration")
     return {"diagnostics": out_dir / "diagnostics.yaml", "report": out_dir / "report.png"}

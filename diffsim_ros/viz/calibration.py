@@ -46,11 +46,7 @@ def _convergence(ax, results, names):
     ax.legend(fontsize=7)
 
 
-def _static_fit(ax, before, after, dataset):
-    block = next((name for name in STATIC_BLOCKS if name in before), None)
-    if block is None or dataset.static is None:
-        ax.text(0.5, 0.5, "no static poses", ha="center", transform=ax.transAxes)
-        return
+def _static_fit(ax, block, before, after, dataset):
     measured = dataset.static.effort.reshape(-1)
     ax.axhline(0.0, color="k", lw=0.5)
     for label, errors, style in (("start", before, {"alpha": 0.4}), ("calibrated", after, {})):
@@ -86,9 +82,6 @@ def _torque_agreement(ax, agreements, joint_names):
 
 
 def _camera_fit(ax, before, after):
-    if CAMERA_BLOCK not in before:
-        ax.text(0.5, 0.5, "camera not calibrated", ha="center", transform=ax.transAxes)
-        return
     # columns: position error [m] (3), rotation error [rad] (3)
     errors = {label: 1e3 * np.linalg.norm(e[CAMERA_BLOCK][:, :3], axis=1)
               for label, e in (("initial guess", before), ("calibrated", after))}
@@ -123,8 +116,9 @@ def calibration_report(path, results, stage_names, dataset, joint_names, title):
     _convergence(axes[0, 1], results, stage_names)
     # The torque check takes whichever lower panel its data leave free (motion alone: no rest poses).
     lower = [axes[1, 0], axes[1, 1]]
-    if any(name in before for name in STATIC_BLOCKS) and dataset.static is not None:
-        _static_fit(lower.pop(0), before, after, dataset)
+    static = next((name for name in STATIC_BLOCKS if name in before), None)
+    if static is not None and dataset.static is not None:
+        _static_fit(lower.pop(0), static, before, after, dataset)
     if CAMERA_BLOCK in before:
         _camera_fit(lower.pop(), before, after)
     if lower:
