@@ -676,6 +676,7 @@ def collision_grid(args):
     chosen = {"impact_substeps": args.impact_substeps} if args.impact_substeps is not None else {}
     settings = FitSettings(restarts=args.restarts, engine=args.engine, **chosen)
     unknown = ("box.mass", "box/ground.friction", "box/target.restitution") + (("box/target.friction",) if args.pair_friction else ())
+    unknown += tuple(n for n in (args.extra_unknown or "").split(",") if n)
     with tempfile.TemporaryDirectory() as tmp:
         for index in (int(i) for i in args.scenes.split(",")):
             scene = cs.random_collision(index)
@@ -853,6 +854,8 @@ def main(argv=None):
     parser.add_argument("--impact-substeps", type=int, default=None, help="collision grid: FitSettings.impact_substeps (default its default)")
     parser.add_argument("--engine", choices=("auto", "torch"), default="auto", help="collision grid: FitSettings.engine")
     parser.add_argument("--pair-friction", action="store_true", help="collision grid: the box/target friction unknown too (the scene file declares it)")
+    parser.add_argument("--extra-unknown", default=None, metavar="NAME,...",
+                        help="collision grid: more scene parameters left unknown (e.g. target/ground.friction)")
     parser.add_argument("--noise-seed", default=None, help="collision grid: comma-separated camera-noise seeds (default the scene's index)")
     parser.add_argument("--write-grid", default=None, metavar="LABEL=LOG,...",
                         help="write RESULTS.md's contact-objects-grid section from --collision-grid logs (e.g. before=A.jsonl,after=B.jsonl)")

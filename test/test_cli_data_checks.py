@@ -209,3 +209,18 @@ def test_bad_arguments_are_named(tmp_path, capsys, case, message):
         assert cli_main([command] + argv) == exits.BAD_INPUT, command
         assert message in capsys.readouterr().err, command
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("window, code, message", [
+    (("--start", "3", "--end", "2"), exits.BAD_INPUT, "--start must be before --end, got 3.0 and 2.0"),
+    (("--start", "nan"), exits.BAD_INPUT, "--start must be before --end"),
+    (("--start", "100"), exits.BAD_INPUT, "no joint state in [100, inf] s; the recording spans [0, 3.99] s"),
+    (("--end", "1"), exits.UNDETERMINED, "[-inf, 1] s: 0.7 s of usable motion and 0 rest pose(s); an estimate needs"),
+])
+def test_a_time_window_outside_the_data_is_named(tmp_path, capsys, window, code, message):
+    """``--start`` / ``--end`` select a segment of the bag; one without enough data is named."""
+    bag = write_joint_state_bag(tmp_path / "bag", 4.0)
+    argv = ["calibrate", "--bag", str(bag), "--config", str(BAXTER_LEFT), "--out", str(tmp_path / "out"), *window]
+    assert cli_main(argv) == code
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -84,3 +84,25 @@ def test_no_accepted_update_is_not_a_result(recording, tmp_path, capsys):
                    f"window_seconds={DURATION + 20}")
     assert code == exits.UNDETERMINED and "nothing written" in capsys.readouterr().err
     assert not (tmp_path / "c").exists()
+
+
+def test_calibrate_refuses_the_blend_of_two_payloads_and_calibrates_one_segment(recording, capsys):
+    """Offline, the same recording is not one robot: the fit of the whole bag would blend the two
+    payloads (the halves' estimates are named instead), and ``--end`` calibrates the first."""
+    tmp, bag, truth, config = recording
+    argv = ["calibrate", "--bag", str(bag), "--config", str(config), "--threads", "1"]
+    capsys.readouterr()
+    assert cli_main(argv + ["--out", str(tmp / "whole")]) == exits.UNDETERMINED
+    err = capsys.readouterr().err
+    assert "before and after the middle of the data disagrees" in err and "payload.mass" in err, err
+    assert "the halves meet 18.0 s after the bag's first joint state" in err, err
+    assert not (tmp / "whole").exists()
+    assert cli_main(argv + ["--out", str(tmp / "diagnostics"), "--allow-partial"]) == exits.UNDETERMINED
+    split = yaml.safe_load(open(tmp / "diagnostics" / "diagnostics.yaml"))["time_split"]
+    halves = split["parameters"]["payload.mass"]
+    assert abs(halves["before"][0] / MASSES[0] - 1) < 0.1 and abs(halves["after"][0] / MASSES[1] - 1) < 0.1, halves
+    assert not (tmp / "diagnostics" / "calibration.yaml").exists()
+    step = DURATION / 2
+    assert cli_main(argv + ["--out", str(tmp / "first"), "--end", f"{step - 1:g}"]) == exits.OK
+    written = yaml.safe_load(open(tmp / "first" / "calibration.yaml"))
+    assert abs(written["parameters"]["payload.mass"] / MASSES[0] - 1) < MASS_TOL, written["parameters"]["payload.mass"]

@@ -1,7 +1,7 @@
 """``diffsim-ros calibrate``: a recorded ROS 2 bag -> calibrated model, URDF and report.
 
     diffsim-ros calibrate --bag BAG --config CONFIG --out DIR [--estimate payload,spring,...]
-        [--model rigid|pbd] [--torque-source auto|commanded|effort] [--allow-partial] [--force]
+        [--start S] [--end S] [--model rigid|pbd] [--torque-source auto|commanded|effort] [--allow-partial] [--force]
 
 Exit codes (:mod:`diffsim_ros.cli.exits`): 0 written; 2 bad input (nothing written); 3 a
 requested parameter is not determined by the data (named; nothing written unless
@@ -57,6 +57,11 @@ def add_parser(subparsers):
                         help="how torques act between samples (auto: commanded held, efforts cubic)")
     parser.add_argument("--order-policy", choices=("raise", "sort"), default="raise",
                         help="out-of-order stamps: refuse the bag (raise) or sort them and drop repeated stamps")
+    parser.add_argument("--start", type=float, default=None, metavar="SECONDS",
+                        help="use the bag from this time on [s from its first joint state] (default: its start)")
+    parser.add_argument("--end", type=float, default=None, metavar="SECONDS",
+                        help="use the bag up to this time [s from its first joint state] (default: its end); e.g. "
+                             "one segment of a recording in which the payload changed")
     parser.add_argument("--max-iterations", type=int, default=50, help="residual evaluations per optimizer pass")
     parser.add_argument("--window-stride", type=int, default=None,
                         help="samples between rollout windows (rollout loss; larger is faster; default 1 rigid, 2 PBD)")
@@ -114,6 +119,17 @@ def _settings(args):
     return IdentificationSettings(trajectory_loss=loss, max_iterations=args.max_iterations, window_stride=stride)
 
 
+def _window(args):
+    """``(start, end)`` of ``--start`` / ``--end`` [s], or None for the whole bag."""
+    if args.start is None and args.end is None:
+        return None
+    start = -np.inf if args.start is None else args.start
+    end = np.inf if args.end is None else args.end
+    if np.isnan(start) or np.isnan(end) or not start < end:
+        raise ValueError(f"--start must be before --end, got {args.start} and {args.end}")
+    return start, end
+
+
 def _print_data(summary):
     s = summary
     print(f"data: {s.static_poses} rest poses, {s.trajectory_seconds:.1f} s of motion in {s.trajectories} run(s) "
@@ -132,11 +148,21 @@ def _report_undetermined(run, allow_partial):
         print("nothing written (pass --allow-partial to write the determined parameters)", file=sys.stderr)
 
 
+def _split_hint(run):
+    """Where the motion's halves meet, in the bag's time, when they disagree (for --start/--end)."""
+    split = run.stages[-1][1].split
+    if split is None or not split.differ:
+        return
+    print(f"  the halves meet {split.middle_ns / 1e9:.1f} s after the bag's first joint state: find where the robot changed and "
+          "calibrate each segment with --start/--end", file=sys.stderr)
+
+
 def _report_poor_fit(run, args):
     """No value of a poor fit is a result: nothing, or with ``--allow-partial`` only its diagnostics."""
     if not args.allow_partial:
         print(f"diffsim-ros calibrate: {run.poor_fit}; no value is a result, nothing written "
               "(--allow-partial writes the diagnostics)", file=sys.stderr)
+        _split_hint(run)
         return exits.UNDETERMINED
     code, paths = exits.write_guarded("diffsim-ros calibrate", args.out, lambda: write_diagnostics(run, args.out, args.force))
     if code != exits.OK:
@@ -144,6 +170,7 @@ def _report_poor_fit(run, args):
     for kind, path in paths.items():
         print(f"wrote {kind}: {path}")
     print(f"diffsim-ros calibrate: {run.poor_fit}; no value is a result, no calibration written", file=sys.stderr)
+    _split_hint(run)
     return exits.UNDETERMINED
 
 
@@ -154,13 +181,14 @@ def calibrate_command(args):
     try:
         groups = None if args.estimate is None else parse_groups(args.estimate)
         settings = _settings(args)
+        window = _window(args)
         if args.threads is not None:
             torch.set_num_threads(args.threads)
         atomic_directory(args.out, force=args.force)  # refuse early, before any work
         config = load_robot_config(args.config)
         options = DatasetOptions(torque_source=args.torque_source, torque_hold=args.torque_hold)
         run = calibrate_bag(args.bag, config, groups, options=options, read_options={"order_policy": args.order_policy},
-                            settings=settings, model_kind=args.model,
+                            window=window, settings=settings, model_kind=args.model,
                             progress=lambda cost: (bar.update(1), bar.set_postfix(cost=f"{cost:.4g}")))
         bar.close()
         _print_data(run.summary)

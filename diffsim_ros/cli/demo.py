@@ -10,6 +10,7 @@ calibration. Writes ``bag/``, ``calibration.yaml``, ``<robot>_calibrated.urdf`` 
 ``report.png`` to ``--out`` (atomically).
 """
 
+import math
 import sys
 from pathlib import Path
 
@@ -96,10 +97,19 @@ def summary_text(result):
     lines.append(f"{result.updates} estimator updates accepted; {result.sim_seconds:.1f} s simulated in "
                  f"{result.wall_seconds:.1f} s")
     lines += [f"wrote {kind}: {path}" for kind, path in result.paths.items()]
-    bag = result.paths["bag"]
-    lines.append(f"offline check: diffsim-ros calibrate --bag {bag} --config config/baxter_left.yaml "
-                 f"--out {bag.parent / 'offline'}")
+    lines.append(_offline_check(result))
     return "\n".join(lines)
+
+
+def _offline_check(result):
+    """The ``calibrate`` command of the bag's segment before the payload change (the whole bag,
+    two payloads, is not one robot: calibrate refuses it)."""
+    bag = result.paths["bag"]
+    command = f"diffsim-ros calibrate --bag {bag} --config config/baxter_left.yaml --out {bag.parent / 'offline'}"
+    if result.payload_change is None:
+        return f"offline check: {command}"
+    end = math.floor(result.payload_change[0]) - 1  # [s] a margin for the bag's first stamp
+    return f"offline check (the bag before the payload change): {command} --end {end}"
 
 
 def _payload_lines(result):

@@ -25,7 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import chi2
 
-__all__ = ["Consistency", "channel_consistency", "CONSISTENCY_P_VALUE"]
+from diffsim_ros.estimation.identifiability import serial_covariance
+
+__all__ = ["Consistency", "SplitTest", "channel_consistency", "split_consistency", "CONSISTENCY_P_VALUE"]
 
 # Below this p-value the position and orientation data disagree beyond noise. 1e-3: one fit
 # in a thousand of a correct model is flagged; a model error of a few std is not missed.
@@ -148,3 +150,96 @@ def channel_consistency(jac, residual, sigma, channels, names, x, labels=("posit
     z = {n: 0.0 for n in names}
     z.update({names[i]: float(d[k] / spread[k]) for k, i in enumerate(tested) if np.isfinite(spread[k]) and spread[k] > 0})
     return Consistency(statistic=statistic, dof=dof, p_value=p_value, by_channel=by_channel, z=z, std_by_channel=stds)
+
+
+@dataclass(frozen=True)
+class SplitTest:
+    """Result of :func:`split_consistency`, in the fit's coordinates (P of them).
+
+    Attributes:
+        statistic: ``T``, chi-square distributed with ``dof`` degrees of freedom when both
+            parts of the data follow one model.
+        dof: Degrees of freedom (coordinates both parts inform).
+        p_value: Probability of a ``T`` at least this large under one model.
+        steps: ``(δ_a, δ_b)``: each part's linearized estimate minus the joint one, (P,) each
+            (0 at untested coordinates).
+        covariances: ``(C_a, C_b)``: their covariances, (P, P) each (0 outside the tested).
+        tested: Coordinates the test compares, bool (P,); the others (blind in a part, or
+            seen :data:`STD_RATIO` times less well by one) are eliminated as nuisances.
+    """
+
+    statistic: float
+    dof: int
+    p_value: float
+    steps: tuple
+    covariances: tuple
+    tested: np.ndarray
+
+    def agrees(self, p_value=CONSISTENCY_P_VALUE):
+        """True when the parts agree at the given p-value (or there is nothing to test)."""
+        return self.dof == 0 or self.p_value >= p_value
+
+
+def _partial_out(jac, nuisance):
+    """Columns of ``jac`` with the nuisance columns' span projected out (Frisch-Waugh-Lovell)."""
+    tested = jac[:, ~nuisance]
+    if not nuisance.any():
+        return tested
+    other = jac[:, nuisance]
+    return tested - other @ np.linalg.lstsq(other, tested, rcond=None)[0]
+
+
+def split_consistency(jac, psi, variance, parts, serial=(), shared=2):
+    """Chi-square test that two parts of a fit's data (e.g. the motion before and after its
+    middle) agree on the parameters, with rows whose errors are serially correlated.
+
+    As :func:`channel_consistency`, each part (its rows plus the ``shared`` ones) gives a
+    linearized estimate at the joint solution, ``δ_c = -(J_cᵀ J_c)⁻¹ J_cᵀ ψ_c``, and
+    ``T = dᵀ (C_a + C_b)⁺ d`` with ``d = δ_a - δ_b``; but ``C_c`` is the sandwich
+    covariance of :func:`~diffsim_ros.estimation.identifiability.serial_covariance`, since
+    residuals of filtered motion are correlated over the filter's span (a white-noise
+    covariance would flag a correct model). Shared rows make the two estimates positively
+    correlated, which ``C_a + C_b`` overstates: the test is conservative.
+
+    Args:
+        jac: Normalized residual Jacobian at the solution, (R, P).
+        psi: Influence of every normalized residual, (R,) (the residual for least squares).
+        variance: Residual variance of the independent rows.
+        parts: Part of every row: 0, 1, or ``shared``, (R,).
+        serial: :class:`~diffsim_ros.estimation.identifiability.SerialRows` of the rows.
+        shared: Label of the rows both parts use.
+
+    Returns:
+        SplitTest.
+    """
+    parts, size = np.asarray(parts), jac.shape[1]
+    # Unit columns: coordinates of very different information (a camera's millimetres next to a
+    # damping) would otherwise look blind against the largest eigenvalue. T does not change.
+    scale = np.linalg.norm(jac, axis=0)
+    scale = np.where(scale > 0, scale, 1.0)
+    jac = jac / scale
+    masks = [((parts == c) | (parts == shared)).astype(float) for c in (0, 1)]
+    jacs = [jac * m[:, None] for m in masks]  # zeroed rows count for nothing, offsets stay valid
+    variances = [_variances(j.T @ j) for j in jacs]
+    nuisance = ~(np.isfinite(variances[0]) & np.isfinite(variances[1])) | _weak(*variances)
+    tested = ~nuisance
+    steps, covariances = [], []
+    for j, m in zip(jacs, masks):
+        reduced = _partial_out(j, nuisance)
+        bread = np.linalg.pinv(reduced.T @ reduced, rcond=RCOND, hermitian=True)
+        step, cov = np.zeros(size), np.zeros((size, size))
+        step[tested] = -bread @ reduced.T @ (psi * m)
+        cov[np.ix_(tested, tested)] = serial_covariance(reduced, psi * m, variance, serial)
+        steps.append(step / scale)
+        covariances.append(cov / np.outer(scale, scale))
+    if not tested.any():
+        return SplitTest(0.0, 0, 1.0, tuple(steps), tuple(covariances), tested)
+    d = ((steps[0] - steps[1]) * scale)[tested]
+    total = ((covariances[0] + covariances[1]) * np.outer(scale, scale))[np.ix_(tested, tested)]
+    values, vectors = np.linalg.eigh(0.5 * (total + total.T))
+    seen = values > RCOND * max(values.max(initial=0.0), np.finfo(float).tiny)
+    projected = vectors[:, seen].T @ d
+    statistic = float((projected**2 / values[seen]).sum())
+    dof = int(seen.sum())
+    p_value = float(chi2.sf(statistic, dof)) if dof else 1.0
+    return SplitTest(statistic, dof, p_value, tuple(steps), tuple(covariances), tested)

@@ -37,6 +37,7 @@ from diffsim_ros.estimation.residuals import (
     StaticSimulatorResidual,
     StaticTorqueResidual,
 )
+from diffsim_ros.estimation.time_split import time_split
 from diffsim_ros.model.plausibility import DEFAULT_BOUNDS, PlausibilityBounds, plausibility_violations
 from diffsim_ros.sim.rigid import RigidBodySimulator
 from diffsim_ros.sim.factory import make_simulator, steps_per_sample
@@ -169,8 +170,11 @@ class IdentificationResult:
         agreement: Per torque block, :class:`~diffsim_ros.estimation.fit_quality.TorqueAgreement`
             of the measured torques with the fitted model's.
         poor_fit: None, or why the fitted model does not explain the measured torques
-            (:func:`~diffsim_ros.estimation.fit_quality.agreement_verdict`). Then no value is
-            a result: callers must not apply ``values`` or ``model``.
+            (:func:`~diffsim_ros.estimation.fit_quality.agreement_verdict`), or why the
+            motion before and after its middle disagree (``split``). Then no value is a
+            result: callers must not apply ``values`` or ``model``.
+        split: :class:`~diffsim_ros.estimation.time_split.TimeSplit` of the motion's halves
+            at the solution, or None without motion.
     """
 
     model: object
@@ -190,6 +194,7 @@ class IdentificationResult:
     errors_after: dict = field(default_factory=dict)
     agreement: tuple = ()
     poor_fit: str | None = None
+    split: object = None
 
 
 def camera_initial_guess(model, observations):
@@ -487,8 +492,9 @@ def _per_block_errors(blocks, residual):
             for block, part in _per_block(blocks, residual)}
 
 
-def _physical(problem, x, cov, names):
-    """Named values and delta-method standard deviations of the parameters ``names``."""
+def _physical_map(problem, x, names):
+    """``(value (Q,), jacobian (Q, P), layout)``: the parameters ``names`` stacked, their
+    Jacobian over the free coordinates and ``[(name, shape)]``, numpy."""
     free_t = torch.as_tensor(problem.free, device=x.device)
 
     def flat(z):
@@ -496,14 +502,18 @@ def _physical(problem, x, cov, names):
         return torch.cat([phys[n].reshape(-1) for n in names])
 
     value, jac = forward_jacobian(flat, x[free_t].detach())
-    jac = jac.cpu().numpy()
+    phys = problem.space.physical(x.detach())
+    return value.cpu().numpy(), jac.cpu().numpy(), [(n, tuple(phys[n].shape)) for n in names]
+
+
+def _physical(mapped, cov):
+    """Named values and delta-method standard deviations of a :func:`_physical_map`."""
+    value, jac, layout = mapped
     std = np.sqrt(np.clip(np.einsum("ij,jk,ik->i", jac, cov, jac), 0.0, None))
     values, stddev, start = {}, {}, 0
-    phys = problem.space.physical(x.detach())
-    for name in names:
-        shape = tuple(phys[name].shape)
+    for name, shape in layout:
         size = int(np.prod(shape)) if shape else 1
-        values[name] = value[start : start + size].cpu().numpy().reshape(shape)
+        values[name] = value[start : start + size].reshape(shape)
         stddev[name] = std[start : start + size].reshape(shape)
         start += size
     return values, stddev
@@ -531,9 +541,10 @@ def _determine(problem, solution, settings):
     """Values and stds of the free parameters, and the ones the data do not determine.
 
     Returns:
-        ``(values, stddev, rejected, refit)``: ``rejected`` maps names to reasons;
+        ``(values, stddev, rejected, refit, split)``: ``rejected`` maps names to reasons;
         ``refit`` lists parameter blocks to fix at nominal and solve again without
-        (held at a bound against the data, or implausible).
+        (held at a bound against the data, or implausible); ``split`` is the
+        :class:`~diffsim_ros.estimation.time_split.TimeSplit` of the motion's halves, or None.
     """
     z = solution.z
     x = problem.full(z)
@@ -542,7 +553,8 @@ def _determine(problem, solution, settings):
     dof = max(1, problem.count() - int(problem.free.sum()))
     variance = 2.0 * solvers.robust_cost(r, settings.robust, settings.robust_scale) / dof
     psi = solvers.robust_influence(r, settings.robust, settings.robust_scale)
-    cov = ident.serial_covariance(jac, psi, variance, _serial_rows(problem.blocks))
+    serial = _serial_rows(problem.blocks)
+    cov = ident.serial_covariance(jac, psi, variance, serial)
     lower, upper = problem.bounds()
     pinned = ident.pinned_coordinates(z.cpu().numpy(), solution.active, jac, r, cov, lower, upper,
                                       settings.policy.bound_sigmas)
@@ -550,7 +562,9 @@ def _determine(problem, solution, settings):
     owner = coordinate_block[problem.free]
     blocks = problem.space.blocks
     names = [n for i, b in enumerate(blocks) if problem.free[coordinate_block == i].all() for n in b.names]
-    values, stddev = _physical(problem, x, cov, names)
+    mapped = _physical_map(problem, x, names)
+    values, stddev = _physical(mapped, cov)
+    split = time_split(jac, psi, variance, problem.blocks, serial, mapped, settings.policy.resolution)
     rejected, refit = {}, set()
     for index, (side, bound, free_value, std) in pinned.items():
         block = int(owner[index])
@@ -570,7 +584,7 @@ def _determine(problem, solution, settings):
         reason = None if name in rejected else ident.imprecise(name, values[name], stddev[name], settings.policy)
         if reason:
             rejected[name] = f"{reason}; would need {ident.data_hint(name)}"
-    return values, stddev, rejected, sorted(refit)
+    return values, stddev, rejected, sorted(refit), split
 
 
 def _settings(settings, overrides):
@@ -645,7 +659,7 @@ def identify(model, dataset, groups, *, settings=None, simulator=None, camera_gu
     solution = _solve(problem, problem.x0[torch.as_tensor(problem.free)], settings, history, progress)
     if settings.reweight and _reweight(problem, problem.free_residual(solution.z).detach()):
         solution = _solve(problem, solution.z, settings, history, progress)
-    values, stddev, rejected, refit = _determine(problem, solution, settings)
+    values, stddev, rejected, refit, split = _determine(problem, solution, settings)
     if refit:
         # Blocks held up by a bound or implausible are fixed at nominal; the rest is solved again.
         held = problem.full(solution.z)
@@ -657,10 +671,10 @@ def identify(model, dataset, groups, *, settings=None, simulator=None, camera_gu
                             + "; ".join(f"{k}: {v}" for k, v in rejected.items()))
         problem.x0 = torch.where(torch.as_tensor(problem.free), held, nominal)
         solution = _solve(problem, problem.x0[torch.as_tensor(problem.free)], settings, history, progress)
-        values, stddev, again, _ = _determine(problem, solution, settings)
+        values, stddev, again, _, split = _determine(problem, solution, settings)
         rejected = {**again, **rejected}
     return _result(model, problem, solution, values, stddev, {**unidentifiable, **rejected}, before, history, singular,
-                   settings)
+                   settings, split)
 
 
 def prediction_errors(candidates, dataset, groups, *, settings=None, simulator=None):
@@ -699,10 +713,10 @@ def prediction_errors(candidates, dataset, groups, *, settings=None, simulator=N
     return scores
 
 
-def _result(nominal, problem, solution, values, stddev, unidentifiable, before, history, singular, settings):
+def _result(nominal, problem, solution, values, stddev, unidentifiable, before, history, singular, settings, split):
     """The calibrated model holds the determined values only; the rest stay nominal.
 
-    ``before``: ``(metrics, errors)`` per block at the nominal values.
+    ``before``: ``(metrics, errors)`` per block at the nominal values; ``split``: TimeSplit or None.
     """
     determined = {k: v for k, v in values.items() if k not in unidentifiable}
     like = nominal.params.mass
@@ -733,5 +747,6 @@ def _result(nominal, problem, solution, values, stddev, unidentifiable, before, 
         errors_before=before[1],
         errors_after=_per_block_errors(problem.blocks, residual),
         agreement=agreement,
-        poor_fit=agreement_verdict(agreement, nominal.joint_names),
+        poor_fit=agreement_verdict(agreement, nominal.joint_names) or (split.verdict() if split else None),
+        split=split,
     )

@@ -72,6 +72,10 @@ class _Block:
     """Motion blocks: per entry, the slowest joint speed among the samples it depends on
     [rad/s], shaped like the errors (rows, columns); None for rest poses."""
     series = None
+    sample_ns = None
+    """Motion blocks: the stamp [ns] of every sample (a sample being ``entries / len(sample_ns)``
+    consecutive entries; a rollout window's start), shape (samples,) int64; None for blocks
+    without times (rest poses, camera observations)."""
 
     def measured_torques(self):
         """Measured torques [N·m] shaped like the errors, (rows, columns), or None where the
@@ -263,6 +267,7 @@ class SimulatorDynamicsResidual(_Block):
                     max(t.filter_span for t in trajectories), arrays["slowest"], _effort_rows(trajectories, like),
                     _rates(trajectories, like))
         block.series = _series([len(t) for t in trajectories], _filter_reach(trajectories))
+        block.sample_ns = np.concatenate([t.stamps_ns for t in trajectories])
         return block
 
     def __call__(self, model, camera_pose=None):
@@ -329,6 +334,7 @@ class InverseDynamicsResidual(_Block):
         self.weight = _stiction_weight(self.speeds[:, None, :], stiction_velocity)
         self.span = max(t.filter_span for t in trajectories)
         self.series = _series([len(t) for t in trajectories], _filter_reach(trajectories))
+        self.sample_ns = np.concatenate([t.stamps_ns for t in trajectories])
 
     def measured_torques(self):
         return self.tau
@@ -390,17 +396,19 @@ class RolloutResidual(_Block):
             raise ValueError(f"unknown rollout scheme '{scheme}'; choose from {ROLLOUT_SCHEMES}")
         like = model.params.mass
         parts = {k: [] for k in ("q0", "qd0", "tau", "q", "qd")}
-        q_std, qd_std, counts = [], [], []
+        q_std, qd_std, counts, stamps = [], [], [], []
         self.steps_per_sample = None
         for traj in trajectories:
             m = self._steps_per_sample(traj.dt, simulator.dt)
             windows = traj.windows(horizon, stride, m)
             counts.append(len(windows["start"]))
+            stamps.append(traj.stamps_ns[windows["start"]])
             for key in parts:
                 parts[key].append(_tensor(windows[key], like))
             q_std.append(torch.full_like(parts["q"][-1], traj.q_std))
             qd_std.append(torch.full_like(parts["qd"][-1], traj.qd_std))
         self.data = {k: torch.cat(v) for k, v in parts.items()}
+        self.sample_ns = np.concatenate(stamps)
         self.efforts = _effort_rows(trajectories, like, counts)[:, None]  # (W, 1, 1)
         self.simulator = simulator
         self.scheme = scheme

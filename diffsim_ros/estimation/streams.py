@@ -77,6 +77,13 @@ class JointStateSeries:
     efforts: np.ndarray | None
     stats: StreamStats
 
+    def between(self, start=-math.inf, end=math.inf):
+        """The samples stamped in ``[start, end]`` [s] (``stats`` still counts the whole topic)."""
+        keep = (self.times >= start) & (self.times <= end)
+        return replace(self, stamps_ns=self.stamps_ns[keep], times=self.times[keep], positions=self.positions[keep],
+                       velocities=None if self.velocities is None else self.velocities[keep],
+                       efforts=None if self.efforts is None else self.efforts[keep])
+
 
 @dataclass(frozen=True)
 class PoseSeries:
@@ -150,6 +157,15 @@ class TorqueSeries:
     torques: np.ndarray
     stats: StreamStats
 
+    def between(self, start=-math.inf, end=math.inf):
+        """The commands in effect during ``[start, end]`` [s]: those received in it and the last
+        one before it (commands are held until the next)."""
+        keep = (self.times >= start) & (self.times <= end)
+        earlier = np.flatnonzero(self.times < start)
+        if earlier.size and keep.any():
+            keep[earlier[-1]] = True
+        return replace(self, stamps_ns=self.stamps_ns[keep], times=self.times[keep], torques=self.torques[keep])
+
 
 @dataclass(frozen=True)
 class RobotStreams:
@@ -168,3 +184,24 @@ class RobotStreams:
     joint_states: JointStateSeries
     camera_poses: PoseSeries | None = None
     commanded_torques: TorqueSeries | None = None
+
+    def between(self, start=-math.inf, end=math.inf):
+        """The recording's samples stamped in ``[start, end]`` [s since ``t0_ns``]: one segment
+        of a longer recording (e.g. before a payload was changed).
+
+        Raises:
+            DataError: The window is empty or reversed, or holds no joint state (names the
+                recording's span).
+        """
+        if not start < end:  # NaN too
+            raise DataError(f"{self.source}: the time window needs start < end, got [{start:g}, {end:g}] s")
+        joints = self.joint_states.between(start, end)
+        if joints.times.size == 0:
+            times = self.joint_states.times
+            raise DataError(f"{self.source}: no joint state in [{start:g}, {end:g}] s; the recording spans "
+                            f"[{times[0]:g}, {times[-1]:g}] s from its first joint state")
+        poses = None if self.camera_poses is None else self.camera_poses.between(start, end)
+        torques = None if self.commanded_torques is None else self.commanded_torques.between(start, end)
+        return replace(self, source=f"{self.source} [{start:g}, {end:g}] s", joint_states=joints,
+                       camera_poses=poses if poses is not None and len(poses) else None,
+                       commanded_torques=torques if torques is not None and torques.times.size else None)

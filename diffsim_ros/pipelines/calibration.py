@@ -135,7 +135,7 @@ def calibrate_dataset(model, dataset, groups, *, settings=IdentificationSettings
     return CalibrationRun(model, result.model, result.camera_pose, guess, dataset, [("joint", result)], calibration)
 
 
-def read_bag_dataset(bag_path, config, model, options=DatasetOptions(), read_options=None):
+def read_bag_dataset(bag_path, config, model, options=DatasetOptions(), read_options=None, window=None):
     """Read a bag with a robot config into identification data, with every check of ``calibrate``.
 
     Args:
@@ -144,6 +144,8 @@ def read_bag_dataset(bag_path, config, model, options=DatasetOptions(), read_opt
         model: Nominal model (its joint limits).
         options: DatasetOptions.
         read_options: Keyword arguments of :func:`~diffsim_ros.io.bags.read_bag`.
+        window: ``(start, end)`` [s from the bag's first joint state]: use only that segment
+            (:meth:`~diffsim_ros.estimation.streams.RobotStreams.between`), or None for all.
 
     Returns:
         ``(Dataset, DatasetSummary)``.
@@ -155,7 +157,8 @@ def read_bag_dataset(bag_path, config, model, options=DatasetOptions(), read_opt
     bag = read_robot_bag(bag_path, config, **(read_options or {}))
     camera_frame = (config.raw.get("camera") or {}).get("tracked_frame")
     limits = (model.lower.detach().cpu().numpy(), model.upper.detach().cpu().numpy())
-    return prepare_dataset(bag.streams(), camera_frame, options, limits)
+    streams = bag.streams() if window is None else bag.streams().between(*window)
+    return prepare_dataset(streams, camera_frame, options, limits)
 
 
 def check_enough_data(summary, source, min_motion_seconds=MIN_MOTION_SECONDS, min_poses=MIN_REST_POSES):
@@ -173,7 +176,7 @@ def check_enough_data(summary, source, min_motion_seconds=MIN_MOTION_SECONDS, mi
         raise UndeterminedError(f"{source}: {shortfall}{notes}")
 
 
-def calibrate_bag(bag_path, config, groups=None, *, options=DatasetOptions(), read_options=None, **kwargs):
+def calibrate_bag(bag_path, config, groups=None, *, options=DatasetOptions(), read_options=None, window=None, **kwargs):
     """Read a bag with a robot config and calibrate.
 
     Args:
@@ -183,6 +186,7 @@ def calibrate_bag(bag_path, config, groups=None, *, options=DatasetOptions(), re
         options: DatasetOptions.
         read_options: Keyword arguments of :func:`~diffsim_ros.io.bags.read_bag`
             (``nan_policy``, ``order_policy``).
+        window: ``(start, end)`` [s from the bag's first joint state] or None (the whole bag).
         **kwargs: Passed to :func:`calibrate_dataset`.
 
     Returns:
@@ -192,8 +196,8 @@ def calibrate_bag(bag_path, config, groups=None, *, options=DatasetOptions(), re
         UndeterminedError: Less data than an estimate needs (:func:`check_enough_data`).
     """
     model = config.build_model()
-    dataset, summary = read_bag_dataset(bag_path, config, model, options, read_options)
-    check_enough_data(summary, bag_path)
+    dataset, summary = read_bag_dataset(bag_path, config, model, options, read_options, window)
+    check_enough_data(summary, bag_path if window is None else f"{bag_path} [{window[0]:g}, {window[1]:g}] s")
     requested = groups
     groups = default_groups(model, dataset) if groups is None else groups
     run = calibrate_dataset(model, dataset, groups, robot_name=config.name, **kwargs)
@@ -241,6 +245,17 @@ def _fit_quality(result, joint_names):
     return out
 
 
+def _time_split(split):
+    """The motion halves' estimates of the parameters they disagree on (plain lists)."""
+    plain = lambda v: np.atleast_1d(np.asarray(v, float)).tolist()  # noqa: E731
+    return {
+        "middle_seconds": split.middle_ns / 1e9, "p_value": float(split.p_value),
+        "parameters": {name: {"before": plain(split.before[name]), "before_std": plain(split.before_std[name]),
+                              "after": plain(split.after[name]), "after_std": plain(split.after_std[name])}
+                       for name in split.differ},
+    }
+
+
 def write_diagnostics(run, out_dir, force=False):
     """Write what a poor fit shows, and no calibration: ``diagnostics.yaml`` and ``report.png``.
 
@@ -262,6 +277,8 @@ def write_diagnostics(run, out_dir, force=False):
         "fit_quality": _fit_quality(result, joint_names),
         "metrics": dict(run.calibration.metrics),
     }
+    if result.split is not None and result.split.differ:
+        document["time_split"] = _time_split(result.split)
     with atomic_directory(out_dir, force=force) as tmp:
         (tmp / "diagnostics.yaml").write_text(yaml.safe_dump(document, sort_keys=False, allow_unicode=True))
         _report(tmp / "report.png", run, f"diffsim_ros calibration of {run.calibration.robot}: POOR FIT, not a calibration")

@@ -1,0 +1,141 @@
+"""The halves of a recording must agree: the split test of identification (estimation/time_split.py).
+
+Linear theory first (``split_consistency`` on a linear model with serially correlated noise,
+as filtered motion has): calibrated p-values under one model, power when a parameter steps
+half way, invariance to the coordinates' scale. The recording whose payload changes half way
+is in test_online_replay.py (``calibrate`` refuses it, and calibrates its first half).
+"""
+
+import numpy as np
+import pytest
+
+from diffsim_ros.estimation.consistency import split_consistency
+from diffsim_ros.estimation.identifiability import SerialRows
+from diffsim_ros.estimation.time_split import TimeSplit, time_split
+
+SAMPLES = 600
+WIDTH = 2  # residual columns per sample
+REACH = 4  # [samples] of correlated noise (a moving average over 5 samples)
+DRAWS = 300
+# Share of p < 0.05 over the draws under one model. The long-run variance is estimated from the
+# same residuals, and such (HAC) estimators run liberal in finite samples: measured 0.10 here,
+# 0.02 below p = 0.01; counting every correlated row as independent gives 0.69.
+FALSE_ALARM_BAND = (0.02, 0.15)
+POWER_P = 1e-6
+
+
+def _design(rng):
+    """Regressors that vary slowly along the samples, as a robot's motion does (with white
+    regressors, correlated noise would not matter), (SAMPLES * WIDTH, 3)."""
+    t = np.arange(SAMPLES)[:, None] / SAMPLES
+    phase = rng.uniform(0, 2 * np.pi, size=(1, WIDTH))
+    columns = [np.ones((SAMPLES, WIDTH)), np.sin(2 * np.pi * 3 * t + phase), np.cos(2 * np.pi * 5 * t + 2 * phase)]
+    return np.stack(columns, -1).reshape(SAMPLES * WIDTH, 3)
+
+
+def _correlated_noise(rng):
+    """Moving average of white noise along the samples, per column: correlated over REACH samples."""
+    white = rng.normal(size=(SAMPLES + REACH, WIDTH))
+    kernel = np.ones(REACH + 1) / np.sqrt(REACH + 1)
+    return np.stack([np.convolve(white[:, c], kernel, mode="valid") for c in range(WIDTH)], 1).reshape(-1)
+
+
+def _parts():
+    return np.repeat((np.arange(SAMPLES) >= SAMPLES // 2).astype(int), WIDTH)
+
+
+def _test(jac, residual, serial):
+    variance = float(residual @ residual / residual.size)
+    return split_consistency(jac, residual, variance, _parts(), serial)
+
+
+def _fitted(jac, data):
+    """Residuals at the joint least-squares solution (what identification hands the test)."""
+    theta = np.linalg.lstsq(jac, data, rcond=None)[0]
+    return jac @ theta - data
+
+
+def test_p_values_of_one_model_with_correlated_noise_are_calibrated():
+    rng = np.random.default_rng(0)
+    jac = _design(rng)
+    serial = (SerialRows(0, WIDTH, (SAMPLES,), REACH),)
+    p_serial, p_white = [], []
+    for _ in range(DRAWS):
+        residual = _fitted(jac, _correlated_noise(rng))
+        p_serial.append(_test(jac, residual, serial).p_value)
+        p_white.append(_test(jac, residual, ()).p_value)
+    share = np.mean(np.array(p_serial) < 0.05)
+    assert FALSE_ALARM_BAND[0] <= share <= FALSE_ALARM_BAND[1], share
+    # Counting every correlated row as new information would flag a correct model often.
+    assert np.mean(np.array(p_white) < 0.05) > 2 * FALSE_ALARM_BAND[1]
+
+
+def test_a_parameter_that_steps_half_way_is_found():
+    rng = np.random.default_rng(1)
+    jac = _design(rng)
+    theta = np.array([1.0, -0.5, 0.3])
+    later = np.repeat(np.arange(SAMPLES) >= SAMPLES // 2, WIDTH)
+    data = jac @ theta + _correlated_noise(rng)
+    data[later] += jac[later, 1] * 1.0  # the second parameter steps by 1 (std of the difference ~0.13)
+    result = _test(jac, _fitted(jac, data), (SerialRows(0, WIDTH, (SAMPLES,), REACH),))
+    assert result.p_value < POWER_P
+    step = result.steps[1] - result.steps[0]
+    assert abs(step[1] - 1.0) < 0.4 and abs(step[0]) < 0.4 and abs(step[2]) < 0.4
+
+
+def test_the_statistic_does_not_depend_on_the_coordinates_scale():
+    rng = np.random.default_rng(2)
+    jac = _design(rng)
+    residual = _fitted(jac, _correlated_noise(rng))
+    serial = (SerialRows(0, WIDTH, (SAMPLES,), REACH),)
+    scale = np.array([1e-4, 1.0, 1e5])  # e.g. a camera's metres next to a stiffness
+    a, b = _test(jac, residual, serial), _test(jac * scale, residual, serial)
+    assert b.statistic == pytest.approx(a.statistic, rel=1e-6)
+    assert np.allclose(b.steps[0] * scale, a.steps[0], rtol=1e-6, atol=1e-12)
+
+
+def test_a_parameter_one_half_cannot_see_is_not_tested():
+    rng = np.random.default_rng(3)
+    jac = _design(rng)
+    jac[SAMPLES * WIDTH // 2 :, 2] = 0.0  # the third parameter moves only the first half
+    residual = _fitted(jac, _correlated_noise(rng))
+    result = _test(jac, residual, (SerialRows(0, WIDTH, (SAMPLES,), REACH),))
+    assert list(result.tested) == [True, True, False]
+    assert result.dof == 2
+
+
+class _Numel:
+    """Stands in for a block's ``scale`` tensor: only its number of entries is read."""
+
+    def __init__(self, count):
+        self.count = count
+
+    def numel(self):
+        return self.count
+
+
+class _Block:
+    """A residual block as time_split reads it: its entries, and the stamps of its samples."""
+
+    def __init__(self, rows, sample_ns):
+        self.scale = _Numel(rows)
+        self.sample_ns = sample_ns
+
+
+def test_time_split_names_the_parameter_that_changed_and_both_values():
+    rng = np.random.default_rng(4)
+    jac = _design(rng)
+    later = np.repeat(np.arange(SAMPLES) >= SAMPLES // 2, WIDTH)
+    data = _correlated_noise(rng) * 0.01
+    data[later] += jac[later, 0] * 0.5
+    residual = _fitted(jac, data)
+    block = _Block(SAMPLES * WIDTH, np.arange(SAMPLES, dtype=np.int64) * 10_000_000)
+    value = np.array([1.5, 0.0, 2.0])  # physical = coordinates here: payload mass, a damping, ...
+    layout = [("payload.mass", ()), ("left_s0.damping", ()), ("camera.pose", ())]
+    split = time_split(jac, residual, float(residual @ residual / residual.size), [block],
+                       (SerialRows(0, WIDTH, (SAMPLES,), REACH),), (value, np.eye(3), layout), {})
+    assert isinstance(split, TimeSplit)
+    assert split.differ == ("payload.mass",)
+    assert float(split.after["payload.mass"] - split.before["payload.mass"]) == pytest.approx(0.5, abs=0.01)
+    message = split.verdict()
+    assert "payload.mass" in message and "before" in message and "after" in message
