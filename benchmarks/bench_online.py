@@ -24,6 +24,7 @@ import numpy as np
 
 from benchmarks.common import machine_line, markdown_table, write_section
 from diffsim_ros.cli import main as cli_main
+from diffsim_ros.estimation.online import OnlineEstimatorConfig
 
 STEP_TIME, MASSES, DURATION = 45.0, (1.0, 1.9), 90.0
 TARGETS = {"mass": 2.0, "k": 1.0, "offset": 0.5, "damping": 10.0}
@@ -115,7 +116,10 @@ def main(argv=None):
               "CPU per update median / max [s]", "replay wall [s]", "targets met"]
     body = "\n".join([
         "### Online estimation through `diffsim-ros replay` (payload step 1.0 -> 1.9 kg at 45 s, 90 s, never at rest)",
-        "", f"Measured {machine_line()}. `python -m benchmarks.bench_online`. Targets: mass 2 %, k 1 %, offset 0.5 deg, "
+        "", f"Measured {machine_line()}. `python -m benchmarks.bench_online`. Rigid with every motion sample "
+        f"(`{TUNING['rigid'][0]}`), PBD at 33 Hz (`{TUNING['pbd'][0]}`); the estimator's default windows "
+        f"({OnlineEstimatorConfig.window_seconds:g} s, an update every {OnlineEstimatorConfig.update_period:g} s). "
+        "Targets: mass 2 %, k 1 %, offset 0.5 deg, "
         f"damping 10 % before the step; mass 2 % at every update from {SETTLE:.0f} s after it. CPU per update is the "
         "estimator thread's CPU time (data preparation, fit, validation); the node's callbacks run on other threads.",
         "", markdown_table(header, rows)])
