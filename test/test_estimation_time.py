@@ -191,3 +191,23 @@ def test_a_window_shorter_than_the_filter_is_no_trajectory_not_an_error(tmp_path
     dataset, summary = prepare_dataset(streams, options=options)
     assert dataset.trajectories == () and summary.trajectories == 0
     assert any("no run of valid filtered samples" in note for note in summary.notes)
+
+
+def test_a_time_window_keeps_the_command_in_effect_at_its_start(tmp_path):
+    """``RobotStreams.between`` (``calibrate --start/--end``): the command held over the window's
+    start is kept, so its first samples still have torques; samples outside are gone."""
+    count = 300
+    stamps = T0_NS + PERIOD_NS * np.arange(count, dtype=np.int64)
+    commands = stamps[::10]  # every 0.1 s: the window starts 0.05 s after one
+    values = np.arange(len(commands))[:, None] * np.array([[1.0, -1.0]])
+    path = _bag(tmp_path / "bag", stamps, commands, values, positions=_motion(count))
+    streams = read_bag(path, JOINTS, topics=TOPICS).streams()
+    window = streams.between(0.75, 2.5)
+    assert window.joint_states.times[0] == pytest.approx(0.75) and window.joint_states.times[-1] == pytest.approx(2.5)
+    np.testing.assert_allclose(window.commanded_torques.times, np.arange(7, 26) / 10)
+    dataset, _ = prepare_dataset(window, options=DatasetOptions(torque_source="commanded", torque_hold="zoh"))
+    traj = dataset.trajectories[0]
+    np.testing.assert_array_equal(traj.torque.at(np.array([750_000_000])), [[7.0, -7.0]])  # sent at 0.7 s (stamps from t0)
+    assert "[0.75, 2.5] s" in window.source
+    with pytest.raises(DataError, match=r"no joint state in \[5, 6\] s; the recording spans \[0, 2.99\] s"):
+        streams.between(5.0, 6.0)
