@@ -94,7 +94,7 @@ def test_calibrate_refuses_the_blend_of_two_payloads_and_calibrates_one_segment(
     capsys.readouterr()
     assert cli_main(argv + ["--out", str(tmp / "whole")]) == exits.UNDETERMINED
     err = capsys.readouterr().err
-    assert "before and after the middle of the data disagrees" in err and "payload.mass" in err, err
+    assert "the data before and after their middle disagree" in err and "payload.mass" in err, err
     assert "the halves meet 18.0 s after the bag's first joint state" in err, err
     assert not (tmp / "whole").exists()
     assert cli_main(argv + ["--out", str(tmp / "diagnostics"), "--allow-partial"]) == exits.UNDETERMINED

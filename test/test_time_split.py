@@ -3,15 +3,21 @@
 Linear theory first (``split_consistency`` on a linear model with serially correlated noise,
 as filtered motion has): calibrated p-values under one model, power when a parameter steps
 half way, invariance to the coordinates' scale. The recording whose payload changes half way
-is in test_online_replay.py (``calibrate`` refuses it, and calibrates its first half).
+is in test_online_replay.py (``calibrate`` refuses it, and calibrates its first half); rest
+poses held before and after a payload swap are here.
 """
 
 import numpy as np
 import pytest
+import torch
 
+from diffsim_ros import dynamics as dyn
 from diffsim_ros.estimation.consistency import split_consistency
+from diffsim_ros.estimation.data import Dataset, StaticPoses
+from diffsim_ros.estimation.identification import identify
 from diffsim_ros.estimation.identifiability import SerialRows
 from diffsim_ros.estimation.time_split import TimeSplit, time_split
+from test_fit_quality import CONFIG
 
 SAMPLES = 600
 WIDTH = 2  # residual columns per sample
@@ -22,6 +28,7 @@ DRAWS = 300
 # 0.02 below p = 0.01; counting every correlated row as independent gives 0.69.
 FALSE_ALARM_BAND = (0.02, 0.15)
 POWER_P = 1e-6
+REST_NOISE = 0.05  # [N·m] effort noise of a rest pose's average
 
 
 def _design(rng):
@@ -139,3 +146,33 @@ def test_time_split_names_the_parameter_that_changed_and_both_values():
     assert float(split.after["payload.mass"] - split.before["payload.mass"]) == pytest.approx(0.5, abs=0.01)
     message = split.verdict()
     assert "payload.mass" in message and "before" in message and "after" in message
+
+
+def _rests(robot, count, seed, start):
+    """Rest poses of ``robot`` held one after the other from ``start`` [s], 2 s apart."""
+    rng = np.random.default_rng(seed)
+    low, high = robot.lower.numpy(), robot.upper.numpy()
+    q = low + (0.15 + 0.7 * rng.random((count, robot.nq))) * (high - low)
+    as_t = torch.as_tensor(q, dtype=torch.float64)
+    effort = (dyn.gravity_torques(robot, as_t) - dyn.spring_torques(robot, as_t)).numpy()
+    effort = effort + REST_NOISE * rng.standard_normal(effort.shape)
+    return StaticPoses(q, effort, np.full_like(effort, REST_NOISE), start + 2.0 * np.arange(count))
+
+
+def _joined(a, b):
+    return StaticPoses(*(np.concatenate([getattr(a, f), getattr(b, f)]) for f in ("q", "effort", "effort_std", "times")))
+
+
+def test_rest_poses_held_before_and_after_a_payload_change_are_refused():
+    """A static calibration whose payload was swapped halfway (no motion, times from the rests)."""
+    model = CONFIG.build_model()
+    light, heavy = (model.with_parameters({"payload.mass": torch.tensor(m, dtype=torch.float64),
+                                           "payload.com": torch.tensor([0.0, 0.0, 0.05], dtype=torch.float64)})
+                    for m in (1.0, 1.3))
+    one = identify(model, Dataset(static=_joined(_rests(light, 18, 1, 0.0), _rests(light, 18, 2, 40.0))), ("payload",))
+    assert one.poor_fit is None and one.split is not None and not one.split.differ
+    assert abs(one.values["payload.mass"] - 1.0) < 0.02
+    both = identify(model, Dataset(static=_joined(_rests(light, 18, 1, 0.0), _rests(heavy, 18, 2, 40.0))), ("payload",))
+    assert both.split.differ == ("payload.mass",), both.split
+    assert "the data before and after their middle disagree" in both.poor_fit
+    assert abs(float(both.split.before["payload.mass"]) - 1.0) < 0.02 and abs(float(both.split.after["payload.mass"]) - 1.3) < 0.03

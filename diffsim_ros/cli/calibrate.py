@@ -149,7 +149,7 @@ def _report_undetermined(run, allow_partial):
 
 
 def _split_hint(run):
-    """Where the motion's halves meet, in the bag's time, when they disagree (for --start/--end)."""
+    """Where the data's halves meet, in the bag's time, when they disagree (for --start/--end)."""
     split = run.stages[-1][1].split
     if split is None or not split.differ:
         return

@@ -190,7 +190,7 @@ def _partial_out(jac, nuisance):
 
 
 def split_consistency(jac, psi, variance, parts, serial=(), shared=2):
-    """Chi-square test that two parts of a fit's data (e.g. the motion before and after its
+    """Chi-square test that two parts of a fit's data (e.g. the data before and after their
     middle) agree on the parameters, with rows whose errors are serially correlated.
 
     As :func:`channel_consistency`, each part (its rows plus the ``shared`` ones) gives a

@@ -86,11 +86,14 @@ class StaticPoses:
         effort: Measured joint efforts [N·m], shape (N, n).
         effort_std: Standard deviation of each effort [N·m], shape (N, n) (e.g. the sample
             standard deviation over a static segment divided by sqrt(samples)).
+        times: When each rest was held [s] (its interval's middle, in the recording's time
+            base), shape (N,), or None when unknown.
     """
 
     q: np.ndarray
     effort: np.ndarray
     effort_std: np.ndarray
+    times: np.ndarray | None = None
 
     def __post_init__(self):
         q = _array("static q", self.q, (np.shape(self.q)[-1],))
@@ -101,13 +104,16 @@ class StaticPoses:
         if not np.all(std > 0):
             raise DataError("static effort_std must be positive")
         object.__setattr__(self, "effort_std", std)
+        if self.times is not None:
+            object.__setattr__(self, "times", _array("static times", np.reshape(self.times, (-1, 1)), (1,), q.shape[0])[:, 0])
 
     def __len__(self):
         return self.q.shape[0]
 
     def subset(self, index):
         """Poses at ``index`` (array of ints or bool mask)."""
-        return StaticPoses(self.q[index], self.effort[index], self.effort_std[index])
+        return StaticPoses(self.q[index], self.effort[index], self.effort_std[index],
+                           None if self.times is None else self.times[index])
 
 
 def static_poses_from_intervals(times, q, effort, intervals, std_floor=1e-3):
@@ -125,7 +131,7 @@ def static_poses_from_intervals(times, q, effort, intervals, std_floor=1e-3):
         standard deviation is the sample standard deviation over sqrt(samples).
     """
     times, q, effort = (np.asarray(a, dtype=np.float64) for a in (times, q, effort))
-    qs, means, stds = [], [], []
+    qs, means, stds, middles = [], [], [], []
     for start, stop in intervals:
         inside = (times >= start) & (times <= stop)
         if inside.sum() < 2:
@@ -133,9 +139,10 @@ def static_poses_from_intervals(times, q, effort, intervals, std_floor=1e-3):
         qs.append(q[inside].mean(0))
         means.append(effort[inside].mean(0))
         stds.append(effort[inside].std(0) / np.sqrt(inside.sum()))
+        middles.append(0.5 * (start + stop))
     if not qs:
         raise DataError("no rest interval holds two or more samples")
-    return StaticPoses(np.array(qs), np.array(means), np.maximum(np.array(stds), std_floor))
+    return StaticPoses(np.array(qs), np.array(means), np.maximum(np.array(stds), std_floor), np.array(middles))
 
 
 @dataclass(frozen=True)

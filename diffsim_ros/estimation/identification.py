@@ -171,10 +171,10 @@ class IdentificationResult:
             of the measured torques with the fitted model's.
         poor_fit: None, or why the fitted model does not explain the measured torques
             (:func:`~diffsim_ros.estimation.fit_quality.agreement_verdict`), or why the
-            motion before and after its middle disagree (``split``). Then no value is a
+            data before and after their middle disagree (``split``). Then no value is a
             result: callers must not apply ``values`` or ``model``.
-        split: :class:`~diffsim_ros.estimation.time_split.TimeSplit` of the motion's halves
-            at the solution, or None without motion.
+        split: :class:`~diffsim_ros.estimation.time_split.TimeSplit` of the data's halves
+            at the solution, or None without timed data in both halves.
     """
 
     model: object
@@ -544,7 +544,7 @@ def _determine(problem, solution, settings):
         ``(values, stddev, rejected, refit, split)``: ``rejected`` maps names to reasons;
         ``refit`` lists parameter blocks to fix at nominal and solve again without
         (held at a bound against the data, or implausible); ``split`` is the
-        :class:`~diffsim_ros.estimation.time_split.TimeSplit` of the motion's halves, or None.
+        :class:`~diffsim_ros.estimation.time_split.TimeSplit` of the data's halves, or None.
     """
     z = solution.z
     x = problem.full(z)

@@ -73,9 +73,9 @@ class _Block:
     [rad/s], shaped like the errors (rows, columns); None for rest poses."""
     series = None
     sample_ns = None
-    """Motion blocks: the stamp [ns] of every sample (a sample being ``entries / len(sample_ns)``
-    consecutive entries; a rollout window's start), shape (samples,) int64; None for blocks
-    without times (rest poses, camera observations)."""
+    """The stamp [ns] of every sample (a sample being ``entries / len(sample_ns)`` consecutive
+    entries: a motion sample, a rollout window's start, a rest pose's middle), shape (samples,)
+    int64; None for blocks without times (camera observations, rest poses of unknown times)."""
 
     def measured_torques(self):
         """Measured torques [N·m] shaped like the errors, (rows, columns), or None where the
@@ -181,6 +181,11 @@ def _rates(trajectories, like):
     return torch.cat([_tensor(np.zeros_like(t.tau) if t.tau_rate is None else t.tau_rate, like) for t in trajectories])
 
 
+def _rest_stamps(poses):
+    """Stamps [ns] of rest poses (``sample_ns``), or None when their times are unknown."""
+    return None if poses.times is None else np.round(poses.times * 1e9).astype(np.int64)
+
+
 class StaticTorqueResidual(_Block):
     """``(g(q) - tau_spring(q) - effort) / std`` for every static pose and joint [N·m].
 
@@ -198,6 +203,7 @@ class StaticTorqueResidual(_Block):
         self.effort = _tensor(poses.effort, like)
         self.scale = _tensor(poses.effort_std, like)
         self.columns = poses.q.shape[1]
+        self.sample_ns = _rest_stamps(poses)
 
     def predict(self, model):
         """Torques that hold each pose [N·m], shape (N, n)."""
@@ -296,6 +302,7 @@ class StaticSimulatorResidual(SimulatorDynamicsResidual):
         super().__init__(poses.q, zeros, zeros, poses.effort, poses.effort_std, model, simulator)
         self.effort = self.tau
         self.efforts = torch.ones_like(self.tau[:, :1])
+        self.sample_ns = _rest_stamps(poses)
 
     def predict(self, model):
         """Torques that hold each pose [N·m] (rigid-body statics, for reports), shape (N, n)."""

@@ -1,14 +1,15 @@
-"""Do the motion before and after its middle agree on the parameters? One calibration for one robot.
+"""Do the data before and after their middle agree on the parameters? One calibration for one robot.
 
 A recording in which the robot changed (a payload picked up halfway, a cable that starts to
 drag) is fitted by a blend: ``make demo``'s bag, 1.3 kg then 2.0 kg, gave a payload of
 1.65 kg with slopes all near 1, which the torque-agreement check cannot see, since every
-parameter bends to split the difference. Under one model, the motion before and after its
+parameter bends to split the difference. Under one model, the data before and after their
 middle estimate the same parameters; :func:`time_split` compares the two linearized
 estimates at the joint solution
 (:func:`~diffsim_ros.estimation.consistency.split_consistency`: no extra fit, sandwich
-covariances for the filtered motion's correlated errors). Rest poses and camera rows have
-no times and inform both halves.
+covariances for the filtered motion's correlated errors). Motion samples count at their
+stamps, rest poses at their interval's middle; camera rows (and rest poses of unknown times)
+have none and inform both halves.
 
 A difference counts when it is both beyond the noise (the split's chi-square below
 ``CONSISTENCY_P_VALUE``, the parameter itself beyond :data:`SPLIT_SIGMAS`) and large enough
@@ -24,7 +25,7 @@ import numpy as np
 from diffsim_ros.estimation.consistency import CONSISTENCY_P_VALUE, split_consistency
 from diffsim_ros.model.plausibility import parameter_kind
 
-__all__ = ["SPLIT_RELEVANCE", "SPLIT_SIGMAS", "TimeSplit", "motion_parts", "time_split"]
+__all__ = ["SPLIT_RELEVANCE", "SPLIT_SIGMAS", "TimeSplit", "time_parts", "time_split"]
 
 SPLIT_RELEVANCE = 0.05
 """Relative difference of the halves' estimates that matters (or the kind's resolution): a payload
@@ -34,7 +35,7 @@ SPLIT_SIGMAS = 3.3
 """Difference of one parameter, in its std, beyond the noise (two-sided p ~ 1e-3)."""
 SHARED = 2
 UNTIMED_KINDS = ("camera.pose",)
-"""Kinds no motion row informs (rows without times are shared by both halves)."""
+"""Kinds only rows without times inform (shared by both halves: never named)."""
 
 
 @dataclass(frozen=True)
@@ -42,8 +43,8 @@ class TimeSplit:
     """Result of :func:`time_split`.
 
     Attributes:
-        middle_ns: Stamp [ns] dividing the motion samples in halves, in the trajectories'
-            time base (from the recording's reference time: a bag's first joint state).
+        middle_ns: Stamp [ns] dividing the timed samples in halves (the recording's time
+            base: from a bag's first joint state).
         p_value: The split test's p-value (1 when nothing is tested).
         dof: Its degrees of freedom.
         before, after: Parameter name -> each half's linearized estimate (numpy).
@@ -66,7 +67,7 @@ class TimeSplit:
             return None
         parts = [f"{name} {_fmt(self.before[name])} +- {_fmt(self.before_std[name])} before, "
                  f"{_fmt(self.after[name])} +- {_fmt(self.after_std[name])} after" for name in self.differ]
-        return (f"poor fit: the motion before and after the middle of the data disagrees (split p = {self.p_value:.2g}): "
+        return (f"poor fit: the data before and after their middle disagree (split p = {self.p_value:.2g}): "
                 + "; ".join(parts) + ". The robot changed during the recording (a payload picked up or set down, a "
                 "cable, a tool) or the model misses an effect that changes over time; one calibration does not "
                 "describe these data: calibrate each segment on its own")
@@ -76,10 +77,10 @@ def _fmt(value):
     return ", ".join(f"{v:.4g}" for v in np.atleast_1d(np.asarray(value, float)))
 
 
-def motion_parts(blocks):
-    """Half of every stacked residual row: 0 before the motion's median stamp, 1 after it,
-    :data:`SHARED` for rows without times. Returns ``(parts (R,), middle_ns)``, or
-    ``(None, None)`` without motion."""
+def time_parts(blocks):
+    """Half of every stacked residual row: 0 before the median stamp of the timed samples, 1
+    after it, :data:`SHARED` for rows without times. Returns ``(parts (R,), middle_ns)``, or
+    ``(None, None)`` without timed rows."""
     stamps = [b.sample_ns for b in blocks if b.sample_ns is not None]
     if not stamps:
         return None, None
@@ -114,7 +115,7 @@ def _differs(name, before, after, spread, value, resolution):
 
 
 def time_split(jac, psi, variance, blocks, serial, physical, resolution):
-    """Whether the motion before and after its middle agree on the parameters.
+    """Whether the data before and after their middle agree on the parameters.
 
     Args:
         jac: Normalized residual Jacobian at the solution over the free coordinates, (R, P).
@@ -127,9 +128,9 @@ def time_split(jac, psi, variance, blocks, serial, physical, resolution):
         resolution: Parameter kind -> the smallest difference that matters.
 
     Returns:
-        TimeSplit, or None without motion data.
+        TimeSplit, or None without timed data in both halves.
     """
-    parts, middle = motion_parts(blocks)
+    parts, middle = time_parts(blocks)
     if parts is None or not (parts == 0).any() or not (parts == 1).any():
         return None
     test = split_consistency(jac, psi, variance, parts, serial, shared=SHARED)
