@@ -175,4 +175,5 @@ def test_rest_poses_held_before_and_after_a_payload_change_are_refused():
     both = identify(model, Dataset(static=_joined(_rests(light, 18, 1, 0.0), _rests(heavy, 18, 2, 40.0))), ("payload",))
     assert both.split.differ == ("payload.mass",), both.split
     assert "the data before and after their middle disagree" in both.poor_fit
-    assert abs(float(both.split.before["payload.mass"]) - 1.0) < 0.02 and abs(float(both.split.after["payload.mass"]) - 1.3) < 0.03
+    before, after = (float(half["payload.mass"]) for half in (both.split.before, both.split.after))
+    assert abs(before - 1.0) < 0.02 and abs(after - 1.3) < 0.03

@@ -153,8 +153,8 @@ def _split_hint(run):
     split = run.stages[-1][1].split
     if split is None or not split.differ:
         return
-    print(f"  the halves meet {split.middle_ns / 1e9:.1f} s after the bag's first joint state: find where the robot changed and "
-          "calibrate each segment with --start/--end", file=sys.stderr)
+    print(f"  the halves meet {split.middle_ns / 1e9:.1f} s after the bag's first joint state: find where the robot "
+          "changed and calibrate each segment with --start/--end", file=sys.stderr)
 
 
 def _report_poor_fit(run, args):

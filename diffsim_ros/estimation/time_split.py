@@ -141,5 +141,6 @@ def time_split(jac, psi, variance, blocks, serial, physical, resolution):
     named = [_named(v, layout) for v in (halves[0], halves[1], stds[0], stds[1], spread, value)]
     differ = ()
     if not test.agrees(CONSISTENCY_P_VALUE):
-        differ = tuple(n for n in named[0] if _differs(n, named[0][n], named[1][n], named[4][n], named[5][n], resolution))
+        differ = tuple(n for n in named[0]
+                       if _differs(n, named[0][n], named[1][n], named[4][n], named[5][n], resolution))
     return TimeSplit(middle, test.p_value, test.dof, named[0], named[1], named[2], named[3], differ)
