@@ -230,16 +230,16 @@ def split_consistency(jac, psi, variance, parts, serial=(), shared=2):
         step, cov = np.zeros(size), np.zeros((size, size))
         step[tested] = -bread @ reduced.T @ (psi * m)
         cov[np.ix_(tested, tested)] = serial_covariance(reduced, psi * m, variance, serial)
-        steps.append(step / scale)
-        covariances.append(cov / np.outer(scale, scale))
-    if not tested.any():
-        return SplitTest(0.0, 0, 1.0, tuple(steps), tuple(covariances), tested)
-    d = ((steps[0] - steps[1]) * scale)[tested]
-    total = ((covariances[0] + covariances[1]) * np.outer(scale, scale))[np.ix_(tested, tested)]
-    values, vectors = np.linalg.eigh(0.5 * (total + total.T))
-    seen = values > RCOND * max(values.max(initial=0.0), np.finfo(float).tiny)
-    projected = vectors[:, seen].T @ d
-    statistic = float((projected**2 / values[seen]).sum())
-    dof = int(seen.sum())
-    p_value = float(chi2.sf(statistic, dof)) if dof else 1.0
-    return SplitTest(statistic, dof, p_value, tuple(steps), tuple(covariances), tested)
+        steps.append(step)
+        covariances.append(cov)
+    statistic, dof, p_value = 0.0, 0, 1.0
+    if tested.any():  # in the unit-column coordinates
+        d = (steps[0] - steps[1])[tested]
+        total = (covariances[0] + covariances[1])[np.ix_(tested, tested)]
+        values, vectors = np.linalg.eigh(0.5 * (total + total.T))
+        seen = values > RCOND * max(values.max(initial=0.0), np.finfo(float).tiny)
+        statistic = float(((vectors[:, seen].T @ d) ** 2 / values[seen]).sum())
+        dof = int(seen.sum())
+        p_value = float(chi2.sf(statistic, dof)) if dof else 1.0
+    return SplitTest(statistic, dof, p_value, tuple(s / scale for s in steps),
+                     tuple(c / np.outer(scale, scale) for c in covariances), tested)

@@ -33,6 +33,7 @@ __all__ = [
     "MAX_FITTED_SHARE",
     "fitted_share",
     "long_run_information",
+    "named_delta_method",
     "parzen_weights",
     "pinned_coordinates",
     "rank_flags",
@@ -340,3 +341,25 @@ def imprecise(name, value, std, policy):
         return None
     return (f"too imprecise: std {spread:.3g} against the value {size:.3g} "
             f"(accepted: {allowed:.3g}, {policy.max_relative_std:.0%} or the resolution of its kind)")
+
+
+def named_delta_method(value, jacobian, layout, cov):
+    """Named values and delta-method standard deviations of stacked physical parameters.
+
+    Args:
+        value: Stacked parameter values, (Q,).
+        jacobian: Their Jacobian over the coordinates, (Q, P).
+        layout: ``[(name, shape)]`` in stacking order.
+        cov: Covariance of the coordinates, (P, P).
+
+    Returns:
+        ``(values, stddev)``: name -> array of its shape, each.
+    """
+    std = np.sqrt(np.clip(np.einsum("ij,jk,ik->i", jacobian, cov, jacobian), 0.0, None))
+    values, stddev, start = {}, {}, 0
+    for name, shape in layout:
+        size = int(np.prod(shape)) if shape else 1
+        values[name] = value[start : start + size].reshape(shape)
+        stddev[name] = std[start : start + size].reshape(shape)
+        start += size
+    return values, stddev

@@ -494,7 +494,8 @@ def _per_block_errors(blocks, residual):
 
 def _physical_map(problem, x, names):
     """``(value (Q,), jacobian (Q, P), layout)``: the parameters ``names`` stacked, their
-    Jacobian over the free coordinates and ``[(name, shape)]``, numpy."""
+    Jacobian over the free coordinates and ``[(name, shape)]``, numpy (the arguments of
+    :func:`~diffsim_ros.estimation.identifiability.named_delta_method`)."""
     free_t = torch.as_tensor(problem.free, device=x.device)
 
     def flat(z):
@@ -504,19 +505,6 @@ def _physical_map(problem, x, names):
     value, jac = forward_jacobian(flat, x[free_t].detach())
     phys = problem.space.physical(x.detach())
     return value.cpu().numpy(), jac.cpu().numpy(), [(n, tuple(phys[n].shape)) for n in names]
-
-
-def _physical(mapped, cov):
-    """Named values and delta-method standard deviations of a :func:`_physical_map`."""
-    value, jac, layout = mapped
-    std = np.sqrt(np.clip(np.einsum("ij,jk,ik->i", jac, cov, jac), 0.0, None))
-    values, stddev, start = {}, {}, 0
-    for name, shape in layout:
-        size = int(np.prod(shape)) if shape else 1
-        values[name] = value[start : start + size].reshape(shape)
-        stddev[name] = std[start : start + size].reshape(shape)
-        start += size
-    return values, stddev
 
 
 def _serial_rows(blocks):
@@ -563,7 +551,7 @@ def _determine(problem, solution, settings):
     blocks = problem.space.blocks
     names = [n for i, b in enumerate(blocks) if problem.free[coordinate_block == i].all() for n in b.names]
     mapped = _physical_map(problem, x, names)
-    values, stddev = _physical(mapped, cov)
+    values, stddev = ident.named_delta_method(*mapped, cov)
     split = time_split(jac, psi, variance, problem.blocks, serial, mapped, settings.policy.resolution)
     rejected, refit = {}, set()
     for index, (side, bound, free_value, std) in pinned.items():

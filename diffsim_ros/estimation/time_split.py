@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from diffsim_ros.estimation.consistency import CONSISTENCY_P_VALUE, split_consistency
+from diffsim_ros.estimation.identifiability import named_delta_method
 from diffsim_ros.model.plausibility import parameter_kind
 
 __all__ = ["SPLIT_RELEVANCE", "SPLIT_SIGMAS", "TimeSplit", "time_parts", "time_split"]
@@ -95,15 +96,6 @@ def time_parts(blocks):
     return np.concatenate(parts), middle
 
 
-def _named(vector, layout):
-    out, start = {}, 0
-    for name, shape in layout:
-        size = int(np.prod(shape)) if shape else 1
-        out[name] = vector[start : start + size].reshape(shape)
-        start += size
-    return out
-
-
 def _differs(name, before, after, spread, value, resolution):
     if parameter_kind(name) in UNTIMED_KINDS:
         return False
@@ -135,12 +127,10 @@ def time_split(jac, psi, variance, blocks, serial, physical, resolution):
         return None
     test = split_consistency(jac, psi, variance, parts, serial, shared=SHARED)
     value, jp, layout = physical
-    halves = [value + jp @ step for step in test.steps]
-    stds = [np.sqrt(np.clip(np.einsum("ij,jk,ik->i", jp, c, jp), 0.0, None)) for c in test.covariances]
-    spread = np.sqrt(np.clip(np.einsum("ij,jk,ik->i", jp, test.covariances[0] + test.covariances[1], jp), 0.0, None))
-    named = [_named(v, layout) for v in (halves[0], halves[1], stds[0], stds[1], spread, value)]
+    (before, before_std), (after, after_std) = (named_delta_method(value + jp @ step, jp, layout, cov)
+                                                for step, cov in zip(test.steps, test.covariances))
+    joint, spread = named_delta_method(value, jp, layout, test.covariances[0] + test.covariances[1])
     differ = ()
     if not test.agrees(CONSISTENCY_P_VALUE):
-        differ = tuple(n for n in named[0]
-                       if _differs(n, named[0][n], named[1][n], named[4][n], named[5][n], resolution))
-    return TimeSplit(middle, test.p_value, test.dof, named[0], named[1], named[2], named[3], differ)
+        differ = tuple(n for n in joint if _differs(n, before[n], after[n], spread[n], joint[n], resolution))
+    return TimeSplit(middle, test.p_value, test.dof, before, after, before_std, after_std, differ)
