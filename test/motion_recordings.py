@@ -75,7 +75,8 @@ class MotionSpec:
     frozen_joint: int | None = None
     """Index of an arm joint locked still (a brake: it never moves), or None."""
     payload_step: tuple | None = None
-    """``(time [s], mass [kg])``: the payload's mass changes then (same COM), or None."""
+    """``(time [s], mass [kg])``: the payload's mass changes then (same COM), or a tuple of such
+    pairs for several changes, or None."""
     excitation_seed: int = 0
     noise_seed: int = 1
 
@@ -211,6 +212,14 @@ class MotionStreams:
     q_true: np.ndarray = field(repr=False, default=None)
 
 
+def _payload_steps(spec):
+    """The payload changes of ``spec`` as ``((time [s], mass [kg]), ...)``."""
+    steps = spec.payload_step
+    if steps is None:
+        return ()
+    return (tuple(steps),) if np.ndim(steps[0]) == 0 else tuple(tuple(s) for s in steps)
+
+
 def _due(step, rate, spec):
     period = int(round(1.0 / (rate * spec.timestep)))
     return step % period == 0
@@ -292,8 +301,9 @@ def simulate(truth, spec=MotionSpec()):
             out["kq"].append(quat)
         if step == steps:
             break
-        if spec.payload_step is not None and step == int(round(spec.payload_step[0] / spec.timestep)):
-            models.plant.body_mass[models.payload] = spec.payload_step[1]  # picked up more load
+        for when, mass in _payload_steps(spec):
+            if step == int(round(when / spec.timestep)):
+                models.plant.body_mass[models.payload] = mass  # picked up or set down load
         data.qfrc_applied[:] = 0.0
         data.qfrc_applied[models.dof] = tau
         data.qfrc_applied[models.dof[1]] += _spring_torque(q[1], truth.stiffness, truth.offset)

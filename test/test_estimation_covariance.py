@@ -111,6 +111,23 @@ def test_rows_outside_serial_blocks_count_as_independent():
     assert np.linalg.eigvalsh(info).min() >= -SAME_TOL * np.abs(info).max()  # Parzen window: PSD
 
 
+def test_rows_zeroed_by_a_data_split_change_nothing():
+    """A split's part zeroes the other part's rows; the sums skip them (for time), exactly."""
+    rng = np.random.default_rng(5)
+    jac, residual = rng.standard_normal((200, 3)), rng.standard_normal(200)
+    lengths, reach = (40, 60), 5
+    zeroed = np.zeros(100, dtype=bool)
+    zeroed[:25] = zeroed[70:] = True  # the first segment's start, the second's end
+    rows = np.repeat(zeroed, 2)
+    jac[rows], residual[rows] = 0.0, 0.0
+    block = jac.reshape(100, 2, 3)
+    bread = np.linalg.pinv(jac.T @ jac)
+    info = ident.long_run_information(block, residual.reshape(100, 2), lengths, reach)
+    expected = bread @ (info / (1.0 - ident.fitted_share(block, bread, lengths, reach))) @ bread
+    got = ident.serial_covariance(jac, residual, 1.0, (ident.SerialRows(0, 2, lengths, reach),))
+    assert np.abs(got - expected).max() <= SAME_TOL * np.abs(expected).max()
+
+
 @pytest.mark.parametrize("robust", solvers.ROBUST_LOSSES)
 def test_influence_is_the_cost_gradient(robust):
     r = np.array([-5.0, -1.0, 0.0, 0.5, 2.9, 3.1, 10.0])

@@ -95,7 +95,7 @@ def test_calibrate_refuses_the_blend_of_two_payloads_and_calibrates_one_segment(
     assert cli_main(argv + ["--out", str(tmp / "whole")]) == exits.UNDETERMINED
     err = capsys.readouterr().err
     assert "the data before and after their middle disagree" in err and "payload.mass" in err, err
-    assert "the halves meet 18.0 s after the bag's first joint state" in err, err
+    assert "the parts meet 18.0 s after the bag's first joint state" in err, err
     assert not (tmp / "whole").exists()
     assert cli_main(argv + ["--out", str(tmp / "diagnostics"), "--allow-partial"]) == exits.UNDETERMINED
     split = yaml.safe_load(open(tmp / "diagnostics" / "diagnostics.yaml"))["time_split"]

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from diffsim_ros import dynamics as dyn
-from diffsim_ros.estimation.consistency import split_consistency
+from diffsim_ros.estimation.consistency import CONSISTENCY_P_VALUE, split_consistency
 from diffsim_ros.estimation.data import Dataset, StaticPoses
 from diffsim_ros.estimation.identification import identify
 from diffsim_ros.estimation.identifiability import SerialRows
@@ -146,6 +146,47 @@ def test_time_split_names_the_parameter_that_changed_and_both_values():
     assert float(split.after["payload.mass"] - split.before["payload.mass"]) == pytest.approx(0.5, abs=0.01)
     message = split.verdict()
     assert "payload.mass" in message and "before" in message and "after" in message
+
+
+def _stepped_split(changes, value):
+    """time_split of data whose first parameter moves by ``size`` from each ``(share, size)`` of
+    ``changes`` on (as shares of the samples); the parameter's value is ``value``."""
+    rng = np.random.default_rng(5)
+    jac = _design(rng)
+    data = _correlated_noise(rng) * 0.01
+    sample = np.repeat(np.arange(SAMPLES), WIDTH)
+    for share, size in changes:
+        later = sample >= share * SAMPLES
+        data[later] += jac[later, 0] * size
+    residual = _fitted(jac, data)
+    block = _Block(SAMPLES * WIDTH, np.arange(SAMPLES, dtype=np.int64) * 10_000_000)
+    layout = [("payload.mass", ()), ("left_s0.damping", ()), ("left_s1.damping", ())]
+    return time_split(jac, residual, float(residual @ residual / residual.size), [block],
+                      (SerialRows(0, WIDTH, (SAMPLES,), REACH),), (np.array([value, 0.0, 0.0]), np.eye(3), layout), {})
+
+
+def test_a_change_near_the_start_is_found_by_the_first_quartile():
+    """A 20 % step a tenth into the data: the halves are 4 % of the value apart (below the
+    relevance floor), the cut at the first quartile 8 %."""
+    split = _stepped_split([(0.1, 0.5)], 2.5)
+    assert split.differ == ("payload.mass",) and split.fraction == 0.25, split
+    assert split.at_ns == pytest.approx(0.25 * SAMPLES * 10_000_000, rel=0.01)
+    assert "the data before and after 25 % of their samples disagree" in split.verdict()
+    assert float(split.after["payload.mass"] - split.before["payload.mass"]) == pytest.approx(0.3, abs=0.03)
+
+
+def test_a_change_that_went_back_is_found():
+    """A B A B by quarters: both halves hold as much of each, a quartile cut does not."""
+    split = _stepped_split([(0.25, 0.5), (0.5, -0.5), (0.75, 0.5)], 2.0)
+    assert split.differ == ("payload.mass",) and split.fraction in (0.25, 0.75), split
+    assert abs(float(split.after["payload.mass"] - split.before["payload.mass"])) == pytest.approx(1 / 3, abs=0.03)
+
+
+def test_one_model_passes_every_cut_and_the_cuts_are_counted():
+    """No change: nothing differs, and the reported p-value is the smallest cut's times the cuts."""
+    split = _stepped_split([], 1.0)
+    assert split.differ == () and split.verdict() is None
+    assert split.p_value > CONSISTENCY_P_VALUE
 
 
 def _rests(robot, count, seed, start):

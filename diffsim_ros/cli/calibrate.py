@@ -149,11 +149,11 @@ def _report_undetermined(run, allow_partial):
 
 
 def _split_hint(run):
-    """Where the data's halves meet, in the bag's time, when they disagree (for --start/--end)."""
+    """Where the data's parts meet, in the bag's time, when they disagree (for --start/--end)."""
     split = run.stages[-1][1].split
     if split is None or not split.differ:
         return
-    print(f"  the halves meet {split.middle_ns / 1e9:.1f} s after the bag's first joint state: find where the robot "
+    print(f"  the parts meet {split.at_ns / 1e9:.1f} s after the bag's first joint state: find where the robot "
           "changed and calibrate each segment with --start/--end", file=sys.stderr)
 
 

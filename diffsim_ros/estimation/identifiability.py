@@ -230,6 +230,25 @@ def long_run_information(jac, psi, lengths, reach):
     return 0.5 * (info + info.T)
 
 
+def _active_spans(jac, psi, lengths):
+    """Each segment cut to its samples from the first to the last with a nonzero entry.
+
+    Rows a caller zeroed (the other part of a data split) add nothing to any lag sum, so the
+    sums are unchanged; they only cost time. Returns ``(jac, psi, lengths)`` without empty
+    segments.
+    """
+    nonzero = (psi != 0).any(1) | (jac != 0).any((1, 2))
+    ends = np.cumsum(lengths)
+    keep, kept = [], []
+    for a, b in zip(ends - np.asarray(lengths), ends):
+        hits = np.flatnonzero(nonzero[a:b])
+        if hits.size:
+            keep.append(np.arange(a + hits[0], a + hits[-1] + 1))
+            kept.append(int(hits[-1] - hits[0] + 1))
+    index = np.concatenate(keep) if keep else np.zeros(0, dtype=int)
+    return jac[index], psi[index], kept
+
+
 def serial_covariance(jac, psi, variance, serial=()):
     """Sandwich covariance ``(J^T J)^+ S (J^T J)^+`` of the coordinates, numpy (P, P).
 
@@ -253,9 +272,12 @@ def serial_covariance(jac, psi, variance, serial=()):
         samples = int(sum(part.lengths))
         index = slice(part.start, part.start + samples * part.width)
         independent[index] = False
-        block = jac[index].reshape(samples, part.width, size)
-        info = long_run_information(block, psi[index].reshape(samples, part.width), part.lengths, part.reach)
-        scores += info / (1.0 - fitted_share(block, bread, part.lengths, part.reach))
+        block, errors, lengths = _active_spans(jac[index].reshape(samples, part.width, size),
+                                               psi[index].reshape(samples, part.width), part.lengths)
+        if not lengths:
+            continue
+        info = long_run_information(block, errors, lengths, part.reach)
+        scores += info / (1.0 - fitted_share(block, bread, lengths, part.reach))
     plain = jac[independent]
     scores += variance * (plain.T @ plain)
     return bread @ scores @ bread

@@ -171,10 +171,10 @@ class IdentificationResult:
             of the measured torques with the fitted model's.
         poor_fit: None, or why the fitted model does not explain the measured torques
             (:func:`~diffsim_ros.estimation.fit_quality.agreement_verdict`), or why the
-            data before and after their middle disagree (``split``). Then no value is a
+            data before and after a cut disagree (``split``). Then no value is a
             result: callers must not apply ``values`` or ``model``.
-        split: :class:`~diffsim_ros.estimation.time_split.TimeSplit` of the data's halves
-            at the solution, or None without timed data in both halves.
+        split: :class:`~diffsim_ros.estimation.time_split.TimeSplit` of the data's cuts
+            (middle and quartiles) at the solution, or None without timed data on both sides.
     """
 
     model: object
@@ -532,7 +532,7 @@ def _determine(problem, solution, settings):
         ``(values, stddev, rejected, refit, split)``: ``rejected`` maps names to reasons;
         ``refit`` lists parameter blocks to fix at nominal and solve again without
         (held at a bound against the data, or implausible); ``split`` is the
-        :class:`~diffsim_ros.estimation.time_split.TimeSplit` of the data's halves, or None.
+        :class:`~diffsim_ros.estimation.time_split.TimeSplit` of the data's cuts, or None.
     """
     z = solution.z
     x = problem.full(z)

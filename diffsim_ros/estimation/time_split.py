@@ -1,21 +1,21 @@
-"""Do the data before and after their middle agree on the parameters? One calibration for one robot.
+"""Do the data before and after a cut agree on the parameters? One calibration for one robot.
 
 A recording in which the robot changed (a payload picked up halfway, a cable that starts to
 drag) is fitted by a blend: ``make demo``'s bag, 1.3 kg then 2.0 kg, gave a payload of
 1.65 kg with slopes all near 1, which the torque-agreement check cannot see, since every
-parameter bends to split the difference. Under one model, the data before and after their
-middle estimate the same parameters; :func:`time_split` compares the two linearized
-estimates at the joint solution
-(:func:`~diffsim_ros.estimation.consistency.split_consistency`: no extra fit, sandwich
-covariances for the filtered motion's correlated errors). Motion samples count at their
-stamps, rest poses at their interval's middle; camera rows (and rest poses of unknown times)
-have none and inform both halves.
+parameter bends to split the difference. Under one model, the data before and after a cut
+estimate the same parameters; :func:`time_split` compares the two linearized estimates at
+the joint solution (:func:`~diffsim_ros.estimation.consistency.split_consistency`: no extra
+fit, sandwich covariances for the filtered motion's correlated errors), cutting at the
+middle and at the quartiles of the timed samples (:data:`SPLIT_FRACTIONS`). Motion samples
+count at their stamps, rest poses at their interval's middle; camera rows (and rest poses of
+unknown times) have none and inform both parts.
 
-A difference counts when it is both beyond the noise (the split's chi-square below
-``CONSISTENCY_P_VALUE``, the parameter itself beyond :data:`SPLIT_SIGMAS`) and large enough
-to matter (:data:`SPLIT_RELEVANCE` of the value or the resolution of its kind): with 10 000
-samples of motion, a model error of a percent is significant yet not worth refusing a
-calibration for.
+A difference counts when it is both beyond the noise (the split's chi-square, corrected for
+the number of cuts, below ``CONSISTENCY_P_VALUE``; the parameter itself beyond
+:data:`SPLIT_SIGMAS`) and large enough to matter (:data:`SPLIT_RELEVANCE` of the value or the
+resolution of its kind): with 10 000 samples of motion, a model error of a percent is
+significant yet not worth refusing a calibration for.
 """
 
 from dataclasses import dataclass
@@ -26,34 +26,43 @@ from diffsim_ros.estimation.consistency import CONSISTENCY_P_VALUE, split_consis
 from diffsim_ros.estimation.identifiability import named_delta_method
 from diffsim_ros.model.plausibility import parameter_kind
 
-__all__ = ["SPLIT_RELEVANCE", "SPLIT_SIGMAS", "TimeSplit", "time_parts", "time_split"]
+__all__ = ["SPLIT_FRACTIONS", "SPLIT_RELEVANCE", "SPLIT_SIGMAS", "TimeSplit", "time_parts", "time_split"]
 
+SPLIT_FRACTIONS = (0.5, 0.25, 0.75)
+"""Where the data are cut: shares of the timed samples before the cut. The middle sees a change
+halfway best. A change near either end leaves the halves close (a 20 % step at a tenth of the
+data: 3.4 % apart, below :data:`SPLIT_RELEVANCE`), the cut at that end's quartile 8 % apart;
+a change that went back (A B A B by quarters) leaves the halves alike, the quartiles not. The
+middle comes first, so it is the one reported when cuts tie."""
 SPLIT_RELEVANCE = 0.05
-"""Relative difference of the halves' estimates that matters (or the kind's resolution): a payload
+"""Relative difference of the parts' estimates that matters (or the kind's resolution): a payload
 changed by 10 % halfway leaves a blend 5 % off either (on the independent MuJoCo arm, steps
 of 10 % and 20 % gave halves 0.100 and 0.200 kg apart, each +- 0.008-0.016 kg)."""
 SPLIT_SIGMAS = 3.3
 """Difference of one parameter, in its std, beyond the noise (two-sided p ~ 1e-3)."""
 SHARED = 2
 UNTIMED_KINDS = ("camera.pose",)
-"""Kinds only rows without times inform (shared by both halves: never named)."""
+"""Kinds only rows without times inform (shared by both parts: never named)."""
 
 
 @dataclass(frozen=True)
 class TimeSplit:
-    """Result of :func:`time_split`.
+    """Result of :func:`time_split`: the cut reported (the one whose parts differ, with the
+    smallest p-value; else the smallest p-value).
 
     Attributes:
-        middle_ns: Stamp [ns] dividing the timed samples in halves (the recording's time
-            base: from a bag's first joint state).
-        p_value: The split test's p-value (1 when nothing is tested).
+        at_ns: Stamp [ns] of the cut (the recording's time base: from a bag's first joint state).
+        fraction: Share of the timed samples before the cut (one of :data:`SPLIT_FRACTIONS`).
+        p_value: The cut's p-value times the number of cuts tested (Bonferroni; at most 1; 1
+            when nothing is tested).
         dof: Its degrees of freedom.
-        before, after: Parameter name -> each half's linearized estimate (numpy).
+        before, after: Parameter name -> each part's linearized estimate (numpy).
         before_std, after_std: Their standard deviations.
-        differ: Names whose halves differ beyond the noise and by a relevant amount.
+        differ: Names whose parts differ beyond the noise and by a relevant amount.
     """
 
-    middle_ns: int
+    at_ns: int
+    fraction: float
     p_value: float
     dof: int
     before: dict
@@ -62,13 +71,18 @@ class TimeSplit:
     after_std: dict
     differ: tuple
 
+    @property
+    def where(self):
+        """The cut in words: ``their middle``, or the share of the samples before it."""
+        return "their middle" if self.fraction == 0.5 else f"{100 * self.fraction:.0f} % of their samples"
+
     def verdict(self):
-        """None when the halves agree, else a message naming the parameters and both values."""
+        """None when the parts agree, else a message naming the parameters and both values."""
         if not self.differ:
             return None
         parts = [f"{name} {_fmt(self.before[name])} +- {_fmt(self.before_std[name])} before, "
                  f"{_fmt(self.after[name])} +- {_fmt(self.after_std[name])} after" for name in self.differ]
-        return (f"poor fit: the data before and after their middle disagree (split p = {self.p_value:.2g}): "
+        return (f"poor fit: the data before and after {self.where} disagree (split p = {self.p_value:.2g}): "
                 + "; ".join(parts) + ". The robot changed during the recording (a payload picked up or set down, a "
                 "cable, a tool) or the model misses an effect that changes over time; one calibration does not "
                 "describe these data: calibrate each segment on its own")
@@ -78,22 +92,22 @@ def _fmt(value):
     return ", ".join(f"{v:.4g}" for v in np.atleast_1d(np.asarray(value, float)))
 
 
-def time_parts(blocks):
-    """Half of every stacked residual row: 0 before the median stamp of the timed samples, 1
-    after it, :data:`SHARED` for rows without times. Returns ``(parts (R,), middle_ns)``, or
-    ``(None, None)`` without timed rows."""
+def time_parts(blocks, fraction=0.5):
+    """Part of every stacked residual row: 0 up to the cut (the ``fraction`` quantile of the
+    timed samples' stamps), 1 after it, :data:`SHARED` for rows without times. Returns
+    ``(parts (R,), cut_ns)``, or ``(None, None)`` without timed rows."""
     stamps = [b.sample_ns for b in blocks if b.sample_ns is not None]
     if not stamps:
         return None, None
-    middle = int(np.median(np.concatenate(stamps)))
+    cut = int(np.quantile(np.concatenate(stamps), fraction))
     parts = []
     for block in blocks:
         size = block.scale.numel()
         if block.sample_ns is None:
             parts.append(np.full(size, SHARED))
         else:
-            parts.append(np.repeat((block.sample_ns > middle).astype(int), size // len(block.sample_ns)))
-    return np.concatenate(parts), middle
+            parts.append(np.repeat((block.sample_ns > cut).astype(int), size // len(block.sample_ns)))
+    return np.concatenate(parts), cut
 
 
 def _differs(name, before, after, spread, value, resolution):
@@ -106,8 +120,21 @@ def _differs(name, before, after, spread, value, resolution):
     return bool(beyond_noise and np.linalg.norm(difference) > relevant)
 
 
+def _judged(fraction, cut, test, cuts, physical, resolution):
+    """TimeSplit of one cut's test, its p-value corrected for ``cuts`` cuts."""
+    value, jp, layout = physical
+    (before, before_std), (after, after_std) = (named_delta_method(value + jp @ step, jp, layout, cov)
+                                                for step, cov in zip(test.steps, test.covariances))
+    joint, spread = named_delta_method(value, jp, layout, test.covariances[0] + test.covariances[1])
+    p_value = min(1.0, cuts * test.p_value)
+    differ = ()
+    if test.dof > 0 and p_value < CONSISTENCY_P_VALUE:
+        differ = tuple(n for n in joint if _differs(n, before[n], after[n], spread[n], joint[n], resolution))
+    return TimeSplit(cut, fraction, p_value, test.dof, before, after, before_std, after_std, differ)
+
+
 def time_split(jac, psi, variance, blocks, serial, physical, resolution):
-    """Whether the data before and after their middle agree on the parameters.
+    """Whether the data before and after each cut of :data:`SPLIT_FRACTIONS` agree on the parameters.
 
     Args:
         jac: Normalized residual Jacobian at the solution over the free coordinates, (R, P).
@@ -120,17 +147,15 @@ def time_split(jac, psi, variance, blocks, serial, physical, resolution):
         resolution: Parameter kind -> the smallest difference that matters.
 
     Returns:
-        TimeSplit, or None without timed data in both halves.
+        TimeSplit of the cut reported, or None without timed data on both sides of any cut.
     """
-    parts, middle = time_parts(blocks)
-    if parts is None or not (parts == 0).any() or not (parts == 1).any():
+    tests = []
+    for fraction in SPLIT_FRACTIONS:
+        parts, cut = time_parts(blocks, fraction)
+        if parts is not None and (parts == 0).any() and (parts == 1).any():
+            tests.append((fraction, cut, split_consistency(jac, psi, variance, parts, serial, shared=SHARED)))
+    if not tests:
         return None
-    test = split_consistency(jac, psi, variance, parts, serial, shared=SHARED)
-    value, jp, layout = physical
-    (before, before_std), (after, after_std) = (named_delta_method(value + jp @ step, jp, layout, cov)
-                                                for step, cov in zip(test.steps, test.covariances))
-    joint, spread = named_delta_method(value, jp, layout, test.covariances[0] + test.covariances[1])
-    differ = ()
-    if not test.agrees(CONSISTENCY_P_VALUE):
-        differ = tuple(n for n in joint if _differs(n, before[n], after[n], spread[n], joint[n], resolution))
-    return TimeSplit(middle, test.p_value, test.dof, before, after, before_std, after_std, differ)
+    judged = [_judged(fraction, cut, test, len(tests), physical, resolution) for fraction, cut, test in tests]
+    differing = [split for split in judged if split.differ]
+    return min(differing or judged, key=lambda split: split.p_value)

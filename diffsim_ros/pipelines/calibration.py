@@ -246,10 +246,10 @@ def _fit_quality(result, joint_names):
 
 
 def _time_split(split):
-    """The motion halves' estimates of the parameters they disagree on (plain lists)."""
+    """The estimates before and after the cut of the parameters they disagree on (plain lists)."""
     plain = lambda v: np.atleast_1d(np.asarray(v, float)).tolist()  # noqa: E731
     return {
-        "middle_seconds": split.middle_ns / 1e9, "p_value": float(split.p_value),
+        "cut_seconds": split.at_ns / 1e9, "fraction": float(split.fraction), "p_value": float(split.p_value),
         "parameters": {name: {"before": plain(split.before[name]), "before_std": plain(split.before_std[name]),
                               "after": plain(split.after[name]), "after_std": plain(split.after_std[name])}
                        for name in split.differ},
