@@ -111,6 +111,18 @@ def test_a_parameter_one_half_cannot_see_is_not_tested():
     assert result.dof == 2
 
 
+def test_parts_that_share_no_coordinate_are_not_compared():
+    """Each part sees its own parameter only (e.g. a cut that leaves the rests out): nothing to test."""
+    rng = np.random.default_rng(6)
+    jac = _design(rng)[:, :2]
+    half = SAMPLES * WIDTH // 2
+    jac[half:, 0] = 0.0
+    jac[:half, 1] = 0.0
+    result = _test(jac, _fitted(jac, _correlated_noise(rng)), (SerialRows(0, WIDTH, (SAMPLES,), REACH),))
+    assert result.dof == 0 and result.p_value == 1.0 and not result.tested.any()
+    assert result.agrees()
+
+
 class _Numel:
     """Stands in for a block's ``scale`` tensor: only its number of entries is read."""
 

@@ -223,6 +223,9 @@ def split_consistency(jac, psi, variance, parts, serial=(), shared=2):
     variances = [_variances(j.T @ j) for j in jacs]
     nuisance = ~(np.isfinite(variances[0]) & np.isfinite(variances[1])) | _weak(*variances)
     tested = ~nuisance
+    if not tested.any():  # no coordinate both parts inform: nothing to compare
+        zero = np.zeros((size, size))
+        return SplitTest(0.0, 0, 1.0, (np.zeros(size),) * 2, (zero, zero), tested)
     steps, covariances = [], []
     for j, m in zip(jacs, masks):
         reduced = _partial_out(j, nuisance)
@@ -232,14 +235,12 @@ def split_consistency(jac, psi, variance, parts, serial=(), shared=2):
         cov[np.ix_(tested, tested)] = serial_covariance(reduced, psi * m, variance, serial)
         steps.append(step)
         covariances.append(cov)
-    statistic, dof, p_value = 0.0, 0, 1.0
-    if tested.any():  # in the unit-column coordinates
-        d = (steps[0] - steps[1])[tested]
-        total = (covariances[0] + covariances[1])[np.ix_(tested, tested)]
-        values, vectors = np.linalg.eigh(0.5 * (total + total.T))
-        seen = values > RCOND * max(values.max(initial=0.0), np.finfo(float).tiny)
-        statistic = float(((vectors[:, seen].T @ d) ** 2 / values[seen]).sum())
-        dof = int(seen.sum())
-        p_value = float(chi2.sf(statistic, dof)) if dof else 1.0
+    d = (steps[0] - steps[1])[tested]  # in the unit-column coordinates
+    total = (covariances[0] + covariances[1])[np.ix_(tested, tested)]
+    values, vectors = np.linalg.eigh(0.5 * (total + total.T))
+    seen = values > RCOND * max(values.max(initial=0.0), np.finfo(float).tiny)
+    statistic = float(((vectors[:, seen].T @ d) ** 2 / values[seen]).sum())
+    dof = int(seen.sum())
+    p_value = float(chi2.sf(statistic, dof)) if dof else 1.0
     return SplitTest(statistic, dof, p_value, tuple(s / scale for s in steps),
                      tuple(c / np.outer(scale, scale) for c in covariances), tested)

@@ -175,6 +175,10 @@ class IdentificationResult:
             result: callers must not apply ``values`` or ``model``.
         split: :class:`~diffsim_ros.estimation.time_split.TimeSplit` of the data's cuts
             (middle and quartiles) at the solution, or None without timed data on both sides.
+        fitted: ``(model, camera_pose)`` at the solution with every coordinate the fit
+            moved, determined or not: what these data alone prefer. For scoring only (the
+            online change test asks whether any parameters explain the newest data much
+            better); never to apply: undetermined values are noise.
     """
 
     model: object
@@ -195,6 +199,7 @@ class IdentificationResult:
     agreement: tuple = ()
     poor_fit: str | None = None
     split: object = None
+    fitted: tuple | None = None
 
 
 def camera_initial_guess(model, observations):
@@ -711,9 +716,10 @@ def _result(nominal, problem, solution, values, stddev, unidentifiable, before, 
     camera = determined.pop("camera.pose", None)
     model = nominal.with_parameters({k: torch.as_tensor(v, dtype=like.dtype, device=like.device) for k, v in determined.items()})
     camera_pose = None
+    fitted_model, fitted_pose = problem.space.apply(problem.full(solution.z))
+    fitted_pose = None if fitted_pose is None else fitted_pose.detach().cpu().numpy()
     if camera is not None:
-        _, pose = problem.space.apply(problem.full(solution.z))
-        camera_pose = pose.detach().cpu().numpy()
+        camera_pose = fitted_pose
         determined["camera.pose"] = camera
     residual = problem.residual(problem.full(solution.z)).detach()
     noise = {b.name: b.scale.reshape(-1, b.columns).median(0).values.cpu().numpy() for b in problem.blocks}
@@ -737,4 +743,5 @@ def _result(nominal, problem, solution, values, stddev, unidentifiable, before, 
         agreement=agreement,
         poor_fit=agreement_verdict(agreement, nominal.joint_names) or (split.verdict() if split else None),
         split=split,
+        fitted=(fitted_model.replace(params=fitted_model.params.detach()), fitted_pose),
     )

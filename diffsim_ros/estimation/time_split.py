@@ -9,7 +9,8 @@ the joint solution (:func:`~diffsim_ros.estimation.consistency.split_consistency
 fit, sandwich covariances for the filtered motion's correlated errors), cutting at the
 middle and at the quartiles of the timed samples (:data:`SPLIT_FRACTIONS`). Motion samples
 count at their stamps, rest poses at their interval's middle; camera rows (and rest poses of
-unknown times) have none and inform both parts.
+unknown times) have none: they inform both sides of the middle cut and neither side of a
+quartile cut, where they would weigh unequally against the timed data on the two sides.
 
 A difference counts when it is both beyond the noise (the split's chi-square, corrected for
 the number of cuts, below ``CONSISTENCY_P_VALUE``; the parameter itself beyond
@@ -41,6 +42,7 @@ of 10 % and 20 % gave halves 0.100 and 0.200 kg apart, each +- 0.008-0.016 kg)."
 SPLIT_SIGMAS = 3.3
 """Difference of one parameter, in its std, beyond the noise (two-sided p ~ 1e-3)."""
 SHARED = 2
+UNUSED = 3
 UNTIMED_KINDS = ("camera.pose",)
 """Kinds only rows without times inform (shared by both parts: never named)."""
 
@@ -152,6 +154,10 @@ def time_split(jac, psi, variance, blocks, serial, physical, resolution):
     tests = []
     for fraction in SPLIT_FRACTIONS:
         parts, cut = time_parts(blocks, fraction)
+        if parts is not None and fraction != 0.5:
+            # Off the middle, rows without times would weigh unequally against the timed ones on
+            # either side: rests that disagree with the motion (online) would read as a change.
+            parts = np.where(parts == SHARED, UNUSED, parts)
         if parts is not None and (parts == 0).any() and (parts == 1).any():
             tests.append((fraction, cut, split_consistency(jac, psi, variance, parts, serial, shared=SHARED)))
     if not tests:
