@@ -205,7 +205,8 @@ def split_consistency(jac, psi, variance, parts, serial=(), shared=2):
         jac: Normalized residual Jacobian at the solution, (R, P).
         psi: Influence of every normalized residual, (R,) (the residual for least squares).
         variance: Residual variance of the independent rows.
-        parts: Part of every row: 0, 1, or ``shared``, (R,).
+        parts: Part of every row: 0, 1, or ``shared``, (R,); rows of any other label count
+            on neither side.
         serial: :class:`~diffsim_ros.estimation.identifiability.SerialRows` of the rows.
         shared: Label of the rows both parts use.
 
