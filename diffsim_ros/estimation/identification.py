@@ -715,13 +715,13 @@ def _result(nominal, problem, solution, values, stddev, unidentifiable, before, 
     like = nominal.params.mass
     camera = determined.pop("camera.pose", None)
     model = nominal.with_parameters({k: torch.as_tensor(v, dtype=like.dtype, device=like.device) for k, v in determined.items()})
-    camera_pose = None
-    fitted_model, fitted_pose = problem.space.apply(problem.full(solution.z))
+    camera_pose, x = None, problem.full(solution.z)
+    fitted_model, fitted_pose = problem.space.apply(x)
     fitted_pose = None if fitted_pose is None else fitted_pose.detach().cpu().numpy()
     if camera is not None:
         camera_pose = fitted_pose
         determined["camera.pose"] = camera
-    residual = problem.residual(problem.full(solution.z)).detach()
+    residual = problem.residual(x).detach()
     noise = {b.name: b.scale.reshape(-1, b.columns).median(0).values.cpu().numpy() for b in problem.blocks}
     agreement = _agreements(problem.blocks, residual, settings.stiction_velocity or 0.0)
     return IdentificationResult(

@@ -95,10 +95,10 @@ def _fmt(value):
     return ", ".join(f"{v:.4g}" for v in np.atleast_1d(np.asarray(value, float)))
 
 
-def time_parts(blocks, fraction=0.5):
+def time_parts(blocks, fraction=0.5, untimed=SHARED):
     """Part of every stacked residual row: 0 up to the cut (the ``fraction`` quantile of the
-    timed samples' stamps), 1 after it, :data:`SHARED` for rows without times. Returns
-    ``(parts (R,), cut_ns)``, or ``(None, None)`` without timed rows."""
+    timed samples' stamps), 1 after it, ``untimed`` (:data:`SHARED` or :data:`UNUSED`) for rows
+    without times. Returns ``(parts (R,), cut_ns)``, or ``(None, None)`` without timed rows."""
     stamps = [b.sample_ns for b in blocks if b.sample_ns is not None]
     if not stamps:
         return None, None
@@ -107,7 +107,7 @@ def time_parts(blocks, fraction=0.5):
     for block in blocks:
         size = block.scale.numel()
         if block.sample_ns is None:
-            parts.append(np.full(size, SHARED))
+            parts.append(np.full(size, untimed))
         else:
             parts.append(np.repeat((block.sample_ns > cut).astype(int), size // len(block.sample_ns)))
     return np.concatenate(parts), cut
@@ -154,11 +154,9 @@ def time_split(jac, psi, variance, blocks, serial, physical, resolution):
     """
     tests = []
     for fraction in SPLIT_FRACTIONS:
-        parts, cut = time_parts(blocks, fraction)
-        if parts is not None and fraction != 0.5:
-            # Off the middle, rows without times would weigh unequally against the timed ones on
-            # either side: rests that disagree with the motion (online) would read as a change.
-            parts = np.where(parts == SHARED, UNUSED, parts)
+        # Off the middle, rows without times would weigh unequally against the timed ones on
+        # either side: rests that disagree with the motion (online) would read as a change.
+        parts, cut = time_parts(blocks, fraction, SHARED if fraction == 0.5 else UNUSED)
         if parts is not None and (parts == 0).any() and (parts == 1).any():
             tests.append((fraction, cut, split_consistency(jac, psi, variance, parts, serial, shared=SHARED)))
     if not tests:
