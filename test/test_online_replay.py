@@ -106,3 +106,28 @@ def test_calibrate_refuses_the_blend_of_two_payloads_and_calibrates_one_segment(
     assert cli_main(argv + ["--out", str(tmp / "first"), "--end", f"{step - 1:g}"]) == exits.OK
     written = yaml.safe_load(open(tmp / "first" / "calibration.yaml"))
     assert abs(written["parameters"]["payload.mass"] / MASSES[0] - 1) < MASS_TOL, written["parameters"]["payload.mass"]
+
+
+def test_replay_of_one_segment_sees_only_that_segment(recording, capsys):
+    """``--start`` plays the segment after the change alone: no change to detect, the later
+    payload from the first accepted update on, and no update stamped before the segment."""
+    tmp, *_ = recording
+    start = DURATION / 2 + 1
+    assert _replay(recording, "second", "--start", f"{start:g}") == exits.OK
+    rows = list(csv.DictReader(open(tmp / "second" / "estimates.csv")))
+    mass = [(float(r["t"]), float(r["value"])) for r in rows if r["parameter"] == "payload.mass"]
+    assert mass and min(t for t, _ in mass) > start, mass
+    assert all(abs(m / MASSES[1] - 1) < MASS_TOL for _, m in mass), mass
+    updates = list(csv.DictReader(open(tmp / "second" / "updates.csv")))
+    assert updates and not any(u["reason"].startswith("change detected") for u in updates), updates
+    assert min(float(u["t"]) for u in updates) > start
+
+
+def test_a_segment_too_short_outside_the_bag_or_backwards_is_refused(recording, tmp_path, capsys):
+    code = _replay(recording, tmp_path / "short", "--start", f"{DURATION - 1:g}")
+    assert code == exits.UNDETERMINED and f"[{DURATION - 1:g}, inf] s" in capsys.readouterr().err
+    code = _replay(recording, tmp_path / "late", "--start", f"{DURATION + 5:g}")
+    assert code == exits.BAD_INPUT and "no joint state in" in capsys.readouterr().err
+    code = _replay(recording, tmp_path / "backwards", "--start", "20", "--end", "10")
+    assert code == exits.BAD_INPUT and "--start must be before --end" in capsys.readouterr().err
+    assert not any((tmp_path / name).exists() for name in ("short", "late", "backwards"))

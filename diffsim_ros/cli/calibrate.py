@@ -30,7 +30,7 @@ from diffsim_ros.estimation.preparation import DatasetOptions
 from diffsim_ros.pipelines.calibration import MODELS, calibrate_bag, write_diagnostics, write_outputs
 from diffsim_ros.model import RobotModelError, load_robot_config
 
-__all__ = ["add_parser", "calibrate_command", "parse_groups", "summary_table"]
+__all__ = ["add_parser", "calibrate_command", "parse_groups", "parse_window", "summary_table"]
 
 
 def add_parser(subparsers):
@@ -119,7 +119,7 @@ def _settings(args):
     return IdentificationSettings(trajectory_loss=loss, max_iterations=args.max_iterations, window_stride=stride)
 
 
-def _window(args):
+def parse_window(args):
     """``(start, end)`` of ``--start`` / ``--end`` [s], or None for the whole bag."""
     if args.start is None and args.end is None:
         return None
@@ -181,7 +181,7 @@ def calibrate_command(args):
     try:
         groups = None if args.estimate is None else parse_groups(args.estimate)
         settings = _settings(args)
-        window = _window(args)
+        window = parse_window(args)
         if args.threads is not None:
             torch.set_num_threads(args.threads)
         atomic_directory(args.out, force=args.force)  # refuse early, before any work

@@ -4,7 +4,9 @@ What ``ros2 bag play --clock`` does for ``estimator_node`` on a workstation, in 
 the node runs on the embedded runtime with ``use_sim_time``, the bag's joint states,
 commanded torques and camera poses are played at their recorded times, and every update the
 node makes is the one it would make live (updates run to completion in recorded time, so the
-result does not depend on this machine's speed). Outputs (written atomically into ``--out``):
+result does not depend on this machine's speed). ``--start`` / ``--end`` play one segment, as
+``calibrate`` reads one (e.g. after ``calibrate`` found that the robot changed). Outputs
+(written atomically into ``--out``):
 
 * ``estimates.csv``: ``t,parameter,value,stddev``, one row per scalar parameter per accepted
   update; ``t`` in seconds since the bag's first message; vector entries as ``payload.com[0]``;
@@ -26,11 +28,11 @@ import numpy as np
 from tqdm import tqdm
 
 from diffsim_ros.cli import exits
-from diffsim_ros.cli.calibrate import parse_groups
+from diffsim_ros.cli.calibrate import parse_groups, parse_window
 from diffsim_ros.estimation.data import DataError, UndeterminedError
 from diffsim_ros.estimation.online import MODELS, OnlineEstimatorConfig
 from diffsim_ros.estimation.preparation import DatasetOptions
-from diffsim_ros.io.bags import BagError, BagTopics, bag_info
+from diffsim_ros.io.bags import BagError, BagTopics, bag_info, iter_bag
 from diffsim_ros.io.calibration import CalibrationError, write_calibration
 from diffsim_ros.io.ros_types import FLOAT64_MULTI_ARRAY, JOINT_COMMAND
 from diffsim_ros.model import RobotModelError, load_robot_config
@@ -56,6 +58,11 @@ def add_parser(subparsers):
     parser.add_argument("--calibration", default="", help="calibration.yaml to start from (default: nominal)")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help=f"estimator tuning, e.g. --set window_seconds=12 (any of {sorted(_TUNING)})")
+    parser.add_argument("--start", type=float, default=None, metavar="SECONDS",
+                        help="play the bag from this time on [s from its first joint state, as calibrate's] "
+                             "(default: its start)")
+    parser.add_argument("--end", type=float, default=None, metavar="SECONDS",
+                        help="play the bag up to this time [s from its first joint state] (default: its end)")
     parser.add_argument("--force", action="store_true", help="replace an existing output directory")
     parser.set_defaults(handler=replay_command)
 
@@ -103,18 +110,39 @@ def _tuning(items):
     return tuning
 
 
-def _check_bag(bag, config, overrides):
+def _check_bag(bag, config, overrides, window):
     """Refuse, before playing it, a bag that ``calibrate`` refuses (same checks, same messages).
 
-    Out-of-order stamps are not refused: the node drops them as it would live. A bag below
-    the estimator's minimum of data (``min_motion_seconds``, ``min_poses``) in all raises
-    UndeterminedError: no window of it can hold more.
+    Out-of-order stamps are not refused: the node drops them as it would live. A bag (or its
+    ``window``) below the estimator's minimum of data (``min_motion_seconds``, ``min_poses``)
+    in all raises UndeterminedError: no window of it can hold more.
     """
     options = DatasetOptions(torque_source=overrides.get("torque_source", "auto"))
-    _, summary = read_bag_dataset(bag, config, config.build_model(), options, {"order_policy": "sort"})
+    _, summary = read_bag_dataset(bag, config, config.build_model(), options, {"order_policy": "sort"}, window)
     defaults = OnlineEstimatorConfig()
-    check_enough_data(summary, bag, overrides.get("min_motion_seconds", defaults.min_motion_seconds),
+    source = bag if window is None else f"{bag} [{window[0]:g}, {window[1]:g}] s"
+    check_enough_data(summary, source, overrides.get("min_motion_seconds", defaults.min_motion_seconds),
                       overrides.get("min_poses", defaults.min_poses))
+
+
+def _played_span(bag, joint_states, window):
+    """``(start_ns, stop_ns)`` of the receive times to play for ``window`` (None: all).
+
+    ``calibrate`` cuts by header stamps from the first joint state's; a player plays by
+    receive time, so the window counts from the first joint state's receive time (the two
+    differ by the transport's latency, not by the bag's length).
+    """
+    if window is None:
+        return None, None
+    records = iter_bag(bag, topics=[joint_states])
+    try:
+        first = next(records).timestamp_ns
+    finally:
+        records.close()
+    start, end = window
+    start_ns = None if np.isinf(start) else first + int(round(start * 1e9))
+    stop_ns = None if np.isinf(end) else first + int(round(end * 1e9)) + 1  # --end is inclusive
+    return start_ns, stop_ns
 
 
 def estimate_rows(updates, t0):
@@ -134,14 +162,14 @@ def estimate_rows(updates, t0):
     return rows
 
 
-def _play(overrides, played, info, bag):
-    """Run the graph over the bag; returns the estimator node."""
+def _play(overrides, played, info, bag, span):
+    """Run the graph over the bag (receive times in ``span``, see :func:`_played_span`); returns the node."""
     from diffsim_ros.nodes.estimator_node import EstimatorNode  # the node pulls in the runtime's message types
 
     with EmbeddedRuntime() as runtime:
         node = runtime.add_node(EstimatorNode, "estimator", parameter_overrides=overrides)
-        player = runtime.play_bag(bag, topics=played)
-        total = sum(info.topics[t][1] for t in played)
+        player = runtime.play_bag(bag, topics=played, start_ns=span[0], stop_ns=span[1])
+        total = sum(info.topics[t][1] for t in played) if span == (None, None) else None  # a window: a count
         with tqdm(total=total, unit="msg", desc="replay", file=sys.stderr, disable=None) as bar:
             while not player.done:
                 runtime.spin_until_condition(lambda: player.done, timeout_s=1.0)
@@ -165,9 +193,10 @@ def replay_command(args):
     try:
         atomic_directory(args.out, force=args.force)  # refuse early, before any work
         config = load_robot_config(args.config)
+        window = parse_window(args)
         overrides, played, info = _overrides(args, config)
-        _check_bag(args.bag, config, overrides)
-        node = _play(overrides, played, info, args.bag)
+        _check_bag(args.bag, config, overrides, window)
+        node = _play(overrides, played, info, args.bag, _played_span(args.bag, overrides["joint_states_topic"], window))
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted; nothing written", file=sys.stderr)
         return exits.INTERRUPTED

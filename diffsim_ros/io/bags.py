@@ -258,13 +258,15 @@ def bag_info(path):
         return _info(reader, Path(path), storage)
 
 
-def iter_bag(path, topics=None, typestore=None):
+def iter_bag(path, topics=None, typestore=None, start_ns=None, stop_ns=None):
     """Messages of a bag in receive-time order.
 
     Args:
         path: rosbag2 directory or .db3/.mcap file.
         topics: Topic names to read (default: all).
         typestore: Types for bags without embedded definitions (default: Humble + baxter).
+        start_ns: Only messages received at or after this time [ns] (default: from the first).
+        stop_ns: Only messages received before this time [ns] (default: to the last).
 
     Yields:
         BagRecord.
@@ -280,7 +282,7 @@ def iter_bag(path, topics=None, typestore=None):
             if missing:
                 raise BagError(f"{path}: topic(s) {missing} not in the bag; it has {info.describe_topics()}")
             connections = [c for c in connections if c.topic in set(topics)]
-        for connection, timestamp, data in reader.messages(connections=connections):
+        for connection, timestamp, data in reader.messages(connections=connections, start=start_ns, stop=stop_ns):
             msg = _deserialize(reader, data, connection, path)
             yield BagRecord(connection.topic, connection.msgtype, int(timestamp), bytes(data), msg)
 

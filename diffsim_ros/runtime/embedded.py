@@ -618,12 +618,16 @@ class EmbeddedRuntime:
                 self._recorder.declare(publisher)
         return Path(path)
 
-    def play_bag(self, path, *, topics=None, rate=1.0, publish_clock=True, remap=None, node_name="rosbag2_player"):
+    def play_bag(self, path, *, topics=None, rate=1.0, publish_clock=True, remap=None, node_name="rosbag2_player",
+                 start_ns=None, stop_ns=None):
         """Replay a bag into the graph, starting now (``ros2 bag play [--clock]``).
 
         Args:
             path: The bag.
             topics: Topics to play (default: all).
+            start_ns: Play the messages received from this time on [ns] (default: all;
+                ``ros2 bag play --start-offset``).
+            stop_ns: ... and before this time [ns] (``--playback-until-timestamp``).
             rate: Playback speed factor.
             publish_clock: Publish the bag's receive times on ``/clock`` before each message
                 (for nodes with ``use_sim_time``).
@@ -635,7 +639,7 @@ class EmbeddedRuntime:
         """
         self._check_running()
         return BagPlayer(self, path, topics=topics, rate=rate, publish_clock=publish_clock, remap=remap,
-                         node_name=node_name)
+                         node_name=node_name, start_ns=start_ns, stop_ns=stop_ns)
 
     def shutdown(self, keep_recording=True):
         """Run the nodes' shutdown callbacks, then finish (or discard) the recording.
@@ -730,7 +734,7 @@ class BagPlayer:
     """
 
     def __init__(self, runtime, path, *, topics=None, rate=1.0, publish_clock=True, remap=None,
-                 node_name="rosbag2_player"):
+                 node_name="rosbag2_player", start_ns=None, stop_ns=None):
         if rate <= 0:
             raise BagError(f"playback rate must be positive, got {rate}")
         self.runtime, self.rate, self.published, self.done = runtime, float(rate), 0, False
@@ -748,7 +752,8 @@ class BagPlayer:
             for topic in topics
         }
         self._clock = self.node.create_publisher(CLOCK, "/clock", CLOCK_QOS) if publish_clock else None
-        self._records = iter_bag(path, topics=topics, typestore=runtime.messages.typestore)
+        self._records = iter_bag(path, topics=topics, typestore=runtime.messages.typestore, start_ns=start_ns,
+                                 stop_ns=stop_ns)
         self.node.add_on_shutdown(self.close)
         self._start_rt, self._start_bag = runtime.now_ns(), None
         self._schedule_next()
