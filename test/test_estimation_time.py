@@ -179,6 +179,56 @@ def test_motion_without_a_recent_command_is_not_used(tmp_path):
     assert any("no commanded torque within 0.25 s" in note for note in summary.notes)
 
 
+def test_commands_the_robot_did_not_apply_are_not_used(tmp_path):
+    """A drive at its limit, or a controller chattering faster than the recording: the recorded
+    command is not what moved the arm, and the measured effort shows it (bench_estimation's
+    seed 1: -56 N·m recorded while +50 was applied)."""
+    count = 600
+    t = np.arange(count) * 0.01
+    applied = np.stack([2.0 * np.sin(3.0 * t), 1.5 * np.cos(2.0 * t)], 1)
+    efforts = applied + 0.01 * np.random.default_rng(0).standard_normal(applied.shape)
+    stamps = T0_NS + PERIOD_NS * np.arange(count, dtype=np.int64)
+    bad = slice(300, 330)
+    recorded = applied.copy()
+    recorded[bad, 0] = -applied[bad, 0] - 3.0
+    options = DatasetOptions(torque_source="commanded")
+    clean_path = _bag(tmp_path / "clean", stamps, stamps, applied, positions=_motion(count), efforts=efforts)
+    clean, clean_summary = prepare_dataset(read_bag(clean_path, JOINTS, topics=TOPICS).streams(), options=options)
+    path = _bag(tmp_path / "bad", stamps, stamps, recorded, positions=_motion(count), efforts=efforts)
+    dataset, summary = prepare_dataset(read_bag(path, JOINTS, topics=TOPICS).streams(), options=options)
+    assert not any("did not apply" in note for note in clean_summary.notes), clean_summary.notes
+    assert any("did not apply" in note for note in summary.notes), summary.notes
+    used = np.concatenate([traj.stamps_ns for traj in dataset.trajectories]) // PERIOD_NS
+    assert not np.any((used >= bad.start) & (used < bad.stop)), "a sample with a command the robot did not apply was used"
+    assert clean_summary.trajectory_seconds - summary.trajectory_seconds < 1.0  # its window and the filter's reach
+
+
+def _hold_note(summary):
+    note = next(n for n in summary.notes if n.startswith("commanded torques read as"))
+    return note.split("(")[1].split(")")[0], float(note.split(" by ")[1].split(" ")[0])
+
+
+def test_the_hold_is_read_where_the_robot_applied_its_commands(tmp_path):
+    """A 1 kHz controller's torque recorded at 100 Hz is read as samples of a smooth torque;
+    a burst of chatter (commands of +-40 N·m the drive did not apply) must not decide it:
+    the hold's misfit is the clean recording's."""
+    count = 600
+    t = np.arange(count) * 0.01
+    applied = np.stack([8.0 * np.sin(9.0 * t), 6.0 * np.cos(7.0 * t)], 1)
+    efforts = np.stack([8.0 * np.sin(9.0 * (t - 0.001)), 6.0 * np.cos(7.0 * (t - 0.001))], 1)  # 1 ms behind
+    stamps = T0_NS + PERIOD_NS * np.arange(count, dtype=np.int64)
+    chatter = applied.copy()
+    chatter[300:330, 0] = np.where(np.arange(30) % 2, 40.0, -40.0)
+    options = DatasetOptions(torque_source="commanded")
+    readings = []
+    for name, recorded in (("clean", applied), ("chatter", chatter)):
+        path = _bag(tmp_path / name, stamps, stamps, recorded, positions=_motion(count), efforts=efforts)
+        readings.append(_hold_note(prepare_dataset(read_bag(path, JOINTS, topics=TOPICS).streams(), options=options)[1]))
+    (clean_hold, clean_misfit), (hold, misfit) = readings
+    assert clean_hold == hold == "cubic"
+    assert misfit == pytest.approx(clean_misfit, rel=0.1), (misfit, clean_misfit)
+
+
 def test_a_window_shorter_than_the_filter_is_no_trajectory_not_an_error(tmp_path):
     """An online window of 23 samples, fewer than the derivative filter spans (31 at 100 Hz),
     with commanded torques: no trajectory and a note, not a crash (the demo's first updates)."""
