@@ -284,10 +284,10 @@ def main():
     print(body)
 
 
-if __name__ == "__main__":
-    main()
-
-
 def _hold_averages(rec):
     """Static poses averaged over the settled holds of a recording."""
     return static_poses_from_intervals(rec.joint_time, rec.q, rec.effort, rec.holds)
+
+
+if __name__ == "__main__":
+    main()

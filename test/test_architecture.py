@@ -174,3 +174,30 @@ def test_the_length_check_counts_decorators_and_nested_functions(tmp_path):
              "model/c.py": f"class C:\n    def outer(self):\n        def inner():\n{body(80, ' ' * 12)}\n"}
     found = long_functions(_fake_package(tmp_path, files))
     assert sorted(line.split(" ")[1] for line in found) == ["inner", "outer", "too_long"], found
+
+
+def defined_after_main_guard(root):
+    """``path name`` of every top-level definition that follows a script's ``if __name__`` guard:
+    the guard runs ``main()`` before Python reaches it, so a script using it dies with a
+    NameError (bench_control_experiments.py did, unnoticed, until 2026-11-30)."""
+    out = []
+    for path in sorted(root.glob("*.py")):
+        guarded = False
+        for node in ast.parse(path.read_text(), filename=str(path)).body:
+            if isinstance(node, ast.If) and "__name__" in ast.unparse(node.test):
+                guarded = True
+            elif guarded and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign)):
+                out.append(f"{path.name} {getattr(node, 'name', ast.unparse(node)[:40])}")
+    return out
+
+
+def test_no_script_defines_anything_after_its_main_guard():
+    found = [line for folder in ("benchmarks", PACKAGE + "/cli") for line in defined_after_main_guard(REPO / folder)]
+    assert not found, "defined after the main guard:\n" + "\n".join(found)
+
+
+def test_the_main_guard_check_finds_a_late_definition(tmp_path):
+    (tmp_path / "script.py").write_text('def main():\n    helper()\n\n\nif __name__ == "__main__":\n    main()\n\n\n'
+                                        'def helper():\n    pass\n')
+    (tmp_path / "fine.py").write_text('def main():\n    pass\n\n\nif __name__ == "__main__":\n    main()\n')
+    assert defined_after_main_guard(tmp_path) == ["script.py helper"]
