@@ -6,6 +6,7 @@ lookup, and the MPC step rate for the paper's three initializations.
 Run: ``.venv/bin/python -m benchmarks.bench_control``.
 """
 
+import argparse
 import os
 import time
 
@@ -167,6 +168,7 @@ def _us(seconds):
 
 
 def main():
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # --help, not a run
     torch.set_num_threads(1)  # single-configuration work: intra-op threads only add latency
     config = load_robot_config(share_directory() / "config" / "baxter_left.yaml")
     model = config.build_model()

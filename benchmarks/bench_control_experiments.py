@@ -14,6 +14,7 @@ Run: ``.venv/bin/python -m benchmarks.bench_control_experiments`` (about 20 minu
 mostly building the default 21 x 21 x 5 map through PBD).
 """
 
+import argparse
 import time
 from pathlib import Path
 
@@ -216,6 +217,7 @@ def mpc_tracking(config, nominal, calibrated):
 
 
 def main():
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # --help, not a run
     torch.set_num_threads(1)
     FIGURES.mkdir(exist_ok=True)
     started = time.perf_counter()

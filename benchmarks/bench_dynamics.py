@@ -4,6 +4,8 @@ Single configuration (latency: what a control loop pays) and 4096 configurations
 (throughput: what identification pays). Run: ``.venv/bin/python -m benchmarks.bench_dynamics``.
 """
 
+import argparse
+
 import numpy as np
 import torch
 
@@ -27,6 +29,7 @@ def _pinocchio(model):
 
 
 def main():
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # --help, not a run
     model = load_robot_config(share_directory() / "config" / "baxter_left.yaml").build_model()
     fast = FastDynamics.from_model(model)
     pin, oracle = _pinocchio(model)

@@ -13,6 +13,7 @@ one compiled call).
 Run: ``.venv/bin/python -m benchmarks.bench_large_step``.
 """
 
+import argparse
 import os
 import time
 
@@ -88,6 +89,7 @@ def _row(name, dt, model, rollout, reference):
 
 
 def main():
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # --help, not a run
     start = time.perf_counter()
     load = os.getloadavg()[0]
     model = load_robot_config(BAXTER_LEFT).build_model()

@@ -18,6 +18,7 @@ the ``DIFFSIM_NIMBLE_PYTHON`` environment variable (default: this interpreter); 
 Run: ``.venv/bin/python -m benchmarks.bench_step_jacobians [--peer-python /work/peers/nimble/bin/python]``.
 """
 
+import argparse
 import json
 import os
 import subprocess
@@ -106,6 +107,9 @@ def run_nimble_peer(python, kind, arguments):
 
 
 def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--peer-python", default=None, metavar="PATH", help="interpreter with nimblephysics (see peer_python)")
+    parser.parse_args()  # peer_python() reads the same option
     load = os.getloadavg()[0]
     rng = np.random.default_rng(0)
     q, qd, tau = np.array([0.1, -0.3, 0.2, 0.8, -0.1, 0.6, 0.3]), rng.uniform(-1, 1, 7), rng.uniform(-5, 5, 7)

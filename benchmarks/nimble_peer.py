@@ -11,9 +11,9 @@ calling benchmark checks against its own reference before using the times.
 Usage (from the repository root): ``python -m benchmarks.nimble_peer arm|box '<json arguments>'``.
 """
 
+import argparse
 import importlib.metadata
 import json
-import sys
 
 import numpy as np
 
@@ -158,7 +158,11 @@ def box_figures(size, mass, mu, dt, state, settle_steps):
 
 
 def main():
-    kind, arguments = sys.argv[1], json.loads(sys.argv[2])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("kind", choices=("arm", "box"))
+    parser.add_argument("arguments", help="JSON list of the figures function's arguments")
+    args = parser.parse_args()
+    kind, arguments = args.kind, json.loads(args.arguments)
     figures = {"arm": arm_figures, "box": box_figures}[kind](*arguments)
     print(json.dumps(figures))
 

@@ -1,5 +1,6 @@
 """Run every ``benchmarks/bench_*.py`` in turn (``make bench``); each updates its RESULTS.md section."""
 
+import argparse
 import importlib
 import pkgutil
 import sys
@@ -9,6 +10,7 @@ import benchmarks
 
 
 def main():
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # --help, not a run
     names = sorted(m.name for m in pkgutil.iter_modules(benchmarks.__path__) if m.name.startswith("bench_"))
     failed = []
     for name in names:

@@ -201,3 +201,20 @@ def test_the_main_guard_check_finds_a_late_definition(tmp_path):
                                         'def helper():\n    pass\n')
     (tmp_path / "fine.py").write_text('def main():\n    pass\n\n\nif __name__ == "__main__":\n    main()\n')
     assert defined_after_main_guard(tmp_path) == ["script.py helper"]
+
+
+def mains_without_options(root):
+    """Scripts under ``root`` whose ``main`` builds no ArgumentParser: ``--help`` starts them
+    (a benchmark then measures for minutes and rewrites its RESULTS.md section)."""
+    out = []
+    for path in sorted(root.glob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        mains = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main"]
+        if mains and "ArgumentParser" not in ast.unparse(mains[0]):
+            out.append(path.name)
+    return out
+
+
+def test_every_benchmark_answers_help():
+    found = mains_without_options(REPO / "benchmarks")
+    assert not found, "a main() without an ArgumentParser (--help would run it):\n" + "\n".join(found)
