@@ -37,7 +37,7 @@ from diffsim_ros.io.calibration import CalibrationError, write_calibration
 from diffsim_ros.io.ros_types import FLOAT64_MULTI_ARRAY, JOINT_COMMAND
 from diffsim_ros.model import RobotModelError, load_robot_config
 from diffsim_ros.outputs import OutputPathError, atomic_directory
-from diffsim_ros.pipelines.calibration import check_enough_data, read_bag_dataset
+from diffsim_ros.pipelines.calibration import check_enough_data, data_source, read_bag_dataset
 from diffsim_ros.runtime.embedded import EmbeddedRuntime
 
 __all__ = ["add_parser", "replay_command", "estimate_rows"]
@@ -120,8 +120,7 @@ def _check_bag(bag, config, overrides, window):
     options = DatasetOptions(torque_source=overrides.get("torque_source", "auto"))
     _, summary = read_bag_dataset(bag, config, config.build_model(), options, {"order_policy": "sort"}, window)
     defaults = OnlineEstimatorConfig()
-    source = bag if window is None else f"{bag} [{window[0]:g}, {window[1]:g}] s"
-    check_enough_data(summary, source, overrides.get("min_motion_seconds", defaults.min_motion_seconds),
+    check_enough_data(summary, data_source(bag, window), overrides.get("min_motion_seconds", defaults.min_motion_seconds),
                       overrides.get("min_poses", defaults.min_poses))
 
 

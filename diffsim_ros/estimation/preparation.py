@@ -160,8 +160,9 @@ def _grid(stamps_ns):
 
 
 def _torque_signal(streams, options):
-    """The torques as the robot applied them, their source name, a note, and the grid samples
-    whose command the robot did not apply (see :func:`_unapplied`; None when not known).
+    """The torques as the robot applied them, their source name, a note, the grid samples
+    whose command the robot did not apply (see :func:`_unapplied`; None when not known) and
+    the torques filtered on the joint-state grid when the comparison computed them (else None).
 
     Measured efforts are samples of a continuous torque and are interpolated. Commanded
     torques act from their receive stamps on; whether the robot held each recorded command
@@ -178,20 +179,20 @@ def _torque_signal(streams, options):
         if js.efforts is None:
             raise DataError(f"{streams.source}: joint states carry no efforts and no commanded torques are recorded")
         hold = "cubic" if options.torque_hold == "auto" else options.torque_hold
-        return _signal(streams, js.stamps_ns, js.efforts, hold), source, None, None
+        return _signal(streams, js.stamps_ns, js.efforts, hold), source, None, None, None
     if commanded is None:
         raise DataError(f"{streams.source}: torque_source 'commanded' but no commanded torques are recorded")
     holds = ("zoh", "cubic") if options.torque_hold == "auto" else (options.torque_hold,)
     candidates = {hold: _signal(streams, commanded.stamps_ns, commanded.torques, hold) for hold in holds}
     if js.efforts is None or len(js.stamps_ns) < 10:
-        return candidates[holds[0]], source, None, None
+        return candidates[holds[0]], source, None, None, None
     measured = _signal(streams, js.stamps_ns, js.efforts, "cubic")
     grid, period = _grid(js.stamps_ns - streams.t0_ns)
     reference = _consistent_torques(measured, grid, period, options)
     filtered = {hold: _consistent_torques(sig, grid, period, options) for hold, sig in candidates.items()}
     differences = {hold: tau - reference for hold, tau in filtered.items()}
     if not all(np.isfinite(d).any() for d in differences.values()):  # too short to compare
-        return candidates[holds[0]], source, None, None
+        return candidates[holds[0]], source, None, None, None
     unapplied = {hold: _unapplied(filtered[hold], d) for hold, d in differences.items()}
     # Holds are compared where the robot applied its commands under either reading: a few
     # commands it did not apply (saturation, chatter) would otherwise make the choice (seed 1
@@ -208,7 +209,7 @@ def _torque_signal(streams, options):
         note = (f"commanded torques read as {'held' if hold == 'zoh' else 'samples of a smooth torque'} ({hold}): "
                 f"filtered, they differ from the measured efforts by {misfit[hold]:.3g} N·m RMS "
                 f"({'cubic' if hold == 'zoh' else 'zoh'}: {max(misfit.values()):.3g})")
-    return candidates[hold], source, note, unapplied[hold]
+    return candidates[hold], source, note, unapplied[hold], filtered[hold]
 
 
 def _unapplied(commanded, difference):
@@ -280,7 +281,7 @@ def _trajectory_runs(streams, options, notes, limits):
     if len(js.times) < 10:
         notes.append(f"trajectory: {len(js.times)} joint states are too few")
         return (), "none"
-    signal, source, note, unapplied = _torque_signal(streams, options)
+    signal, source, note, unapplied, tau = _torque_signal(streams, options)
     if note:
         notes.append(note)
     stamps = js.stamps_ns - streams.t0_ns
@@ -290,7 +291,8 @@ def _trajectory_runs(streams, options, notes, limits):
     seconds = grid * 1e-9
     values = [interpolate(js.times, v, seconds, max_gap=DEFAULT_GAP_FACTOR * period * 1e-9)[0]
               for v in (filtered.positions, filtered.velocities, filtered.accelerations)]
-    tau = _consistent_torques(signal, grid, period, options)
+    if tau is None:  # not filtered yet (no efforts to compare with)
+        tau = _consistent_torques(signal, grid, period, options)
     # Measured efforts may lag the joint states: their rate, filtered alike, lets a delay be fitted.
     rate = _torque_rate(tau, period) if source == "effort" else None
     half = window_samples(options.trajectory_filter_window, period * 1e-9, options.trajectory_polyorder) // 2

@@ -20,7 +20,7 @@ from diffsim_ros.model.plausibility import parameter_kind
 from diffsim_ros.viz.calibration import calibration_report
 
 __all__ = ["MODELS", "CalibrationRun", "default_groups", "calibrate_dataset", "read_bag_dataset", "check_enough_data",
-           "calibrate_bag", "write_outputs", "write_diagnostics"]
+           "calibrate_bag", "write_outputs", "write_diagnostics", "data_source"]
 
 MODELS = ("rigid", "pbd")
 
@@ -161,6 +161,11 @@ def read_bag_dataset(bag_path, config, model, options=DatasetOptions(), read_opt
     return prepare_dataset(streams, camera_frame, options, limits)
 
 
+def data_source(bag_path, window=None):
+    """What the data came from, for messages: the bag, and the window read from it [s]."""
+    return str(bag_path) if window is None else f"{bag_path} [{window[0]:g}, {window[1]:g}] s"
+
+
 def check_enough_data(summary, source, min_motion_seconds=MIN_MOTION_SECONDS, min_poses=MIN_REST_POSES):
     """UndeterminedError unless the data reach the minimum of an estimate (as online).
 
@@ -197,7 +202,7 @@ def calibrate_bag(bag_path, config, groups=None, *, options=DatasetOptions(), re
     """
     model = config.build_model()
     dataset, summary = read_bag_dataset(bag_path, config, model, options, read_options, window)
-    check_enough_data(summary, bag_path if window is None else f"{bag_path} [{window[0]:g}, {window[1]:g}] s")
+    check_enough_data(summary, data_source(bag_path, window))
     requested = groups
     groups = default_groups(model, dataset) if groups is None else groups
     run = calibrate_dataset(model, dataset, groups, robot_name=config.name, **kwargs)

@@ -625,14 +625,14 @@ class EmbeddedRuntime:
         Args:
             path: The bag.
             topics: Topics to play (default: all).
-            start_ns: Play the messages received from this time on [ns] (default: all;
-                ``ros2 bag play --start-offset``).
-            stop_ns: ... and before this time [ns] (``--playback-until-timestamp``).
             rate: Playback speed factor.
             publish_clock: Publish the bag's receive times on ``/clock`` before each message
                 (for nodes with ``use_sim_time``).
             remap: Mapping bag topic -> topic to publish on.
             node_name: Name of the player node.
+            start_ns: Play the messages received from this time on [ns] (default: all;
+                ``ros2 bag play --start-offset``).
+            stop_ns: ... and before this time [ns] (``--playback-until-timestamp``).
 
         Returns:
             BagPlayer.
