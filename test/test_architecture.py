@@ -25,7 +25,7 @@ PACKAGE = "diffsim_ros"
 # layers and below nodes (sim_robot_node runs the testbed) and pipelines (which run the nodes
 # and draw with viz); the CLI is argparse and printing on top.
 LAYERS = (
-    ("_compiled", "_tangents", "outputs", "resources"),  # shared utilities that import nothing of the package
+    ("_compiled", "_tangents", "outputs", "resources", "threads", "vocabulary"),  # shared utilities that import nothing of the package
     ("model",),
     ("dynamics",),
     ("sim",),

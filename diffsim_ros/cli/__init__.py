@@ -1,5 +1,10 @@
 """The ``diffsim-ros`` command line: one module per subcommand, each exposing ``add_parser``.
 
+Only the chosen subcommand's module is imported (:data:`SUBCOMMANDS` names them with their
+one-line summaries), and those modules load the library (torch, numba, rosbags) in their
+handlers: ``diffsim-ros --help``, a subcommand's ``--help`` and argument errors answer in a
+fraction of a second instead of seconds of imports.
+
 Every subcommand ends with one of the exit codes of :mod:`diffsim_ros.cli.exits`. Ctrl-C
 (SIGINT) at any point — while the subcommands' modules load, while arguments are checked, in
 the middle of a computation or a write — ends with one line on stderr and exit code 130;
@@ -20,22 +25,47 @@ import sys
 from diffsim_ros.cli.exits import FAILURE, INTERRUPTED, OK
 from diffsim_ros.outputs import check_interrupted, record_interrupts
 
-__all__ = ["SUBCOMMAND_MODULES", "TRACEBACK_VARIABLE", "build_parser", "main"]
+__all__ = ["SUBCOMMANDS", "TRACEBACK_VARIABLE", "build_parser", "main", "summary"]
 
-SUBCOMMAND_MODULES = ("diffsim_ros.cli.calibrate", "diffsim_ros.cli.replay", "diffsim_ros.cli.torque_map", "diffsim_ros.cli.demo",
-                      "diffsim_ros.cli.estimate_objects")
-"""Modules with ``add_parser(subparsers)``; each parser sets ``handler(args) -> exit code``."""
+SUBCOMMANDS = {
+    "calibrate": ("diffsim_ros.cli.calibrate", "calibrate a robot model from a recorded ROS 2 bag"),
+    "replay": ("diffsim_ros.cli.replay", "play a bag through the estimator node (online estimation offline)"),
+    "torque-map": ("diffsim_ros.cli.torque_map", "build or inspect net-torque lookup maps (impedance control)"),
+    "demo": ("diffsim_ros.cli.demo", "online calibration and control of a simulated Baxter (no ROS needed)"),
+    "estimate-objects": ("diffsim_ros.cli.estimate_objects",
+                         "estimate object mass, friction and restitution from camera poses in a bag"),
+}
+"""Subcommand -> (module with ``add_parser(subparsers)``, one-line summary). Each parser sets
+``handler(args) -> exit code``."""
 
 TRACEBACK_VARIABLE = "DIFFSIM_ROS_TRACEBACK"
 """Set to 1 to get the traceback of an unexpected error instead of one line."""
 
 
-def build_parser():
-    """The top-level parser with every subcommand registered."""
+def summary(command):
+    """The one-line summary of a subcommand (its ``help`` in the top-level listing)."""
+    return SUBCOMMANDS[command][1]
+
+
+def _chosen(argv):
+    """The subcommand ``argv`` names (its first argument that is not an option), or None."""
+    return next((arg for arg in argv if not arg.startswith("-")), None)
+
+
+def build_parser(argv=None):
+    """The top-level parser; the subcommand that ``argv`` chooses with its arguments (all when None).
+
+    The other subcommands are registered by name and summary only, so that their modules
+    (and the library) are not imported.
+    """
     parser = argparse.ArgumentParser(prog="diffsim-ros", description="Differentiable robot physics for real-to-sim on ROS 2.")
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for name in SUBCOMMAND_MODULES:
-        importlib.import_module(name).add_parser(subparsers)
+    chosen = None if argv is None else _chosen(argv)
+    for name, (module, text) in SUBCOMMANDS.items():
+        if argv is None or name == chosen:
+            importlib.import_module(module).add_parser(subparsers)
+        else:
+            subparsers.add_parser(name, help=text, add_help=False)
     return parser
 
 
@@ -53,7 +83,7 @@ def _sigint_ignored():
 
 
 def _run(argv):
-    args = build_parser().parse_args(argv)
+    args = build_parser(sys.argv[1:] if argv is None else argv).parse_args(argv)
     return args.handler(args)
 
 

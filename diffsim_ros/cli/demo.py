@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from diffsim_ros.cli import summary
 from diffsim_ros.io.bags import STORAGES
 from diffsim_ros.io.calibration import OutputPathError
 from diffsim_ros.nodes.robot import set_threads
@@ -28,7 +29,7 @@ UNITS = {"mass": "kg", "com": "m", "stiffness": "N/m", "offset": "rad"}
 
 def add_parser(subparsers):
     """Register the ``demo`` subcommand."""
-    parser = subparsers.add_parser("demo", help="online calibration and control of a simulated Baxter (no ROS needed)")
+    parser = subparsers.add_parser("demo", help=summary("demo"))
     parser.add_argument("--out", type=Path, default=Path("demo_out"), help="output directory (default: demo_out)")
     parser.add_argument("--force", action="store_true", help="replace an existing output directory")
     parser.add_argument("--seconds", type=float, default=45.0,
@@ -40,7 +41,7 @@ def add_parser(subparsers):
                         help="simulated seconds of motion after the payload change (0: no change; default 40)")
     parser.add_argument("--storage", choices=STORAGES, default="sqlite3", help="bag storage (default: sqlite3)")
     parser.add_argument("--seed", type=int, default=3, help="seed of the calibration poses")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (1 avoids OpenMP stalls on busy machines)")
+    parser.add_argument("--threads", type=int, default=1, help="torch and numba threads (1 avoids stalls on busy machines)")
     parser.set_defaults(handler=demo_command)
 
 

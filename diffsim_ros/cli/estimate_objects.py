@@ -19,9 +19,7 @@ or an unknown the data do not determine (nothing written unless ``--allow-partia
 import sys
 from pathlib import Path
 
-import torch
-
-from diffsim_ros.cli import exits
+from diffsim_ros.cli import exits, summary
 from diffsim_ros.estimation.data import DataError
 from diffsim_ros.estimation.object_fit import FitSettings, fit_objects
 from diffsim_ros.io.bags import BagError
@@ -30,6 +28,7 @@ from diffsim_ros.io.object_report import summary_table
 from diffsim_ros.io.scene import SceneError
 from diffsim_ros.pipelines.objects import load_inputs, write_object_outputs
 from diffsim_ros.sim.contact import ContactError
+from diffsim_ros.threads import set_threads
 
 __all__ = ["add_parser", "estimate_objects_command"]
 
@@ -42,7 +41,7 @@ BOOTSTRAP_REFITS = 8
 
 def add_parser(subparsers):
     """Register the ``estimate-objects`` subcommand."""
-    parser = subparsers.add_parser("estimate-objects", help="estimate object mass, friction and restitution from camera poses in a bag")
+    parser = subparsers.add_parser("estimate-objects", help=summary("estimate-objects"))
     parser.add_argument("--bag", required=True, type=Path, help="rosbag2 directory or .db3/.mcap file with PoseStamped topics")
     parser.add_argument("--scene", required=True, type=Path, help="scene YAML: objects, sizes, topics, known values, pairs")
     parser.add_argument("--calibration", type=Path, default=None,
@@ -61,7 +60,7 @@ def add_parser(subparsers):
     parser.add_argument("--order-policy", choices=("raise", "sort"), default="raise",
                         help="poses whose header stamps go backwards or repeat: refuse the bag (raise) or sort them and "
                              "drop repeated stamps (sort)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (1 avoids OpenMP stalls on busy machines)")
+    parser.add_argument("--threads", type=int, default=1, help="torch and numba threads (1 avoids stalls on busy machines)")
     parser.set_defaults(handler=estimate_objects_command)
 
 
@@ -74,7 +73,7 @@ def estimate_objects_command(args):
     try:
         if args.threads < 1:
             raise ValueError(f"--threads must be >= 1, got {args.threads}")
-        torch.set_num_threads(args.threads)
+        set_threads(args.threads)
         if args.max_evaluations < 1:
             raise ValueError(f"--max-evaluations must be >= 1, got {args.max_evaluations}")
         if args.bootstrap < 0 or args.bootstrap == 1:

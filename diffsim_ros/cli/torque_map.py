@@ -11,8 +11,7 @@ import math
 import sys
 from pathlib import Path
 
-import torch
-
+from diffsim_ros.cli import summary
 from diffsim_ros.cli.exits import BAD_INPUT, OK
 from diffsim_ros.control.errors import ControlError
 from diffsim_ros.control.torque_map import TorqueMap, TorqueMapGrid, build_torque_map, validate_torque_map
@@ -21,6 +20,7 @@ from diffsim_ros.io.calibration import CalibrationError, apply_calibration, chec
 from diffsim_ros.model import RobotModelError, load_robot_config
 from diffsim_ros.sim.factory import SIMULATOR_KINDS, make_simulator
 from diffsim_ros.viz.torque_map import plot_torque_map
+from diffsim_ros.threads import set_threads
 
 __all__ = ["add_parser", "build_command", "load_model", "show_command"]
 
@@ -28,7 +28,7 @@ _ERRORS = (ControlError, CalibrationError, RobotModelError, FileExistsError, Val
 
 def add_parser(subparsers):
     """Register ``torque-map`` with its ``build`` and ``show`` subcommands."""
-    parser = subparsers.add_parser("torque-map", help="build or inspect net-torque lookup maps (impedance control)")
+    parser = subparsers.add_parser("torque-map", help=summary("torque-map"))
     commands = parser.add_subparsers(dest="torque_map_command", required=True)
 
     build = commands.add_parser("build", help="build a map with the differentiable simulator")
@@ -45,7 +45,7 @@ def add_parser(subparsers):
     build.add_argument("--simulator", choices=SIMULATOR_KINDS, default="pbd", help="differentiable simulator (default %(default)s)")
     build.add_argument("--substeps", type=int, help="simulator substeps per step (default: 10 for pbd, 1 for rigid)")
     build.add_argument("--validate", type=int, default=10, metavar="N", help="off-grid checks per joint (0: none)")
-    build.add_argument("--threads", type=int, default=1, help="torch threads (small batched ops: 1 is fastest)")
+    build.add_argument("--threads", type=int, default=1, help="torch and numba threads (small batched ops: 1 is fastest)")
     build.set_defaults(handler=build_command)
 
     show = commands.add_parser("show", help="print a map's metadata and write a heat-map PNG")
@@ -106,7 +106,7 @@ def build_command(args):
         model = load_model(args.config, args.calibration)
     except _ERRORS as err:
         return _error(err)
-    torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     try:
         simulator = make_simulator(model, args.dt, substeps=args.substeps, kind=args.simulator)
         tmap = build_torque_map(simulator, grid, progress=_progress)

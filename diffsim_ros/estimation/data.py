@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.interpolate import CubicSpline, PPoly
 
+from diffsim_ros.vocabulary import HOLDS
+
 __all__ = [
     "DataError",
     "HOLDS",
@@ -25,10 +27,6 @@ __all__ = [
     "static_poses_from_intervals",
 ]
 
-HOLDS = ("zoh", "linear", "cubic")
-"""How torques act between their samples: held from each stamp on (``"zoh"``: what a robot
-does with the commands it receives), or interpolated (``"linear"``, ``"cubic"``: samples of a
-continuously varying torque, e.g. measured efforts)."""
 
 
 class DataError(ValueError):

@@ -41,6 +41,7 @@ from diffsim_ros.estimation.time_split import time_split
 from diffsim_ros.model.plausibility import DEFAULT_BOUNDS, PlausibilityBounds, plausibility_violations
 from diffsim_ros.sim.rigid import RigidBodySimulator
 from diffsim_ros.sim.factory import make_simulator, steps_per_sample
+from diffsim_ros.vocabulary import TRAJECTORY_LOSSES
 
 __all__ = [
     "groups_with_data",
@@ -56,7 +57,6 @@ __all__ = [
 
 ROBUST_LOSSES = solvers.ROBUST_LOSSES
 forward_jacobian = solvers.forward_jacobian
-TRAJECTORY_LOSSES = ("auto", "inverse_dynamics", "simulator_dynamics", "rollout")
 JACOBIANS = ("auto", "forward", "finite_difference")
 
 _NEEDS = {

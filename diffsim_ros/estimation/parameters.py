@@ -21,10 +21,10 @@ import torch
 from diffsim_ros.dynamics.spatial import matrix_to_quat, so3_exp
 from diffsim_ros.model.inertia import inertial_from_log_cholesky, log_cholesky_from_inertial
 from diffsim_ros.model.plausibility import DEFAULT_BOUNDS, scalar_bounds
+from diffsim_ros.vocabulary import GROUPS
 
 __all__ = ["GROUPS", "ParameterBlock", "ParameterSpace", "camera_pose_vector"]
 
-GROUPS = ("payload", "spring", "damping", "friction", "inertia", "camera", "link_lengths", "effort_bias", "effort_delay")
 PAYLOAD_MIN_MASS = 1e-6
 """[kg] Denominator floor of com = (m c) / m while the payload mass passes through zero."""
 PAYLOAD_START_MASS = 0.1

@@ -38,6 +38,7 @@ from diffsim_ros.estimation.signals import (
     segments_away_from,
     window_samples,
 )
+from diffsim_ros.vocabulary import TORQUE_SOURCES
 
 __all__ = ["DatasetOptions", "DatasetSummary", "prepare_dataset", "UNAPPLIED_SIGMAS", "UNAPPLIED_FRACTION"]
 
@@ -407,7 +408,7 @@ def prepare_dataset(streams, camera_frame=None, options=DatasetOptions(), limits
     Returns:
         ``(Dataset, DatasetSummary)``.
     """
-    if options.torque_source not in ("auto", "commanded", "effort"):
+    if options.torque_source not in TORQUE_SOURCES:
         raise ValueError(f"torque_source must be auto, commanded or effort, got {options.torque_source!r}")
     if options.torque_hold not in ("auto",) + HOLDS:
         raise ValueError(f"torque_hold must be auto or one of {HOLDS}, got {options.torque_hold!r}")

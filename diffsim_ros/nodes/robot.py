@@ -9,10 +9,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from diffsim_ros.io.calibration import apply_calibration, load_calibration
 from diffsim_ros.model import load_robot_config
+from diffsim_ros import threads as threads_
 from diffsim_ros.resources import resolve_resource
 from diffsim_ros.runtime.params import param
 
@@ -60,12 +59,12 @@ def joint_states_topic_param():
 
 def threads_param():
     """The ``threads`` parameter of a node config (what :func:`set_threads` takes)."""
-    return param(1, "torch threads")
+    return param(threads_.DEFAULT_THREADS, "torch and numba threads of the process")
 
 
 def set_threads(threads):
-    """Use ``threads`` torch intra-op threads (1 by default in nodes: OpenMP stalls on shared cores)."""
-    torch.set_num_threads(max(1, int(threads)))
+    """Use ``threads`` torch and numba threads (1 by default in nodes: see :mod:`diffsim_ros.threads`)."""
+    threads_.set_threads(max(1, int(threads)))
 
 
 def realtime_priority_param(what):
