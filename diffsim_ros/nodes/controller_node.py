@@ -76,6 +76,7 @@ from diffsim_ros.runtime.heap import GcPauses, frozen_objects
 from diffsim_ros.runtime.inputs import FRESH, STALE, joint_state_input
 from diffsim_ros.runtime.params import ParameterError, config_values, group, per_joint_value, updated_config
 from diffsim_ros.runtime.rclpy_backend import exit_process, run_node
+from diffsim_ros.runtime.warmup import KernelWarmup, PlainJointStateBounds
 from diffsim_ros.sim.factory import make_simulator
 
 __all__ = ["MODES", "TRIGGERS", "TUNABLE", "ControllerNode", "ControllerNodeConfig", "main"]
@@ -205,8 +206,8 @@ class ControllerNode:
         self._epoch_ns = None  # node time of control time 0
         self._last_cycle_ns = None  # node time of the last cycle
         topic = robot_topic(self.robot.config, "joint_states", cfg.joint_states_topic) or "/joint_states"
-        self.joints = joint_state_input(self.joint_names, cfg.safety.state_timeout, topic, bounds=self.safety.state_bounds,
-                                        logger=handle.get_logger())
+        self.joints = joint_state_input(self.joint_names, cfg.safety.state_timeout, topic,
+                                        bounds=PlainJointStateBounds(self.safety.state_bounds), logger=handle.get_logger())
         self._rates = InputRates()
         handle.create_subscription(JOINT_STATE, topic, self._on_joint_state, SENSOR_QOS)
         if cfg.follow_estimates:
@@ -216,12 +217,17 @@ class ControllerNode:
         self.timer = handle.create_timer(1.0 / cfg.rate_hz, self._tick)
         handle.create_timer(_DIAGNOSTICS_PERIOD, self._publish_diagnostics)
         handle.add_on_set_parameters_callback(self._on_set_parameters)
+        # Never a compile on the executor: no command until the kernels are compiled (a child process) and loaded.
+        self.warmup = KernelWarmup(self._kernel_families(), self._prime_kernels, handle.get_logger(),
+                                   enabled=handle.owns_process)
+        handle.add_on_shutdown(self.warmup.close)
         handle.add_on_shutdown(self.stop)
         handle.get_logger().info(f"{cfg.mode} on {len(self.joint_names)} joints -> {self.output.topic} at "
                                  f"{cfg.rate_hz:g} Hz ({cfg.control_trigger}); inactive until activated")
 
     # ------------------------------------------------------------------ set-up
-    def _controller(self, model, cfg):
+    def _controller(self, model, cfg, reference=None):
+        reference = self.reference if reference is None else reference
         if cfg.mode == "gravity_compensation":
             return GravityCompensation(model, cfg.gravity_scale)
         if cfg.mode == "impedance":
@@ -229,10 +235,32 @@ class ControllerNode:
             if tmap is None and cfg.torque_map:
                 tmap = TorqueMap.load(resolve_resource(cfg.torque_map), model)
             return JointImpedanceController(model, per_joint_value(cfg.stiffness), per_joint_value(cfg.damping),
-                                            self.reference, cfg.model_term, cfg.model_scale, tmap,
+                                            reference, cfg.model_term, cfg.model_scale, tmap,
                                             state_period=cfg.state_period or None)
         # the compiled Riccati solver, predicting with the rigid step (shipped default) or the compiled PBD step
-        return make_mpc(make_simulator(model, cfg.mpc_dt, cfg.mpc_simulator, substeps=1), self.reference, cfg.mpc)
+        return make_mpc(make_simulator(model, cfg.mpc_dt, cfg.mpc_simulator, substeps=1), reference, cfg.mpc)
+
+    def _kernel_families(self):
+        """Kernel families of the node's compiled path: the control laws and safety layer, and the MPC's step."""
+        cfg = self.config
+        if cfg.mode != "mpc":
+            return ["control"]
+        return ["control", "rigid" if cfg.mpc_simulator == "rigid" else "pbd_mpc"]
+
+    def _prime_kernels(self):
+        """The node's control path on throwaway objects at mid-range: commanding, stale and stopping
+        cycles (loads its kernels into the process; runs off the executor)."""
+        cfg, dt = self.config, 1.0 / self.config.rate_hz
+        q = 0.5 * (self.safety.lower + self.safety.upper)
+        reference = _DeferredReference()
+        reference.target = make_reference(q, self.waypoints, 0.0, cfg.move_duration, cfg.hold_duration, cfg.loop)
+        safety = SafetyLayer(self.model, self._safety_config(cfg))
+        loop = ControlLoop(self._controller(self.model, cfg, reference), safety, self.model, self.robot.config.bounds)
+        for k in range(3):
+            loop.step(k * dt, q, np.zeros_like(q), k * dt)
+        loop.step(3 * dt, q, np.zeros_like(q), 0.0, fresh=False)
+        safety.stop(4 * dt)
+
 
     @staticmethod
     def _safety_config(cfg):
@@ -360,7 +388,14 @@ class ControllerNode:
         self._cycle(now_ns)
 
     def _cycle(self, now_ns):
-        """One command: compute, make safe, publish. Returns whether a command was published."""
+        """One command: compute, make safe, publish. Returns whether a command was published.
+
+        None while the kernels warm up: an uncompiled path would compile on the executor for
+        minutes (Baxter stays in position mode, an effort controller keeps its last command).
+        """
+        if not self.warmup.ready:
+            self.command_gaps.pause()
+            return False
         t = self.control_time(now_ns)
         self._last_cycle_ns = now_ns
         q = qd = state_time = None
@@ -414,6 +449,8 @@ class ControllerNode:
             self.handle.get_logger().warning("command cycle late for the hardware's minimum rate", throttle_duration_sec=5.0)
 
     def _publish_stop(self):
+        if not self.warmup.ready:  # never commanded yet; the hold's kernels would compile here
+            return
         command, _ = self.safety.stop(self.control_time(self.handle.now_ns()))
         if command is not None:
             self.output.publish(command)
@@ -432,13 +469,16 @@ class ControllerNode:
         now_ns = self.handle.now_ns()
         name = node_label(self.handle)
         joints = input_status(f"{name}: {self.joints.what}", self.joints, self._rates, now_ns)
-        self.diagnostics.publish(diagnostic_array_msg(self.handle.messages, now_ns, [joints, self._control_status()]))
+        statuses = [joints, self._control_status(), self.warmup.status(name)]
+        self.diagnostics.publish(diagnostic_array_msg(self.handle.messages, now_ns, statuses))
 
     def _control_status(self):
         cfg, last = self.config, self.status
         state = "stopped" if self.stopped else "active" if self.active else "inactive"
         level = OK if self.active and last is not None and last.active else WARN if not self.active else ERROR
         reason = last.reason if last is not None else "no cycle yet"
+        if last is None and self.active and not self.warmup.ready:
+            level, reason = WARN, "warming up: no command until the kernels are ready"
         values = {"lifecycle": state, "mode": cfg.mode, "output": self.output.topic, "trigger": cfg.control_trigger,
                   "commands published": self.output.published, "safety": reason,
                   "safety faults": last.faults if last else 0, "model updates": self.model_updates,

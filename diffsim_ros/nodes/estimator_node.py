@@ -62,6 +62,7 @@ from diffsim_ros.runtime.diagnostics import DIAGNOSTIC_ARRAY, OK, WARN, InputRat
 from diffsim_ros.runtime.inputs import STALE, PoseWorkspace, joint_state_input, pose_input
 from diffsim_ros.runtime.params import group
 from diffsim_ros.runtime.rclpy_backend import exit_process, run_node
+from diffsim_ros.runtime.warmup import KernelWarmup, PlainJointStateBounds
 
 __all__ = ["EstimatorNode", "EstimatorNodeConfig", "main"]
 
@@ -158,7 +159,7 @@ class EstimatorNode:
         joint_topic = robot_topic(self.robot.config, "joint_states", cfg.joint_states_topic) or "/joint_states"
         logger = handle.get_logger()
         self.joints = joint_state_input(self.robot.joint_names, cfg.input_timeout, joint_topic,
-                                        bounds=JointStateBounds(self.robot.model), logger=logger)
+                                        bounds=PlainJointStateBounds(JointStateBounds(self.robot.model)), logger=logger)
         self._rates = {"joints": InputRates(), "camera": InputRates()}
         handle.create_subscription(JOINT_STATE, joint_topic, self._on_joint_state, SENSOR_QOS)
         self.camera = None
@@ -187,9 +188,26 @@ class EstimatorNode:
             self.torque_estimator = StreamingTorqueEstimator(self.robot.model, max_period=cfg.torque_max_period)
         elif cfg.torque_estimate == "inverse_dynamics":
             handle.create_timer(1.0 / cfg.torque_rate_hz, self._publish_torques)
+        # Never a compile on the executor: kernels not in the cache are compiled by a child process.
+        self.warmup = KernelWarmup(self._kernel_families(), self._prime_kernels, logger, enabled=handle.owns_process)
+        handle.add_on_shutdown(self.warmup.close)
         if cfg.save_on_shutdown:
             handle.add_on_shutdown(self.save)
         handle.get_logger().info(f"estimating {list(cfg.groups)} from {joint_topic}; calibration -> {self.output_path}")
+
+    def _kernel_families(self):
+        """Kernel families of the compiled paths: the torque step, and the PBD updates' kernels."""
+        families = ["rigid"] if self.torque_estimator is not None else []
+        return families + (["pbd", "pbd_mpc"] if self.config.estimation.model == "pbd" else [])
+
+    def _prime_kernels(self):
+        """The compiled torque step once on a throwaway estimator (loads its kernels; off the executor)."""
+        if self.torque_estimator is not None:
+            model = self.robot.model
+            q, qd = 0.5 * (model.lower.numpy() + model.upper.numpy()), np.zeros(model.nq)
+            estimator = StreamingTorqueEstimator(model, max_period=self.config.torque_max_period)
+            estimator.add(0.0, q, qd)
+            estimator.add(0.5 * self.config.torque_max_period, q, qd)
 
     def _new_estimator(self):
         return OnlineEstimator(self.robot.model, self.config.estimator_config(), camera_frame=self._camera_frame)
@@ -215,7 +233,13 @@ class EstimatorNode:
             self._estimate_torques(sample)
 
     def _estimate_torques(self, sample):
-        """The torque since the previous joint state, through the simulator (needs velocities)."""
+        """The torque since the previous joint state, through the simulator (needs velocities).
+
+        While its kernels warm up, the causal inverse dynamics instead (torch: nothing to compile).
+        """
+        if not self.warmup.ready:
+            self._publish_torques()
+            return
         if sample.velocities is None or not np.all(np.isfinite(sample.velocities)):
             self.torque_estimator.reset()
             return
@@ -252,7 +276,7 @@ class EstimatorNode:
         if self.joints.watchdog.poll(self.handle.now_ns()) == STALE:
             self.handle.get_logger().warning("joint states stale: no new data for the estimator")
         latest = self.joints.latest
-        if latest is None or self.busy:
+        if latest is None or self.busy or (self.config.estimation.model == "pbd" and not self.warmup.ready):
             return
         self.busy = True
         estimator, now = self.estimator, self._stamp(latest)
@@ -332,7 +356,7 @@ class EstimatorNode:
         statuses = [input_status(f"{name}: {self.joints.what}", self.joints, self._rates["joints"], now_ns)]
         if self.camera is not None:
             statuses.append(input_status(f"{name}: {self.camera.what}", self.camera, self._rates["camera"], now_ns))
-        statuses.append(self._health())
+        statuses += [self._health(), self.warmup.status(name)]
         self.diagnostics.publish(diagnostic_array_msg(self.handle.messages, now_ns, statuses))
 
     def _health(self):

@@ -8,14 +8,22 @@ most). A node would spend them at start-up on the robot, and each worker of
 on the Baxter arm and a box on the ground, in parallel processes, so that every later process
 loads them from the cache (a controller node's own kernels, ``control``, took ~30 s of CPU at
 its first cycle before they were a family here).
+
+Each family that ran is marked current in the cache (:mod:`diffsim_ros.runtime.warmup`); a node
+starting with a family not current compiles it in a child process, ``--warm-up <node pid>``:
+the stale families one after another in that process, which dies with the node.
 """
 
 import argparse
+import ctypes
 import os
+import signal
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
+
+from diffsim_ros.runtime.warmup import family_lock, mark_current, stale_families
 
 __all__ = ["FAMILIES", "compile_kernels", "main"]
 
@@ -132,10 +140,29 @@ FAMILIES = {"pbd_mpc": _pbd_mpc, "pbd": _pbd, "contact": _contact, "rigid": _rig
 ~230, 125, 110, 60, 30 and 10 s)."""
 
 
-def _compile(name):
+def _compile(name, only_stale=False):
+    """Run family ``name`` (compiling or loading its kernels) and mark it current; ``only_stale``:
+    not if another process compiled it meanwhile."""
     start = time.process_time()
-    FAMILIES[name]()
+    with family_lock(name):
+        if not only_stale or stale_families([name]):
+            FAMILIES[name]()
+            mark_current(name)
     return name, time.process_time() - start
+
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _warm_up(names, parent):
+    """A node's warm-up child: the stale families of ``names`` in this process; ends with ``parent``."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # a terminal's Ctrl-C reaches the group: end quietly
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the node ended before the line above
+        return
+    for name in names:
+        _compile(name, only_stale=True)
 
 
 def compile_kernels(families=None, jobs=2):
@@ -159,15 +186,24 @@ def compile_kernels(families=None, jobs=2):
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m diffsim_ros.pipelines.kernels", description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel processes (default: the cores)")
+    parser.add_argument("--warm-up", type=int, metavar="PID", help="a node's warm-up: compile the stale families "
+                        "one after another in this process, which ends with process PID")
+    parser.add_argument("--nice", type=int, default=0, help="CPU niceness to run at (0-19)")
     parser.add_argument("families", nargs="*", help=f"of {', '.join(FAMILIES)} (default: all)")
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
+    unknown = sorted(set(args.families) - set(FAMILIES))
+    if unknown:
+        parser.error(f"unknown kernel families {unknown}; known: {sorted(FAMILIES)}")
+    if not 0 <= args.nice <= 19:
+        parser.error(f"--nice must be in 0..19, got {args.nice}")
+    os.nice(args.nice)
+    if args.warm_up is not None:
+        _warm_up(args.families or list(FAMILIES), args.warm_up)
+        return 0
     start = time.monotonic()
-    try:
-        seconds = compile_kernels(args.families or None, args.jobs)
-    except ValueError as err:
-        parser.error(str(err))
+    seconds = compile_kernels(args.families or None, args.jobs)
     for name, cpu in seconds.items():
         print(f"numba kernels {name}: {cpu:.1f} s CPU", file=sys.stderr)
     print(f"numba kernels ready in {time.monotonic() - start:.1f} s", file=sys.stderr)
