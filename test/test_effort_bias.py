@@ -17,7 +17,7 @@ from diffsim_ros.estimation.data import Dataset, DataError, StaticPoses, Traject
 from diffsim_ros.estimation.identification import identify
 from diffsim_ros.io.calibration import apply_calibration, load_calibration
 from oracles import BAXTER_LEFT
-from test_fit_quality import CONFIG, RATE, TORQUE_NOISE, _bag, arm_motion
+from test_fit_quality import CONFIG, EFFORTS_ONLY, RATE, TORQUE_NOISE, _bag, arm_motion
 
 PAYLOAD_REL = 0.01  # payload mass error with the bias modelled (20 s of motion, 0.05 N·m noise)
 BIAS_ABS = 0.03  # [N·m] each joint's bias from the same data
@@ -87,7 +87,7 @@ def test_rest_poses_alone_determine_a_bias_of_zero(model, robot):
 def test_calibrate_estimates_the_bias_by_default_and_the_file_carries_it(tmp_path, model, robot):
     bag = _bag(tmp_path / "biased", robot, seconds=12.0, effort_bias=BIAS)
     out = tmp_path / "out"
-    assert cli_main(["calibrate", "--bag", str(bag), "--config", str(BAXTER_LEFT), "--out", str(out)]) == exits.OK
+    assert cli_main(["calibrate", "--bag", str(bag), "--config", str(BAXTER_LEFT), *EFFORTS_ONLY, "--out", str(out)]) == exits.OK
     calibration = load_calibration(out / "calibration.yaml")
     assert "effort_bias" in calibration.groups
     calibrated = apply_calibration(model, calibration)
@@ -106,7 +106,7 @@ def test_a_lag_of_the_efforts_is_estimated_and_the_damping_is_right(tmp_path, mo
     delay = 0.01  # [s]
     bag = _bag(tmp_path / "late", robot, seconds=12.0, effort_bias=BIAS, effort_delay=delay)
     out = tmp_path / "out"
-    assert cli_main(["calibrate", "--bag", str(bag), "--config", str(BAXTER_LEFT), "--out", str(out)]) == exits.OK
+    assert cli_main(["calibrate", "--bag", str(bag), "--config", str(BAXTER_LEFT), *EFFORTS_ONLY, "--out", str(out)]) == exits.OK
     calibration = load_calibration(out / "calibration.yaml")
     assert {"effort_bias", "effort_delay", "damping"} <= set(calibration.groups)
     values, stds = calibration.parameters, calibration.stddev
@@ -130,12 +130,12 @@ def test_a_sensor_parameter_the_defaults_added_does_not_block_the_requested_ones
     monkeypatch.setitem(identifiability._RESOLUTION, "effort_bias", 0.0)  # every near-zero bias "too imprecise"
     bag = _bag(tmp_path / "unbiased", robot, seconds=12.0)
     out = tmp_path / "out"
-    assert cli_main(["calibrate", "--bag", str(bag), "--config", str(BAXTER_LEFT), "--out", str(out)]) == exits.OK
+    assert cli_main(["calibrate", "--bag", str(bag), "--config", str(BAXTER_LEFT), *EFFORTS_ONLY, "--out", str(out)]) == exits.OK
     stdout = capsys.readouterr().out
     assert "note: not determined, and not requested: " in stdout and ".effort_bias" in stdout
     calibration = load_calibration(out / "calibration.yaml")
     assert any(name.endswith(".effort_bias") for name in calibration.unidentifiable)
     assert abs(calibration.parameters["payload.mass"] - 1.2) < 2 * PAYLOAD_REL * 1.2
-    explicit = ["calibrate", "--bag", str(bag), "--config", str(BAXTER_LEFT), "--out", str(tmp_path / "o2"),
+    explicit = ["calibrate", "--bag", str(bag), "--config", str(BAXTER_LEFT), *EFFORTS_ONLY, "--out", str(tmp_path / "o2"),
                 "--estimate", "payload,effort_bias"]
     assert cli_main(explicit) == exits.UNDETERMINED and not (tmp_path / "o2").exists()

@@ -32,6 +32,8 @@ TORQUE_NOISE = 0.05  # [N·m] white noise on the efforts
 STIFFNESS_REL = 0.01  # a right model's spring estimate from 6 s of exact motion
 SLOPE_TOL = 0.02  # a right model's slopes on joints with torque well above the noise
 CONFIG = load_robot_config(BAXTER_LEFT)
+# These bags hold joint states with efforts only; the config also names commands and a camera.
+EFFORTS_ONLY = ("--torque-source", "effort", "--no-camera")
 JOINTS = CONFIG.joints
 
 _CENTER = np.array([0.0, -0.55, 0.0, 0.75, 0.0, 1.26, 0.0])  # [rad] inside every limit
@@ -171,7 +173,8 @@ def _bag(path, model, seconds=5.0, **kwargs):
 def test_calibrate_writes_no_calibration_for_a_poor_fit_only_its_diagnostics(tmp_path, model, capsys):
     bag = _bag(tmp_path / "negated", model, effort_scale=-1.0)
     out = tmp_path / "out"
-    args = ["calibrate", "--bag", str(bag), "--config", str(BAXTER_LEFT), "--out", str(out), "--estimate", "spring"]
+    args = ["calibrate", "--bag", str(bag), "--config", str(BAXTER_LEFT), *EFFORTS_ONLY, "--out", str(out),
+            "--estimate", "spring"]
     assert cli_main(args) == exits.UNDETERMINED
     err = capsys.readouterr().err
     assert "poor fit" in err and "nothing written" in err and " N·m rms vs " in err
@@ -187,7 +190,7 @@ def test_calibrate_writes_no_calibration_for_a_poor_fit_only_its_diagnostics(tmp
     (quality,) = document["fit_quality"].values()
     assert quality["joints"] == list(model.joint_names) and quality["failing"]
     assert all(quality["slope"][model.joint_names.index(j)] < 0 for j in quality["failing"])
-    assert cli_main(["calibrate", "--bag", str(_bag(tmp_path / "right", model)), "--config", str(BAXTER_LEFT),
+    assert cli_main(["calibrate", "--bag", str(_bag(tmp_path / "right", model)), "--config", str(BAXTER_LEFT), *EFFORTS_ONLY,
                      "--out", str(out), "--estimate", "spring", "--force"]) == exits.OK
     assert (out / "calibration.yaml").exists() and not (out / "diagnostics.yaml").exists()
 
@@ -195,7 +198,8 @@ def test_calibrate_writes_no_calibration_for_a_poor_fit_only_its_diagnostics(tmp
 def test_replay_of_a_poor_fit_writes_nothing_and_says_why(tmp_path, model, capsys):
     bag = _bag(tmp_path / "negated", model, seconds=10.0, effort_scale=-1.0)
     out = tmp_path / "out"
-    code = cli_main(["replay", "--bag", str(bag), "--config", str(BAXTER_LEFT), "--out", str(out), "--estimate", "spring"])
+    code = cli_main(["replay", "--bag", str(bag), "--config", str(BAXTER_LEFT), "--torque-source", "effort", "--out", str(out),
+                     "--estimate", "spring"])
     assert code == exits.UNDETERMINED and not out.exists()
     err = capsys.readouterr().err
     assert "no estimate was accepted" in err and "last: rejected: poor fit" in err and " N·m rms vs " in err

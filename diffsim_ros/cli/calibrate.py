@@ -12,30 +12,24 @@ or a poor fit: the fitted model does not explain the measured torques (no value 
 calibration).
 """
 
+import math
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
-import torch
-from tqdm import tqdm
+from diffsim_ros.cli import exits, summary
+from diffsim_ros.threads import DEFAULT_THREADS, set_threads
+from diffsim_ros.vocabulary import GROUPS, HOLDS, MODELS, TORQUE_SOURCES, TRAJECTORY_LOSSES
 
-from diffsim_ros.cli import exits
-from diffsim_ros.estimation.data import HOLDS, DataError, UndeterminedError
-from diffsim_ros.estimation.identification import TRAJECTORY_LOSSES, IdentificationSettings
-from diffsim_ros.estimation.parameters import GROUPS
-from diffsim_ros.io.bags import BagError
-from diffsim_ros.io.calibration import CalibrationError, atomic_directory
-from diffsim_ros.estimation.preparation import DatasetOptions
-from diffsim_ros.pipelines.calibration import MODELS, calibrate_bag, write_diagnostics, write_outputs
-from diffsim_ros.model import RobotModelError, load_robot_config
+# The library (torch, numba, rosbags) is imported by the handler, not here: ``--help`` and
+# argument errors answer without loading it (seconds of CPU).
 
 __all__ = ["add_parser", "calibrate_command", "parse_groups", "parse_window", "summary_table"]
 
 
 def add_parser(subparsers):
     """Register the ``calibrate`` subcommand."""
-    parser = subparsers.add_parser("calibrate", help="calibrate a robot model from a recorded ROS 2 bag")
+    parser = subparsers.add_parser("calibrate", help=summary("calibrate"))
     parser.add_argument("--bag", required=True, type=Path, help="rosbag2 directory or .db3/.mcap file")
     parser.add_argument("--config", required=True, type=Path, help="robot config YAML (e.g. config/baxter_left.yaml)")
     parser.add_argument("--out", required=True, type=Path, help="output directory")
@@ -50,9 +44,13 @@ def add_parser(subparsers):
                         help="differentiable model the residuals go through: exact rigid-body dynamics or the PBD simulator")
     parser.add_argument("--trajectory-loss", choices=TRAJECTORY_LOSSES, default="auto",
                         help="loss on motion (auto: inverse dynamics for the rigid model at >= 50 Hz, else rollouts)")
-    parser.add_argument("--torque-source", choices=("auto", "commanded", "effort"), default="auto",
+    parser.add_argument("--torque-source", choices=TORQUE_SOURCES, default="auto",
                         help="torques of the motion: commanded (held as the robot held them) or measured efforts "
-                             "(auto: commanded when the bag has them)")
+                             "(auto: commanded when the robot config names topics.commanded_torques, which must then "
+                             "be in the bag; effort: the commands may be absent)")
+    parser.add_argument("--no-camera", action="store_true",
+                        help="the bag was recorded without the camera: do not read the robot config's "
+                             "topics.camera_pose (else it must be in the bag unless --estimate names no camera group)")
     parser.add_argument("--torque-hold", choices=("auto",) + HOLDS, default="auto",
                         help="how torques act between samples (auto: commanded held, efforts cubic)")
     parser.add_argument("--order-policy", choices=("raise", "sort"), default="raise",
@@ -65,8 +63,9 @@ def add_parser(subparsers):
     parser.add_argument("--max-iterations", type=int, default=50, help="residual evaluations per optimizer pass")
     parser.add_argument("--window-stride", type=int, default=None,
                         help="samples between rollout windows (rollout loss; larger is faster; default 1 rigid, 2 PBD)")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch threads (default: torch's choice; 1 avoids OpenMP stalls on busy machines)")
+    parser.add_argument("--threads", type=int, default=DEFAULT_THREADS,
+                        help="torch and numba threads (default %(default)s: threads waiting for a busy core stall "
+                             "the fit, so more pay only on an otherwise idle machine)")
     parser.set_defaults(handler=calibrate_command)
 
 
@@ -83,6 +82,8 @@ def parse_groups(text):
 
 
 def _format(value):
+    import numpy as np
+
     array = np.atleast_1d(np.asarray(value, dtype=float))
     return ", ".join(f"{v:.6g}" for v in array)
 
@@ -93,7 +94,7 @@ def summary_table(run):
     status = "POOR FIT (not a result)" if run.poor_fit else "determined"
     for name, value in run.calibration.parameters.items():
         nominal = "" if name == "camera.pose" else _format(run.nominal.get_parameter(name).detach().cpu().numpy())
-        rows.append((name, nominal, _format(value), _format(run.calibration.stddev.get(name, np.nan)), status))
+        rows.append((name, nominal, _format(value), _format(run.calibration.stddev.get(name, math.nan)), status))
     for name, reason in run.calibration.unidentifiable.items():
         nominal = "" if name == "camera.pose" else _format(run.nominal.get_parameter(name).detach().cpu().numpy())
         # A poor fit's determination says nothing (its std come from a model that does not fit).
@@ -105,27 +106,35 @@ def summary_table(run):
     return "\n".join(lines)
 
 
-def _settings(args):
-    stride = args.window_stride if args.window_stride is not None else (2 if args.model == "pbd" else None)
-    if stride is not None and stride < 1:
-        raise ValueError(f"--window-stride must be >= 1, got {stride}")
+def _check_arguments(args):
+    """``(groups or None, window or None)``; ValueError naming a bad argument (before the library loads)."""
+    groups = None if args.estimate is None else parse_groups(args.estimate)
+    if args.window_stride is not None and args.window_stride < 1:
+        raise ValueError(f"--window-stride must be >= 1, got {args.window_stride}")
     if args.max_iterations < 1:
         raise ValueError(f"--max-iterations must be >= 1, got {args.max_iterations}")
-    if args.threads is not None and args.threads < 1:
+    if args.threads < 1:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
-    loss = args.trajectory_loss
-    if args.model == "pbd" and loss == "inverse_dynamics":
+    if args.model == "pbd" and args.trajectory_loss == "inverse_dynamics":
         raise ValueError("--model pbd needs --trajectory-loss rollout or auto (inverse dynamics is rigid-body only)")
-    return IdentificationSettings(trajectory_loss=loss, max_iterations=args.max_iterations, window_stride=stride)
+    return groups, parse_window(args)
+
+
+def _settings(args):
+    from diffsim_ros.estimation.identification import IdentificationSettings
+
+    stride = args.window_stride if args.window_stride is not None else (2 if args.model == "pbd" else None)
+    return IdentificationSettings(trajectory_loss=args.trajectory_loss, max_iterations=args.max_iterations,
+                                  window_stride=stride)
 
 
 def parse_window(args):
     """``(start, end)`` of ``--start`` / ``--end`` [s], or None for the whole bag."""
     if args.start is None and args.end is None:
         return None
-    start = -np.inf if args.start is None else args.start
-    end = np.inf if args.end is None else args.end
-    if np.isnan(start) or np.isnan(end) or not start < end:
+    start = -math.inf if args.start is None else args.start
+    end = math.inf if args.end is None else args.end
+    if math.isnan(start) or math.isnan(end) or not start < end:
         raise ValueError(f"--start must be before --end, got {args.start} and {args.end}")
     return start, end
 
@@ -136,6 +145,15 @@ def _print_data(summary):
           f"at {s.sample_rate:.4g} Hz ({s.torque_source} torques), {s.camera_observations} camera poses")
     for note in s.notes:
         print(f"note: {note}")
+
+
+def _effort_note(data, groups):
+    """Say so when measured efforts explain the motion and the explicit groups leave their sensor's bias out."""
+    sensor = [g for g in ("effort_bias", "effort_delay") if g not in (groups or ())]
+    if groups is not None and data.torque_source == "effort" and sensor:
+        print(f"note: the torques are the measured efforts and --estimate leaves out {','.join(sensor)}: a torque "
+              "sensor's offset or lag would go into the other parameters (add them, or leave --estimate out: the "
+              "default groups add them)")
 
 
 def _report_undetermined(run, allow_partial):
@@ -159,6 +177,8 @@ def _split_hint(run):
 
 def _report_poor_fit(run, args):
     """No value of a poor fit is a result: nothing, or with ``--allow-partial`` only its diagnostics."""
+    from diffsim_ros.pipelines.calibration import write_diagnostics
+
     if not args.allow_partial:
         print(f"diffsim-ros calibrate: {run.poor_fit}; no value is a result, nothing written "
               "(--allow-partial writes the diagnostics)", file=sys.stderr)
@@ -176,22 +196,34 @@ def _report_poor_fit(run, args):
 
 def calibrate_command(args):
     """Handler: returns the exit code (see :mod:`diffsim_ros.cli.exits`)."""
+    try:
+        groups, window = _check_arguments(args)
+    except ValueError as err:
+        print(f"diffsim-ros calibrate: error: {err}", file=sys.stderr)
+        return exits.BAD_INPUT
+    from tqdm import tqdm
+
+    from diffsim_ros.estimation.data import DataError, UndeterminedError
+    from diffsim_ros.estimation.preparation import DatasetOptions
+    from diffsim_ros.io.bags import BagError
+    from diffsim_ros.io.calibration import CalibrationError, atomic_directory
+    from diffsim_ros.model import RobotModelError, load_robot_config
+    from diffsim_ros.pipelines.calibration import calibrate_bag, write_outputs
+
     bar = tqdm(desc="calibrate", unit="eval", leave=False, disable=None)
     start = time.perf_counter()
     try:
-        groups = None if args.estimate is None else parse_groups(args.estimate)
         settings = _settings(args)
-        window = parse_window(args)
-        if args.threads is not None:
-            torch.set_num_threads(args.threads)
+        set_threads(args.threads)
         atomic_directory(args.out, force=args.force)  # refuse early, before any work
         config = load_robot_config(args.config)
         options = DatasetOptions(torque_source=args.torque_source, torque_hold=args.torque_hold)
         run = calibrate_bag(args.bag, config, groups, options=options, read_options={"order_policy": args.order_policy},
-                            window=window, settings=settings, model_kind=args.model,
+                            window=window, no_camera=args.no_camera, settings=settings, model_kind=args.model,
                             progress=lambda cost: (bar.update(1), bar.set_postfix(cost=f"{cost:.4g}")))
         bar.close()
         _print_data(run.summary)
+        _effort_note(run.summary, groups)
         print(summary_table(run))
         if run.poor_fit:
             return _report_poor_fit(run, args)

@@ -20,34 +20,35 @@ Exit codes (:mod:`diffsim_ros.cli.exits`): 0 written; 2 bad input (options, and 
 """
 
 import csv
+import math
+import statistics
 import sys
 from dataclasses import fields
 from pathlib import Path
 
-import numpy as np
-from tqdm import tqdm
-
-from diffsim_ros.cli import exits
+from diffsim_ros.cli import exits, summary
 from diffsim_ros.cli.calibrate import parse_groups, parse_window
-from diffsim_ros.estimation.data import DataError, UndeterminedError
-from diffsim_ros.estimation.online import MODELS, OnlineEstimatorConfig
-from diffsim_ros.estimation.preparation import DatasetOptions
-from diffsim_ros.io.bags import BagError, BagTopics, bag_info, iter_bag
-from diffsim_ros.io.calibration import CalibrationError, write_calibration
-from diffsim_ros.io.ros_types import FLOAT64_MULTI_ARRAY, JOINT_COMMAND
-from diffsim_ros.model import RobotModelError, load_robot_config
 from diffsim_ros.outputs import OutputPathError, atomic_directory
-from diffsim_ros.pipelines.calibration import check_enough_data, data_source, read_bag_dataset
-from diffsim_ros.runtime.embedded import EmbeddedRuntime
+from diffsim_ros.vocabulary import MODELS, TORQUE_SOURCES
+
+# The library (torch, numba, rosbags) is imported by the functions that use it, not here:
+# ``--help`` and argument errors answer without loading it (seconds of CPU).
 
 __all__ = ["add_parser", "replay_command", "estimate_rows"]
 
 PROG = "diffsim-ros replay"
-_TUNING = {f.name for f in fields(OnlineEstimatorConfig)} - {"groups", "model", "bounds"}
+_NOT_TUNING = {"groups", "model", "bounds", "torque_source"}  # set by their own options
+
+
+def _tuning_names():
+    """Names ``--set`` accepts: the online estimator's settings but the ones with options."""
+    from diffsim_ros.estimation.online import OnlineEstimatorConfig
+
+    return {f.name for f in fields(OnlineEstimatorConfig)} - _NOT_TUNING
 
 
 def add_parser(subparsers):
-    parser = subparsers.add_parser("replay", help="play a bag through the estimator node (online estimation offline)",
+    parser = subparsers.add_parser("replay", help=summary("replay"),
                                    description=__doc__.split("\n\n")[0])
     parser.add_argument("--bag", required=True, type=Path, help="rosbag2 directory or .db3/.mcap file")
     parser.add_argument("--config", required=True, type=Path, help="robot config YAML (topics, URDF, joints)")
@@ -57,27 +58,32 @@ def add_parser(subparsers):
     parser.add_argument("--model", choices=MODELS, default="rigid", help="model of the residuals (default: rigid)")
     parser.add_argument("--calibration", default="", help="calibration.yaml to start from (default: nominal)")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                        help=f"estimator tuning, e.g. --set window_seconds=12 (any of {sorted(_TUNING)})")
+                        help="estimator tuning, e.g. --set window_seconds=12 (any setting of the online estimator, "
+                             "OnlineEstimatorConfig; an unknown name is refused with the list)")
     parser.add_argument("--start", type=float, default=None, metavar="SECONDS",
                         help="play the bag from this time on [s from its first joint state, as calibrate's] "
                              "(default: its start)")
     parser.add_argument("--end", type=float, default=None, metavar="SECONDS",
                         help="play the bag up to this time [s from its first joint state] (default: its end)")
+    parser.add_argument("--torque-source", choices=TORQUE_SOURCES, default="auto",
+                        help="torques of the motion, as calibrate's: commanded (the robot config's "
+                             "topics.commanded_torques, which must then be in the bag) or measured efforts")
     parser.add_argument("--force", action="store_true", help="replace an existing output directory")
     parser.set_defaults(handler=replay_command)
 
 
 def _overrides(args, config):
     """Estimator node parameters from the command line (ValueError naming a bad one)."""
+    from diffsim_ros.io.bags import BagError, BagTopics, bag_info
+    from diffsim_ros.io.ros_types import FLOAT64_MULTI_ARRAY, JOINT_COMMAND
+
     groups = list(parse_groups(args.estimate))
     topics = BagTopics.from_config(config)
     info = bag_info(args.bag)
-    if topics.joint_states not in info.topics:
-        raise BagError(f"{args.bag}: no joint states on {topics.joint_states} (the robot config's topics.joint_states); "
-                       f"the bag has {sorted(info.topics)}")
     overrides = {"use_sim_time": True, "save_on_shutdown": False, "robot_config": str(args.config.resolve()),
                  "calibration_file": args.calibration, "groups": groups, "model": args.model, "torque_estimate": "off",
-                 "joint_states_topic": topics.joint_states}
+                 "joint_states_topic": topics.joint_states, "torque_source": args.torque_source}
+    # A configured topic the bag lacks is refused by _check_bag, as calibrate refuses it.
     played = [topics.joint_states]
     if topics.commanded_torques and topics.commanded_torques in info.topics:
         msgtype = info.topics[topics.commanded_torques][0]
@@ -86,8 +92,9 @@ def _overrides(args, config):
         overrides.update(commanded_torques_topic=topics.commanded_torques, commanded_torques_type=msgtype)
         played.append(topics.commanded_torques)
     if "camera" in groups:
-        if not topics.camera_pose or topics.camera_pose not in info.topics:
-            raise BagError(f"{args.bag}: group 'camera' needs camera poses (topics.camera_pose of the robot config)")
+        if not topics.camera_pose:
+            raise BagError(f"{config.path}: group 'camera' needs camera poses: the robot config names no "
+                           "topics.camera_pose")
         overrides["camera_topic"] = topics.camera_pose
         played.append(topics.camera_pose)
     overrides.update(_tuning(args.set))
@@ -96,11 +103,13 @@ def _overrides(args, config):
 
 def _tuning(items):
     """``--set NAME=VALUE`` items as estimator parameters (ValueError naming a bad one)."""
-    tuning = {}
+    from diffsim_ros.estimation.online import OnlineEstimatorConfig
+
+    tuning, names = {}, _tuning_names()
     for item in items:
         name, _, value = item.partition("=")
-        if name not in _TUNING or not value:
-            raise ValueError(f"--set {item!r}: expected NAME=VALUE with NAME one of {sorted(_TUNING)}")
+        if name not in names or not value:
+            raise ValueError(f"--set {item!r}: expected NAME=VALUE with NAME one of {sorted(names)}")
         kind = type(getattr(OnlineEstimatorConfig(), name))
         try:
             tuning[name] = kind(value)
@@ -117,8 +126,13 @@ def _check_bag(bag, config, overrides, window):
     ``window``) below the estimator's minimum of data (``min_motion_seconds``, ``min_poses``)
     in all raises UndeterminedError: no window of it can hold more.
     """
+    from diffsim_ros.estimation.online import OnlineEstimatorConfig
+    from diffsim_ros.estimation.preparation import DatasetOptions
+    from diffsim_ros.pipelines.calibration import check_enough_data, data_source, read_bag_dataset
+
     options = DatasetOptions(torque_source=overrides.get("torque_source", "auto"))
-    _, summary = read_bag_dataset(bag, config, config.build_model(), options, {"order_policy": "sort"}, window)
+    without = () if "camera_topic" in overrides else ("camera_pose",)  # the node reads camera poses for 'camera' only
+    _, summary = read_bag_dataset(bag, config, config.build_model(), options, {"order_policy": "sort"}, window, without)
     defaults = OnlineEstimatorConfig()
     check_enough_data(summary, data_source(bag, window), overrides.get("min_motion_seconds", defaults.min_motion_seconds),
                       overrides.get("min_poses", defaults.min_poses))
@@ -131,6 +145,8 @@ def _played_span(bag, joint_states, window):
     receive time, so the window counts from the first joint state's receive time (the two
     differ by the transport's latency, not by the bag's length).
     """
+    from diffsim_ros.io.bags import iter_bag
+
     if window is None:
         return None, None
     records = iter_bag(bag, topics=[joint_states])
@@ -139,13 +155,15 @@ def _played_span(bag, joint_states, window):
     finally:
         records.close()
     start, end = window
-    start_ns = None if np.isinf(start) else first + int(round(start * 1e9))
-    stop_ns = None if np.isinf(end) else first + int(round(end * 1e9)) + 1  # --end is inclusive
+    start_ns = None if math.isinf(start) else first + int(round(start * 1e9))
+    stop_ns = None if math.isinf(end) else first + int(round(end * 1e9)) + 1  # --end is inclusive
     return start_ns, stop_ns
 
 
 def estimate_rows(updates, t0):
     """``(t, parameter, value, stddev)`` rows of the accepted updates (t in seconds since ``t0``)."""
+    import numpy as np
+
     rows = []
     for update in updates:
         if not update.accepted:
@@ -163,7 +181,10 @@ def estimate_rows(updates, t0):
 
 def _play(overrides, played, info, bag, span):
     """Run the graph over the bag (receive times in ``span``, see :func:`_played_span`); returns the node."""
+    from tqdm import tqdm
+
     from diffsim_ros.nodes.estimator_node import EstimatorNode  # the node pulls in the runtime's message types
+    from diffsim_ros.runtime.embedded import EmbeddedRuntime
 
     with EmbeddedRuntime() as runtime:
         node = runtime.add_node(EstimatorNode, "estimator", parameter_overrides=overrides)
@@ -189,6 +210,11 @@ def _print_drops(node):
 
 def replay_command(args):
     """Handler: returns the exit code."""
+    from diffsim_ros.estimation.data import DataError, UndeterminedError
+    from diffsim_ros.io.bags import BagError
+    from diffsim_ros.io.calibration import CalibrationError
+    from diffsim_ros.model import RobotModelError, load_robot_config
+
     try:
         atomic_directory(args.out, force=args.force)  # refuse early, before any work
         config = load_robot_config(args.config)
@@ -209,7 +235,7 @@ def replay_command(args):
     updates = node.estimator.updates
     accepted = [u for u in updates if u.accepted]
     print(f"{len(updates)} updates, {len(accepted)} accepted; CPU per update: median "
-          f"{np.median([u.cpu_seconds for u in updates]) if updates else float('nan'):.2f} s")
+          f"{statistics.median([u.cpu_seconds for u in updates]) if updates else math.nan:.2f} s")
     if not accepted:
         reasons = sorted({u.reason.split(":")[0] for u in updates}) or ["no update ran"]
         print(f"{PROG}: no estimate was accepted ({'; '.join(reasons)}); nothing written", file=sys.stderr)
@@ -219,15 +245,24 @@ def replay_command(args):
         return exits.UNDETERMINED
     for name, value in node.estimator.values.items():
         std = node.estimator.stddev.get(name)
-        print(f"  {name:32s} {np.round(value, 5).tolist()} +- {np.round(std, 5).tolist()}")
+        print(f"  {name:32s} {_rounded(value)} +- {_rounded(std)}")
     code, _ = exits.write_guarded(PROG, args.out, lambda: _write(args.out, args.force, node, updates, info.start_ns * 1e-9))
     if code == exits.OK:
         print(f"wrote {args.out / 'estimates.csv'}, {args.out / 'updates.csv'} and {args.out / 'calibration.yaml'}")
     return code
 
 
+def _rounded(value):
+    """A value or array as a list rounded to 5 decimals, for printing."""
+    import numpy as np
+
+    return np.round(value, 5).tolist()
+
+
 def _write(out, force, node, updates, t0):
     """estimates.csv, calibration.yaml and updates.csv into ``out`` (atomically); ``t0`` [s]: the bag's start."""
+    from diffsim_ros.io.calibration import write_calibration
+
     with atomic_directory(out, force=force) as tmp:
         with open(tmp / "estimates.csv", "w", newline="") as handle:
             writer = csv.writer(handle)

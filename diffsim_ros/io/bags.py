@@ -19,7 +19,7 @@ import shutil
 import uuid
 from collections.abc import Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -46,7 +46,9 @@ from diffsim_ros.io.ros_types import (
     default_typestore,
     normalize_type_name,
 )
+from diffsim_ros.model.config import controller_order, describe_path
 from diffsim_ros.outputs import check_interrupted
+from diffsim_ros.vocabulary import STORAGES
 
 __all__ = [
     "BagData",
@@ -56,6 +58,7 @@ __all__ = [
     "BagTopics",
     "BagWriter",
     "DEFAULT_QOS",
+    "MissingTopicError",
     "STORAGES",
     "bag_info",
     "iter_bag",
@@ -65,7 +68,6 @@ __all__ = [
     "write_bag",
 ]
 
-STORAGES = ("sqlite3", "mcap")
 _PLUGINS = {"sqlite3": StoragePlugin.SQLITE3, "mcap": StoragePlugin.MCAP}
 # rosbag2 metadata version written: 8 keeps QoS profiles as a YAML string, which Humble parses.
 _BAG_VERSION = 8
@@ -94,6 +96,19 @@ _ORDER_POLICIES = ("raise", "sort")
 
 class BagError(ValueError):
     """A bag cannot be read or written as asked; the message names the bag and the problem."""
+
+
+class MissingTopicError(BagError):
+    """A topic that was asked for is not in the bag, or has no messages.
+
+    Attributes:
+        stream: The stream it was to carry (``"joint_states"``, ``"camera_pose"``, ``"commanded_torques"``).
+        topic: The topic name asked for.
+    """
+
+    def __init__(self, message, stream, topic):
+        super().__init__(message)
+        self.stream, self.topic = stream, topic
 
 
 # --- topics -----------------------------------------------------------------------------
@@ -221,7 +236,7 @@ def _open(path, typestore=None):
     """AnyReader over a rosbag2 directory or a .db3/.mcap file, with errors as BagError."""
     path = Path(path)
     if not path.exists():
-        raise BagError(f"bag not found: {path}")
+        raise BagError(f"bag not found: {describe_path(path)}")
     storage = _storage_of(path)
     try:
         reader = AnyReader([path], default_typestore=typestore or default_typestore())
@@ -337,9 +352,13 @@ class _Poses(_Stream):
 
 
 class _Torques(_Stream):
-    def __init__(self, topic, msgtype, where, joint_map):
+    """Commanded torques: a JointCommand maps by name, a Float64MultiArray by ``command_joints``' order."""
+
+    def __init__(self, topic, msgtype, where, joint_map, command_joints):
         super().__init__(topic, msgtype, where)
         self.joint_map = joint_map
+        self.command_joints = list(command_joints)
+        self.order = controller_order(joint_map.joint_names, self.command_joints)  # model index of each entry
 
     def convert(self, msg, where):
         if self.msgtype == JOINT_COMMAND:
@@ -347,7 +366,10 @@ class _Torques(_Stream):
                 return None
             torques = joint_command_to_array(msg, self.joint_map, TORQUE_MODE, where)
         else:
-            torques = float64_multi_array_to_array(msg, len(self.joint_map), where)
+            data = float64_multi_array_to_array(
+                msg, len(self.joint_map), f"{where} (a Float64MultiArray of one torque per joint {self.command_joints})")
+            torques = np.empty_like(data)
+            torques[self.order] = data
         return 0, torques, bool(np.isfinite(torques).all())  # no header: always the receive time
 
 
@@ -452,14 +474,15 @@ def _check_topic(info, topic, stream, allowed, path):
     """
     if not _has_messages(info, topic):
         state = "has no messages" if topic in info.topics else "is not in the bag"
-        raise BagError(f"{path}: topic {topic} ({stream}) {state}; topics present: {info.describe_topics()}")
+        raise MissingTopicError(f"{path}: topic {topic} ({stream}) {state}; topics present: {info.describe_topics()}",
+                                stream, topic)
     msgtype = normalize_type_name(info.topics[topic][0])
     if msgtype not in allowed:
         raise BagError(f"{path} [{topic}]: message type {msgtype}; {stream} must be one of {list(allowed)}")
     return msgtype
 
 
-def _make_streams(info, topics, required, joint_map, path):
+def _make_streams(info, topics, required, joint_map, path, command_joints):
     """One collector per configured stream present in the bag; errors for required/mistyped ones."""
     streams, absent = {}, []
     for key, topic in topics.items():
@@ -475,7 +498,7 @@ def _make_streams(info, topics, required, joint_map, path):
         elif key == "camera_pose":
             streams[key] = _Poses(topic, msgtype, where)
         else:
-            streams[key] = _Torques(topic, msgtype, where, joint_map)
+            streams[key] = _Torques(topic, msgtype, where, joint_map, command_joints)
     return streams, tuple(absent)
 
 
@@ -502,6 +525,7 @@ def read_bag(
     nan_policy="drop",
     order_policy="raise",
     typestore=None,
+    command_joints=None,
 ):
     """Read robot data streams from a bag into arrays in model joint order.
 
@@ -509,6 +533,9 @@ def read_bag(
         path: rosbag2 directory (sqlite3 or mcap) or a .db3/.mcap file.
         joint_names: Model joint names, shape (n,); JointState/JointCommand map by name.
         topics: BagTopics (default ``BagTopics()``: ``/joint_states`` only).
+        command_joints: The joints of a Float64MultiArray command's entries, in its order (a
+            ros2_control controller's ``joints``), shape (n,): a permutation of ``joint_names``
+            (default: ``joint_names``' order).
         required: Stream keys that must be present ("joint_states", "camera_pose",
             "commanded_torques"); other configured streams may be absent (see ``BagData.absent``).
         nan_policy: "drop" (count in ``stats.dropped_nan``) or "raise".
@@ -519,19 +546,21 @@ def read_bag(
         BagData.
 
     Raises:
-        BagError: Missing/empty bag, missing topic, wrong type, unmatched joint names, NaN
-            samples (``nan_policy="raise"``), non-monotonic stamps (``order_policy="raise"``),
-            or a stream left with no valid sample.
+        BagError: Missing/empty bag, missing topic (:class:`MissingTopicError`), wrong type,
+            unmatched joint names, NaN samples (``nan_policy="raise"``), non-monotonic stamps
+            (``order_policy="raise"``), or a stream left with no valid sample.
+        RobotModelError: ``command_joints`` not a permutation of ``joint_names``.
     """
     _check_arguments(nan_policy, order_policy, required)
     topics = topics or BagTopics()
     path = Path(path)
     joint_map = JointNameMap(joint_names)
+    command_joints = joint_map.joint_names if command_joints is None or not len(command_joints) else command_joints
     with _open(path, typestore) as (reader, storage):
         info = _info(reader, path, storage)
         if info.message_count == 0:
             raise BagError(f"{path}: the bag is empty (no messages)")
-        streams, absent = _make_streams(info, dict(topics.items()), set(required), joint_map, path)
+        streams, absent = _make_streams(info, dict(topics.items()), set(required), joint_map, path, command_joints)
         if "joint_states" not in streams:
             raise BagError(f"{path}: joint_states topic is required; topics present: {info.describe_topics()}")
         _collect(reader, streams, path)
@@ -620,17 +649,20 @@ def _check_together(series, path):
                        "disagree or they were recorded apart")
 
 
-def read_robot_bag(path, config, **kwargs):
-    """:func:`read_bag` with joints and topics from a robot config.
+def read_robot_bag(path, config, *, without=(), **kwargs):
+    """:func:`read_bag` with joints, topics and the command's joint order from a robot config.
 
     Args:
         path: The bag.
-        config: RobotConfig (``load_robot_config``): ``joints`` and the ``topics:`` section.
+        config: RobotConfig (``load_robot_config``): ``joints``, ``controller_joints`` (the
+            order of a Float64MultiArray command) and the ``topics:`` section.
+        without: Configured streams not to read (e.g. ``("camera_pose",)``).
         **kwargs: ``required``, ``nan_policy``, ``order_policy``, ``typestore``.
     """
     if not config.joints:
         raise BagError(f"{config.path or 'robot config'}: robot.joints is empty; the bag reader maps joints by name")
-    return read_bag(path, config.joints, topics=BagTopics.from_config(config), **kwargs)
+    topics = replace(BagTopics.from_config(config), **{key: None for key in without})
+    return read_bag(path, config.joints, topics=topics, command_joints=config.controller_joints, **kwargs)
 
 
 # --- writing ----------------------------------------------------------------------------

@@ -13,10 +13,12 @@ the same bounds.
 
 import dataclasses
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 import yaml
 
@@ -32,7 +34,7 @@ from diffsim_ros.model.robot_model import RobotModel
 from diffsim_ros.model.springs import SPRING_LAWS
 from diffsim_ros.resources import resolve_resource
 
-__all__ = ["RobotConfig", "load_robot_config"]
+__all__ = ["RobotConfig", "controller_order", "describe_path", "load_robot_config"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,10 @@ class RobotConfig:
     tip_link: str | None
     joints: tuple
     gravity: tuple = (0.0, 0.0, -9.81)
+    controller_joints: tuple = ()
+    """The joints of the effort controller's Float64MultiArray commands, in its order (a
+    permutation of ``joints``); empty: ``joints``' order. Bags, replay and the nodes read and
+    write commands in this order."""
     springs: tuple = ()
     payload_frame: str | None = None
     payload_mass: float = 0.0
@@ -78,6 +84,7 @@ class RobotConfig:
                 f"{self._where()}: robot.joints {list(self.joints)} do not match the actuated joints "
                 f"of the URDF chain {self.base_link} -> {self.tip_link}: {list(model.joint_names)}"
             )
+        controller_order(model.joint_names, self.controller_joints, f"{self._where()} [robot]: 'controller_joints'")
         model = model.with_payload(self.payload_mass, self.payload_com)
         violations = model_violations(model, self.bounds)
         if violations:
@@ -87,6 +94,63 @@ class RobotConfig:
 
     def _where(self):
         return str(self.path) if self.path else "robot config"
+
+
+def controller_order(joint_names, controller_joints, where="controller_joints"):
+    """Chain index of each of the controller's joints, shape (n,) int64.
+
+    A Float64MultiArray command ``data`` in the controller's order is ``tau[order] = data`` in
+    chain order (and a command in chain order is ``tau[order]`` in the controller's).
+
+    Args:
+        joint_names: The chain's joint names, shape (n,).
+        controller_joints: The controller's joints in its order, a permutation of
+            ``joint_names``; empty: the chain's order.
+        where: What the list is, for messages.
+
+    Raises:
+        RobotModelError: A wrong length, a duplicate, a joint not in the chain or a chain joint
+            missing (all named).
+    """
+    joint_names, controller_joints = [str(n) for n in joint_names], [str(n) for n in controller_joints]
+    if not controller_joints:
+        return np.arange(len(joint_names), dtype=np.int64)
+    duplicates = sorted({n for n in controller_joints if controller_joints.count(n) > 1})
+    unknown = [n for n in controller_joints if n not in joint_names]
+    missing = [n for n in joint_names if n not in controller_joints]
+    if duplicates or unknown or missing or len(controller_joints) != len(joint_names):
+        problems = [f"{len(controller_joints)} joints for the chain's {len(joint_names)}"] if len(
+            controller_joints) != len(joint_names) else []
+        problems += [f"{what} {names}" for what, names in (("duplicate(s)", duplicates), ("not in the chain", unknown),
+                                                             ("missing", missing)) if names]
+        raise RobotModelError(f"{where} {controller_joints} must list each chain joint {joint_names} once, in the "
+                              f"controller's order: {'; '.join(problems)}")
+    return np.array([joint_names.index(n) for n in controller_joints], dtype=np.int64)
+
+
+def describe_path(path, given=None, relative_to=None, what=None):
+    """A path for a message: absolute, and what a relative one was relative to.
+
+    Args:
+        path: The path used (relative to the current directory if not absolute).
+        given: The path as the user wrote it (default: ``path``).
+        relative_to: The directory a relative ``given`` was taken from (default: the current
+            directory).
+        what: What ``relative_to`` is, e.g. ``"the config file /abs/robot.yaml"`` (default:
+            ``"the current directory <cwd>"`` or ``"directory <relative_to>"``).
+
+    Returns:
+        ``"/abs/dir/panda.urdf ('panda.urdf' relative to the config file /abs/dir/robot.yaml)"``,
+        or just the absolute path when ``given`` was absolute.
+    """
+    given = str(path if given is None else given)
+    resolved = Path(os.path.abspath(Path(path).expanduser()))
+    if Path(given).expanduser().is_absolute() or "://" in given:
+        return str(resolved) if "://" not in given else f"{resolved} ({given})"
+    if what is None:
+        what = f"the current directory {Path.cwd()}" if relative_to is None else \
+            f"the directory {os.path.abspath(relative_to)}"
+    return f"{resolved} ({given!r} relative to {what})"
 
 
 def _require(section, key, where, kind=None):
@@ -177,12 +241,38 @@ def _spring(name, values, where, bounds):
     return element
 
 
+def _urdf_path(given, config_path, where):
+    """``robot.urdf`` resolved (``package://``, absolute, or relative to the config file); it must exist."""
+    try:
+        urdf = resolve_resource(given, relative_to=config_path.parent)
+    except FileNotFoundError as err:
+        raise RobotModelError(f"{where}: {err}") from None
+    if not urdf.is_file():
+        shown = describe_path(urdf, given, config_path.parent, f"the config file {config_path}")
+        raise RobotModelError(f"{where}: URDF file not found: {shown}")
+    return urdf
+
+
+def _controller_joints(robot, joints, where):
+    """``robot.controller_joints``: names, each of ``joints`` once (checked against the chain when built)."""
+    value = robot.get("controller_joints")
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not value or not all(isinstance(j, str) for j in value):
+        raise RobotModelError(f"{where}: 'controller_joints' must be a list of joint names (the effort controller's "
+                              f"joints in its order), got {value!r}")
+    if joints:
+        controller_order(joints, value, f"{where}: 'controller_joints'")
+    return tuple(value)
+
+
 def load_robot_config(path):
     """Read and validate a robot config YAML file (module docstring).
 
     Args:
         path: Path of the YAML file. ``robot.urdf`` may be ``package://diffsim_ros/...``,
-            absolute, or relative to the config file.
+            absolute, or relative to the config file; it must exist. ``robot.controller_joints``
+            (optional) is the effort controller's joint order (:attr:`RobotConfig.controller_joints`).
 
     Returns:
         RobotConfig.
@@ -193,11 +283,12 @@ def load_robot_config(path):
     """
     path = Path(path)
     if path.is_dir():
-        raise RobotModelError(f"robot config {path} is a directory; give the robot config YAML")
+        raise RobotModelError(f"robot config {describe_path(path)} is a directory; give the robot config YAML")
     if not path.is_file():
-        raise RobotModelError(f"robot config not found: {path}")
+        raise RobotModelError(f"robot config not found: {describe_path(path)}")
     if path.suffix.lower() in (".urdf", ".xacro"):
         raise RobotModelError(f"robot config {path}: that is a URDF; give the robot config YAML (its robot.urdf names the URDF)")
+    path = Path(os.path.abspath(path))  # messages and relative paths in it: from the file, wherever it was named from
     try:
         raw = yaml.safe_load(path.read_text())
     except (yaml.YAMLError, UnicodeDecodeError) as err:
@@ -206,13 +297,11 @@ def load_robot_config(path):
         raise RobotModelError(f"{path}: expected a mapping with a 'robot' section")
     robot = raw["robot"]
     where = f"{path} [robot]"
-    try:
-        urdf = resolve_resource(_require(robot, "urdf", where, str), relative_to=path.parent)
-    except FileNotFoundError as err:
-        raise RobotModelError(f"{where}: {err}") from None
+    urdf = _urdf_path(_require(robot, "urdf", where, str), path, where)
     joints = robot.get("joints", [])
     if not isinstance(joints, list) or not all(isinstance(j, str) for j in joints):
         raise RobotModelError(f"{where}: 'joints' must be a list of joint names")
+    controller_joints = _controller_joints(robot, joints, where)
     try:
         bounds = PlausibilityBounds.from_mapping(raw.get("plausibility"), f"{path} [plausibility]")
     except ValueError as err:
@@ -234,6 +323,7 @@ def load_robot_config(path):
         tip_link=_optional_str(robot, "tip_link", where),
         joints=tuple(joints),
         gravity=gravity,
+        controller_joints=controller_joints,
         springs=tuple(springs),
         payload_frame=_optional_str(payload, "frame", payload_where),
         payload_mass=payload_mass,

@@ -98,7 +98,8 @@ class ControllerNodeConfig(RobotNodeConfig):
     output: str = param(BAXTER, "baxter (JointCommand) or ros2_control (Float64MultiArray)")
     side: str = param("left", "Baxter limb: /robot/limb/<side>/joint_command")
     controller_name: str = param("effort_controller", "ros2_control: commands on /<controller_name>/commands")
-    controller_joints: list[str] = param([], "ros2_control: the controller's joints in its order (default: model order)")
+    controller_joints: list[str] = param([], "ros2_control: the controller's joints in its order (default: the robot "
+                                             "config's robot.controller_joints, else model order)")
     joint_states_topic: str = joint_states_topic_param()
     rate_hz: float = param(200.0, "command rate [Hz] (Baxter needs >= 100)")
     follow_estimates: bool = param(True, "use each model the estimator publishes")
@@ -193,7 +194,7 @@ class ControllerNode:
         self.safety = SafetyLayer(self.model, self._safety_config(cfg))
         self.loop = ControlLoop(self.controller, self.safety, self.model, self.robot.config.bounds)
         self.output = CommandOutput(handle, cfg.output, self.joint_names, cfg.side, cfg.controller_name,
-                                    cfg.controller_joints)
+                                    cfg.controller_joints or self.robot.config.controller_joints)
         self.status, self.model_updates, self.stopped, self.active = None, 0, False, False
         self._map_rebuild, self.map_rebuilds = None, 0  # None, "running" or "again"
         self.latencies = deque(maxlen=_LATENCY_WINDOW)

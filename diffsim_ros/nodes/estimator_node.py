@@ -13,7 +13,8 @@ Topics:
   name; NaN, out-of-order and incomplete samples are dropped and counted;
 * subscribes ``camera_topic`` (geometry_msgs/msg/PoseStamped, SENSOR_QOS) when the
   ``camera`` group is estimated;
-* subscribes ``commanded_torques_topic`` (std_msgs/msg/Float64MultiArray in model joint order,
+* subscribes ``commanded_torques_topic`` (std_msgs/msg/Float64MultiArray in the robot config's
+  ``robot.controller_joints`` order (default: model joint order),
   or baxter_core_msgs/msg/JointCommand in torque mode; SENSOR_QOS) when set: the torques the
   motion is explained by (``torque_source``); without it, the measured efforts;
 * subscribes ``~/save`` (std_msgs/msg/Empty, COMMAND_QOS): write the calibration file now;
@@ -51,6 +52,7 @@ from diffsim_ros.io.calibration import Calibration, check_output_path, write_cal
 from diffsim_ros.io.ros_messages import NS_PER_S, JointNameMap, MessageConversionError, float64_multi_array_to_array, \
     joint_command_to_array, joint_state_msg
 from diffsim_ros.io.ros_types import EMPTY, FLOAT64_MULTI_ARRAY, JOINT_COMMAND, JOINT_STATE, POSE_STAMPED
+from diffsim_ros.model.config import controller_order
 from diffsim_ros.nodes.messages import estimates_msg
 from diffsim_ros.nodes.robot import RobotNodeConfig, default_calibration_path, joint_states_topic_param, load_robot, \
     robot_topic, set_threads, threads_param
@@ -82,7 +84,8 @@ class EstimatorNodeConfig(RobotNodeConfig):
     camera_topic: str = param("", "camera pose topic (default: the robot config's topics.camera_pose)")
     commanded_torques_topic: str = param("", "commanded torque topic whose torques explain the motion "
                                              "('': none, the measured efforts do)")
-    commanded_torques_type: str = param(FLOAT64_MULTI_ARRAY, "std_msgs/msg/Float64MultiArray (model joint order) "
+    commanded_torques_type: str = param(FLOAT64_MULTI_ARRAY, "std_msgs/msg/Float64MultiArray (robot.controller_joints' "
+                                                             "order, default model order) "
                                                              "or baxter_core_msgs/msg/JointCommand (torque mode)")
     input_timeout: float = param(0.5, "inputs older than this are reported stale [s]")
     torque_estimate: str = param("simulator", "estimated torques: simulator (through the compiled rigid-body step, "
@@ -172,6 +175,8 @@ class EstimatorNode:
         command_topic = cfg.commanded_torques_topic
         if command_topic:
             self._joint_map = JointNameMap(self.robot.joint_names)
+            # A Float64MultiArray holds the effort controller's joints in its order (robot.controller_joints).
+            self._command_order = controller_order(self.robot.joint_names, self.robot.config.controller_joints)
             handle.create_subscription(cfg.commanded_torques_type, command_topic, self._on_command, SENSOR_QOS)
         handle.create_subscription(EMPTY, "~/save", self._on_save, COMMAND_QOS)
         self._serve_save = trigger_services(self, "save_calibration", "calibration",
@@ -263,7 +268,9 @@ class EstimatorNode:
                     return  # position or velocity commands are not torques
                 tau = joint_command_to_array(msg, self._joint_map)
             else:
-                tau = float64_multi_array_to_array(msg, len(self.robot.joint_names))
+                data = float64_multi_array_to_array(msg, len(self.robot.joint_names))
+                tau = np.empty_like(data)
+                tau[self._command_order] = data
         except MessageConversionError as err:
             self.commands_dropped += 1
             if self.commands_dropped == 1 or self.commands_dropped % 100 == 0:

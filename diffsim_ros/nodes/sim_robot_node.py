@@ -68,7 +68,8 @@ class SimRobotConfig:
     output: str = param(BAXTER, "command interface: baxter (JointCommand) or ros2_control (Float64MultiArray)")
     side: str = param("left", "Baxter limb: topics /robot/limb/<side>/...")
     controller_name: str = param("effort_controller", "ros2_control: commands on /<controller_name>/commands")
-    controller_joints: list[str] = param([], "ros2_control: the controller's joints in its order (default: model order)")
+    controller_joints: list[str] = param([], "ros2_control: the controller's joints in its order (default: the robot "
+                                             "config's robot.controller_joints, else model order)")
     joint_states_topic: str = joint_states_topic_param()
     camera_topic: str = param("", "camera pose topic (default: the robot config's topics.camera_pose)")
     camera_frame_id: str = param("camera", "header frame of the camera poses")
@@ -214,7 +215,8 @@ class SimRobotNode:
             handle.create_subscription(EMPTY, suppress_topic, self._on_suppress, COMMAND_QOS)
         else:
             self.hardware = EffortControllerEmulator(model, start, cfg.hold_bandwidth)
-            self._controller_order = controller_joint_order(self.joint_names, cfg.controller_joints)
+            self._controller_order = controller_joint_order(
+                self.joint_names, cfg.controller_joints or self.robot.config.controller_joints)
             topic = effort_controller_topic(cfg.controller_name)
             handle.create_subscription(FLOAT64_MULTI_ARRAY, topic, self._on_effort_command, COMMAND_QOS)
 

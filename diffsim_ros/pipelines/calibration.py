@@ -13,16 +13,16 @@ import yaml
 from diffsim_ros.estimation.data import MIN_MOTION_SECONDS, MIN_REST_POSES, Dataset, UndeterminedError, data_shortfall
 from diffsim_ros.estimation.identification import IdentificationSettings, camera_initial_guess, groups_with_data, identify
 from diffsim_ros.estimation.preparation import DatasetOptions, prepare_dataset
-from diffsim_ros.io.bags import read_robot_bag
+from diffsim_ros.io.bags import BagTopics, MissingTopicError, read_robot_bag
 from diffsim_ros.io.calibration import Calibration, atomic_directory, write_calibration
 from diffsim_ros.io.urdf_export import export_calibrated_urdf
 from diffsim_ros.model.plausibility import parameter_kind
 from diffsim_ros.viz.calibration import calibration_report
+from diffsim_ros.vocabulary import MODELS
 
-__all__ = ["MODELS", "CalibrationRun", "default_groups", "calibrate_dataset", "read_bag_dataset", "check_enough_data",
-           "calibrate_bag", "write_outputs", "write_diagnostics", "data_source"]
+__all__ = ["CAMERA_GROUPS", "MODELS", "CalibrationRun", "default_groups", "calibrate_dataset", "read_bag_dataset",
+           "check_enough_data", "calibrate_bag", "unread_streams", "write_outputs", "write_diagnostics", "data_source"]
 
-MODELS = ("rigid", "pbd")
 
 
 @dataclass
@@ -135,26 +135,60 @@ def calibrate_dataset(model, dataset, groups, *, settings=IdentificationSettings
     return CalibrationRun(model, result.model, result.camera_pose, guess, dataset, [("joint", result)], calibration)
 
 
-def read_bag_dataset(bag_path, config, model, options=DatasetOptions(), read_options=None, window=None):
+CAMERA_GROUPS = frozenset({"camera", "link_lengths"})
+"""Groups whose residuals use camera poses: only these read the config's ``topics.camera_pose``."""
+
+_MISSING_HINTS = {
+    "joint_states": "the robot config's topics.joint_states (default /joint_states)",
+    "commanded_torques": "the robot config's topics.commanded_torques; to explain the motion by the measured efforts "
+                         "instead: --torque-source effort (torque_source='effort' in Python), or remove "
+                         "topics.commanded_torques from the config",
+    "camera_pose": "the robot config's topics.camera_pose; for a bag recorded without the camera: --no-camera "
+                   "(without=('camera_pose',) in Python), or remove topics.camera_pose from the config",
+}
+
+
+def _read_config_bag(bag_path, config, options, read_options, without):
+    """The bag's streams: every configured one must be there (no silent fallback), but those in
+    ``without`` (not read) and the commanded torques with ``torque_source="effort"``."""
+    optional = set(without) | ({"commanded_torques"} if options.torque_source == "effort" else set())
+    required = tuple(key for key, _ in BagTopics.from_config(config).items() if key not in optional)
+    try:
+        return read_robot_bag(bag_path, config, without=without, required=required, **(read_options or {}))
+    except MissingTopicError as err:
+        raise MissingTopicError(f"{err} ({_MISSING_HINTS[err.stream]})", err.stream, err.topic) from None
+
+
+def read_bag_dataset(bag_path, config, model, options=DatasetOptions(), read_options=None, window=None, without=()):
     """Read a bag with a robot config into identification data, with every check of ``calibrate``.
+
+    Every topic the config names must be in the bag with messages (a misspelt topic is an
+    error listing the bag's topics, never a silent fallback), except the streams in
+    ``without`` and, with ``options.torque_source == "effort"``, the commanded torques.
 
     Args:
         bag_path: rosbag2 directory or file (sqlite3 or mcap).
-        config: RobotConfig (joints, topics, camera frame).
+        config: RobotConfig (joints, controller joint order, topics, camera frame).
         model: Nominal model (its joint limits).
         options: DatasetOptions.
         read_options: Keyword arguments of :func:`~diffsim_ros.io.bags.read_bag`.
         window: ``(start, end)`` [s from the bag's first joint state]: use only that segment
             (:meth:`~diffsim_ros.estimation.streams.RobotStreams.between`), or None for all.
+        without: Configured streams not to read: ``("camera_pose",)`` for a bag recorded without
+            the camera, or when no requested group uses camera poses.
 
     Returns:
         ``(Dataset, DatasetSummary)``.
 
     Raises:
-        BagError: The bag cannot be read as this robot's (named).
+        BagError: The bag cannot be read as this robot's (named), e.g. a configured topic it
+            lacks (:class:`~diffsim_ros.io.bags.MissingTopicError`).
         DataError: Its data cannot be used (no torques, efforts all zero, ...).
     """
-    bag = read_robot_bag(bag_path, config, **(read_options or {}))
+    unknown = set(without) - {"camera_pose", "commanded_torques"}
+    if unknown:
+        raise ValueError(f"without: unknown stream(s) {sorted(unknown)}; choose from camera_pose, commanded_torques")
+    bag = _read_config_bag(bag_path, config, options, read_options, without)
     camera_frame = (config.raw.get("camera") or {}).get("tracked_frame")
     limits = (model.lower.detach().cpu().numpy(), model.upper.detach().cpu().numpy())
     streams = bag.streams() if window is None else bag.streams().between(*window)
@@ -181,7 +215,25 @@ def check_enough_data(summary, source, min_motion_seconds=MIN_MOTION_SECONDS, mi
         raise UndeterminedError(f"{source}: {shortfall}{notes}")
 
 
-def calibrate_bag(bag_path, config, groups=None, *, options=DatasetOptions(), read_options=None, window=None, **kwargs):
+def unread_streams(groups, no_camera=False):
+    """Configured streams a calibration of ``groups`` does not read (for :func:`read_bag_dataset`).
+
+    Args:
+        groups: Requested groups, or None for the default ones (then the camera poses are read:
+            what the data support is asked).
+        no_camera: The user said that the bag has no camera poses.
+
+    Raises:
+        ValueError: ``no_camera`` with a group that needs camera poses.
+    """
+    needing = sorted(CAMERA_GROUPS & set(groups or ()))
+    if no_camera and needing:
+        raise ValueError(f"--no-camera: group(s) {needing} need camera poses")
+    return ("camera_pose",) if no_camera or (groups is not None and not needing) else ()
+
+
+def calibrate_bag(bag_path, config, groups=None, *, options=DatasetOptions(), read_options=None, window=None,
+                  no_camera=False, **kwargs):
     """Read a bag with a robot config and calibrate.
 
     Args:
@@ -192,16 +244,20 @@ def calibrate_bag(bag_path, config, groups=None, *, options=DatasetOptions(), re
         read_options: Keyword arguments of :func:`~diffsim_ros.io.bags.read_bag`
             (``nan_policy``, ``order_policy``).
         window: ``(start, end)`` [s from the bag's first joint state] or None (the whole bag).
+        no_camera: The bag was recorded without the camera: ``topics.camera_pose`` is not read
+            (else it must be in the bag when the groups are the default or use camera poses).
         **kwargs: Passed to :func:`calibrate_dataset`.
 
     Returns:
         CalibrationRun (``summary`` holds the DatasetSummary).
 
     Raises:
+        BagError: A configured topic that is not in the bag (see :func:`read_bag_dataset`), ...
         UndeterminedError: Less data than an estimate needs (:func:`check_enough_data`).
     """
+    without = unread_streams(groups, no_camera)
     model = config.build_model()
-    dataset, summary = read_bag_dataset(bag_path, config, model, options, read_options, window)
+    dataset, summary = read_bag_dataset(bag_path, config, model, options, read_options, window, without)
     check_enough_data(summary, data_source(bag_path, window))
     requested = groups
     groups = default_groups(model, dataset) if groups is None else groups
