@@ -256,6 +256,46 @@ def test_the_estimator_node_reads_commands_in_the_controllers_order(tmp_path):
     assert len(received) == 1 and np.abs(received[0] - tau).max() == EXACT
 
 
+# --- documented behaviour ----------------------------------------------------------------------
+
+
+def test_movable_joints_off_the_chain_are_locked_at_zero_and_merged():
+    """README, "How the URDF becomes the model": the Panda's fingers below panda_link8."""
+    from diffsim_ros.model.urdf import describe_tree, read_urdf
+
+    urdf = read_urdf(PANDA_URDF)
+    tree = describe_tree(urdf, "panda_link0", "panda_link8")
+    assert [joint.name for joint in tree.joints] == ARM
+    last = tree.joints[-1]
+    merged = ["panda_link7", "panda_link8", "panda_hand", "panda_hand_tcp", "panda_leftfinger", "panda_rightfinger"]
+    assert last.merged_links == merged
+    masses = {link.name: link.inertial.mass if link.inertial else 0.0 for link in urdf.robot.links}
+    assert abs(last.mass - sum(masses[name] for name in merged)) < 1e-12
+    finger = next(j for j in urdf.robot.joints if j.name == "panda_finger_joint1")
+    assert (finger.limit.lower, finger.type) == (0.0, "prismatic")  # q = 0 is inside its limits: the finger closed
+    hand, left = tree.frames["panda_hand"].placement, tree.frames["panda_leftfinger"].placement
+    assert np.abs(np.linalg.inv(hand) @ left - finger.origin).max() < 1e-12
+
+
+def test_readme_and_calibrate_help_list_the_same_groups(capsys, monkeypatch):
+    """The README's usage line listed 7 of the 9 groups that --help offers."""
+    import re
+
+    monkeypatch.setenv("COLUMNS", "1000")  # argparse would break the long list inside a word
+
+    from diffsim_ros.vocabulary import GROUPS
+    from oracles import REPO
+
+    readme = (REPO / "README.md").read_text()
+    usage = readme.split("diffsim-ros calibrate --bag BAG", 1)[1].split("diffsim-ros replay", 1)[0]
+    (listed,) = re.findall(r"\[--estimate ([a-z_,]+)\]", usage)
+    with pytest.raises(SystemExit):
+        cli_main(["calibrate", "--help"])
+    help_text = capsys.readouterr().out
+    (offered,) = re.findall(r"parameter groups from ([a-z_,]+)", help_text)
+    assert listed.split(",") == offered.split(",") == list(GROUPS)
+
+
 # --- paths in errors ----------------------------------------------------------------------------
 
 
