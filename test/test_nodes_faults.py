@@ -9,7 +9,6 @@ see it: the right length and mode, finite, within the effort limits.
 import numpy as np
 import pytest
 
-from diffsim_ros.control import ControlError
 from diffsim_ros.io.ros_messages import (
     NS_PER_S,
     POSITION_MODE,
@@ -290,7 +289,7 @@ def test_bad_estimates_are_not_applied():
      r"controller_joints: missing joint\(s\) \['left_w2'\]"),
     ({"output": "ros2_control", "controller_joints": JOINTS + ["head_pan"]}, JointMappingError,
      r"joint\(s\) \['head_pan'\] are not in the model"),
-    ({"impedance.stiffness": [1.0, 2.0]}, ControlError, r"impedance stiffness must have 7 entries"),
+    ({"impedance.stiffness": [1.0, 2.0]}, ParameterError, r"parameter 'impedance.stiffness' has 2 values for 7 joints"),
     ({"reference.waypoints": [0.0] * 8}, ParameterError, r"8 values is not a multiple of the 7 joints"),
     ({"robot_config": "/nonexistent/robot.yaml"}, RobotModelError, r"robot config not found: /nonexistent/robot.yaml"),
 ])

@@ -97,7 +97,7 @@ class JointImpedanceController:
             parameters (else it is conditioned on them through h(q) and M_jj(q)).
 
     Raises:
-        ControlError: Negative gains, an unknown model term, a missing map, or a state period
+        ControlError: Negative or non-finite gains, an unknown model term, a missing map, or a state period
             that is not a positive number.
         TorqueMapError: A map built for another structure (joints, tree, springs).
     """
@@ -107,8 +107,11 @@ class JointImpedanceController:
         self.joint_names = tuple(model.joint_names)
         self.stiffness = per_joint(stiffness, self.joint_names, "impedance stiffness", 0.0)
         self.damping = per_joint(damping, self.joint_names, "impedance damping", 0.0)
-        if np.any(self.stiffness < 0) or np.any(self.damping < 0):
-            raise ControlError("impedance stiffness and damping must be >= 0")
+        for what, gains in (("stiffness", self.stiffness), ("damping", self.damping)):
+            if not np.all((gains >= 0) & (gains < np.inf)):  # `np.any(gains < 0)` is False for NaN
+                raise ControlError(f"impedance {what} must be finite and >= 0, got {gains.tolist()}")
+        if not np.isfinite(model_scale):
+            raise ControlError(f"impedance model_scale must be finite, got {model_scale!r}")
         if model_term not in MODEL_TERMS:
             raise ControlError(f"unknown model term '{model_term}'; choose from {MODEL_TERMS}")
         if model_term in MAP_TERMS and torque_map is None:

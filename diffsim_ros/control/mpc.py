@@ -72,15 +72,19 @@ class MPCSettings:
     levenberg: float = 1e-9
     jacobian_every: int = 1
 
-    def check(self):
-        """Raise ControlError for unusable settings."""
-        if self.horizon < 1 or self.max_iterations < 1 or self.jacobian_every < 1:
-            raise ControlError("MPC horizon, max_iterations and jacobian_every must be >= 1")
+    def validate(self):
+        """Raise ControlError naming the first unusable setting (NaN fails every comparison)."""
+        for name in ("horizon", "max_iterations", "jacobian_every"):
+            if not getattr(self, name) >= 1:
+                raise ControlError(f"MPC {name} must be >= 1, got {getattr(self, name)!r}")
         if self.initialization not in INITIALIZATIONS:
             raise ControlError(f"unknown MPC initialization '{self.initialization}'; choose from {INITIALIZATIONS}")
-        tolerances = (self.position_tolerance, self.velocity_tolerance, self.smoothness_tolerance, self.effort_tolerance)
-        if not all(t > 0 for t in tolerances):
-            raise ControlError("MPC tolerances must be positive")
+        for name in ("position_tolerance", "velocity_tolerance", "smoothness_tolerance", "effort_tolerance"):
+            if not 0 < getattr(self, name) < math.inf:
+                raise ControlError(f"MPC {name} must be a positive number, got {getattr(self, name)!r}")
+        for name in ("step_tolerance", "levenberg"):
+            if not 0 <= getattr(self, name) < math.inf:
+                raise ControlError(f"MPC {name} must be a finite number >= 0, got {getattr(self, name)!r}")
 
 
 @dataclass(frozen=True)
@@ -120,7 +124,7 @@ class ModelPredictiveController:
     """
 
     def __init__(self, simulator, reference, settings=MPCSettings()):
-        settings.check()
+        settings.validate()
         self.simulator = simulator
         self.reference = reference
         self.settings = settings

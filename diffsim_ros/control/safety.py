@@ -123,6 +123,24 @@ class SafetyConfig:
     position_slack: float = 0.25
     speed_factor: float = 4.0
 
+    def validate(self):
+        """Raise ControlError naming the first unusable scalar setting (NaN fails every
+        comparison) or a non-positive effort or rate limit; the per-joint values against the
+        model's joints and limits are :class:`SafetyLayer`'s."""
+        for name in ("limit_margin", "state_timeout", "speed_factor"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ControlError(f"safety {name} must be a positive number, got {value!r}")
+        for name in ("limit_stiffness", "limit_damping", "position_slack"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise ControlError(f"safety {name} must be a finite number >= 0, got {value!r}")
+        for name in ("effort_limit", "torque_rate_limit"):
+            value = getattr(self, name)
+            values = [] if value is None else value.values() if isinstance(value, dict) else np.ravel(value)
+            if not all(v > 0 for v in values):  # (inf, a mapping's default: none configured)
+                raise ControlError(f"safety {name} must be positive, got {value!r}")
+
 
 class JointStateBounds:
     """Which joint measurements are plausible: a position beyond a limit by more than a slack, or
@@ -242,15 +260,7 @@ class SafetyLayer:
         bad = [n for n, lo, hi in zip(self.joint_names, self.lower, self.upper) if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi)]
         if bad:
             raise ControlError(f"joints {bad} have no finite position limits lower < upper (URDF)")
-        c = self.config
-        for name in ("limit_margin", "state_timeout", "speed_factor"):
-            value = getattr(c, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise ControlError(f"safety {name} must be a positive number, got {value!r}")
-        for name in ("limit_stiffness", "limit_damping", "position_slack"):
-            value = getattr(c, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-                raise ControlError(f"safety {name} must be a finite number >= 0, got {value!r}")
+        self.config.validate()
 
     # ------------------------------------------------------------------ state
     def reset(self):

@@ -118,10 +118,15 @@ class OnlineEstimatorConfig:
             raise ValueError(f"model must be one of {MODELS}, got {self.model!r}")
         if not 0 < self.holdout_seconds < self.window_seconds:
             raise ValueError("need 0 < holdout_seconds < window_seconds")
-        if self.min_motion_seconds <= 0 or self.update_period <= 0 or self.change_ratio <= 1 or self.cpu_budget < 0:
-            raise ValueError("min_motion_seconds and update_period must be positive, change_ratio > 1, cpu_budget >= 0")
-        if self.motion_rate < 0 or not self.rest_outlier > 0:
-            raise ValueError(f"motion_rate must be >= 0 and rest_outlier > 0, got {self.motion_rate}, {self.rest_outlier}")
+        # Each value is named alone; NaN fails every comparison.
+        _check_at_least(self, ("min_motion_seconds", "update_period", "rest_window_seconds", "rest_velocity",
+                               "rest_duration", "rest_outlier", "effort_std_floor"), 0.0, strict=True)
+        _check_at_least(self, ("cpu_budget", "motion_rate", "acceptance_margin"), 0.0)
+        _check_at_least(self, ("window_poses", "max_iterations", "camera_window"), 1)
+        _check_at_least(self, ("torque_window",), 3)  # a quadratic fit
+        _check_at_least(self, ("change_ratio",), 1.0, strict=True)
+        if not self.max_rest_duration >= self.rest_duration:
+            raise ValueError(f"max_rest_duration must be >= rest_duration, got {self.max_rest_duration!r}")
         if self.torque_source not in ("auto", "commanded", "effort"):
             raise ValueError(f"torque_source must be auto, commanded or effort, got {self.torque_source!r}")
         for name, bound in self.bounds.items():
@@ -133,6 +138,14 @@ class OnlineEstimatorConfig:
         return DatasetOptions(static_velocity_tolerance=self.rest_velocity, static_min_duration=self.rest_duration,
                               effort_std_floor=self.effort_std_floor, torque_source=self.torque_source,
                               camera_samples=self.camera_window)
+
+
+def _check_at_least(config, names, low, strict=False):
+    """ValueError naming the first of ``config``'s fields ``names`` not above (``strict``) or at least ``low``."""
+    for name in names:
+        value = getattr(config, name)
+        if not (value > low if strict else value >= low) or value == math.inf:
+            raise ValueError(f"{name} must be {'>' if strict else '>='} {low:g} and finite, got {value!r}")
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 A lifecycle (managed) node: it commands torque only while *active* (``autostart``, default
 true, configures and activates it at start-up; ``ros2 lifecycle set /controller deactivate``
-stops the torque: Baxter falls back to position mode, ros2_control gets the hold command).
+stops the torque: Baxter falls back to position mode, ros2_control gets the hold: by default
+the model's holding torque, ramped in and faded out after ``safety.hold_fade_after``).
 
 Each cycle the node takes the newest valid joint state,
 computes the mode's torques on the current model and sends them through the
@@ -10,8 +11,8 @@ computes the mode's torques on the current model and sends them through the
 rate limits) to the output (:mod:`diffsim_ros.nodes.outputs`). When joint states are stale
 (older than ``safety.state_timeout``) or invalid, it stops commanding torque: Baxter — it
 stops publishing, so the robot falls back to position mode; ros2_control — it publishes the
-configured hold command. With ``follow_estimates`` it switches to each new model the
-estimator publishes.
+hold (``safety.hold``, :mod:`diffsim_ros.control.safety`). With ``follow_estimates`` it
+switches to each new model the estimator publishes.
 
 Impedance with a torque map (``impedance.model_term: map``, ``impedance.torque_map``) follows
 each new model at once (the map is conditioned on it through h(q) and M_jj(q)); with
@@ -59,6 +60,7 @@ from diffsim_ros.control import (
     check_within_limits,
 )
 from diffsim_ros.control.mpc_fast import make_mpc
+from diffsim_ros.control.safety import HOLD_FADE_TIME
 from diffsim_ros.control.references import make_reference
 from diffsim_ros.control.torque_map import rebuild_torque_map_in_process
 from diffsim_ros.io.ros_messages import MessageConversionError, NS_PER_S, joint_state_msg
@@ -74,7 +76,8 @@ from diffsim_ros.runtime.diagnostics import DIAGNOSTIC_ARRAY, ERROR, OK, WARN, G
     input_status, node_label, status
 from diffsim_ros.runtime.heap import GcPauses, frozen_objects
 from diffsim_ros.runtime.inputs import FRESH, STALE, joint_state_input
-from diffsim_ros.runtime.params import ParameterError, config_values, group, per_joint_value, updated_config
+from diffsim_ros.runtime.params import ParameterError, check_joint_lengths, check_ranges, config_values, group, \
+    per_joint_value, updated_config
 from diffsim_ros.runtime.rclpy_backend import exit_process, run_node
 from diffsim_ros.runtime.warmup import KernelWarmup, PlainJointStateBounds
 from diffsim_ros.sim.factory import make_simulator
@@ -105,8 +108,8 @@ class ControllerNodeConfig(RobotNodeConfig):
     follow_estimates: bool = param(True, "use each model the estimator publishes")
     estimates_topic: str = param("/estimator/estimates", "estimator's parameter estimates")
     gravity_scale: float = param(1.0, "gravity compensation factor")
-    stiffness: list[float] = param([50.0], "impedance stiffness K [N·m/rad]", name="impedance.stiffness")
-    damping: list[float] = param([5.0], "impedance damping D [N·m·s/rad]", name="impedance.damping")
+    stiffness: list[float] = param([50.0], "impedance stiffness K [N·m/rad]", name="impedance.stiffness", per_joint=True)
+    damping: list[float] = param([5.0], "impedance damping D [N·m·s/rad]", name="impedance.damping", per_joint=True)
     state_period: float = param(0.01, "joint-state period [s] the damping acts on: D is limited where it would "
                                 "destabilize the arm (0.01: Baxter's 100 Hz states; a longer measured period "
                                 "is used instead; 0: D as given)",
@@ -148,12 +151,15 @@ class ControllerNodeConfig(RobotNodeConfig):
             raise ValueError("rate_hz must be positive")
         if not self.state_period >= 0:
             raise ValueError(f"impedance.state_period must be >= 0 s, got {self.state_period!r}")
+        check_ranges(self, positive=("mpc_dt", "move_duration", "threads"),
+                     non_negative=("gravity_scale", "stiffness", "damping", "model_scale", "hold_duration"))
 
 
 # Parameters that may change while the node runs (gains and limits); the others need a restart.
 TUNABLE = frozenset({"gravity_scale", "impedance.stiffness", "impedance.damping", "impedance.model_scale"} |
                     {f"safety.{name}" for name in ("effort_limit", "torque_rate_limit", "limit_margin", "limit_stiffness",
-                                                   "limit_damping", "state_timeout", "hold_command")})
+                                                   "limit_damping", "state_timeout", "hold", "hold_command",
+                                                   "hold_fade_after")})
 
 
 class _DeferredReference:
@@ -187,6 +193,7 @@ class ControllerNode:
         self.robot = load_robot(cfg.robot_config, cfg.calibration_file)
         self.model = self.robot.model
         self.joint_names = self.robot.joint_names
+        check_joint_lengths(cfg, len(self.joint_names), f"node '{handle.name}'")
         self.waypoints = waypoint_array(cfg.waypoints, len(self.joint_names))
         check_within_limits(self.waypoints, self.model, "reference.waypoints")
         self.reference = _DeferredReference()
@@ -262,7 +269,6 @@ class ControllerNode:
         loop.step(3 * dt, q, np.zeros_like(q), 0.0, fresh=False)
         safety.stop(4 * dt)
 
-
     @staticmethod
     def _safety_config(cfg):
         return replace(cfg.safety, output=safety_output(cfg.output))
@@ -291,11 +297,11 @@ class ControllerNode:
         self.handle.get_logger().info("activated: commanding torque")
 
     def on_deactivate(self):
-        """Stop commanding torque: Baxter falls back to position mode, ros2_control gets the hold command."""
+        """Stop commanding torque: Baxter falls back to position mode, ros2_control gets the hold."""
         if not self.active:
             return
         self.active = False
-        self._publish_stop()
+        self._publish_hold()
         self.handle.get_logger().info("deactivated: torque commands stopped")
 
     # ------------------------------------------------------------------ inputs
@@ -360,11 +366,14 @@ class ControllerNode:
         ours = {name: value for name, value in changes.items() if name in self._parameter_names()}
         if not ours:
             return None  # runtime parameters (use_sim_time, autostart)
+        try:  # every value is checked (NaN, inf, lengths, ranges) before anything else is said
+            cfg = updated_config(self.config, ours, f"node '{self.handle.name}'", joint_count=len(self.joint_names))
+        except ParameterError as err:
+            return str(err)
         fixed = sorted(set(ours) - TUNABLE)
         if fixed:
             return f"{fixed} take effect only at start-up: restart the node (run-time changes: {sorted(TUNABLE)})"
         try:
-            cfg = updated_config(self.config, ours, f"node '{self.handle.name}'")
             controller = self._controller(self.model, cfg) if cfg.mode != "mpc" else self.controller
             safety = _retuned(self.safety, SafetyLayer(self.model, self._safety_config(cfg)))
         except (ParameterError, ControlError, ValueError) as err:
@@ -380,7 +389,11 @@ class ControllerNode:
 
     # ------------------------------------------------------------------ the cycle
     def _tick(self):
-        if self.stopped or not self.active:
+        if self.stopped:
+            return
+        if not self.active:
+            if self.safety.holding:  # inactive: the gravity hold ramps and fades until it is zero
+                self._publish_hold()
             return
         now_ns = self.handle.now_ns()
         self._log_watchdog(now_ns)
@@ -434,7 +447,8 @@ class ControllerNode:
         change = self.joints.watchdog.poll(now_ns)
         logger = self.handle.get_logger()
         if change == STALE:
-            stop = "stop publishing (robot falls back to position mode)" if self.config.output == BAXTER else "hold command"
+            stop = ("stop publishing (robot falls back to position mode)" if self.config.output == BAXTER
+                    else f"{self.config.safety.hold} hold")
             logger.warning(f"joint states stale (> {self.config.safety.state_timeout:g} s): torque commands stopped, {stop}")
         elif change == FRESH:
             logger.info("joint states fresh: commanding torque")
@@ -444,10 +458,29 @@ class ControllerNode:
         if status.reason not in ("ok", "stale_state", "no_state") and (previous is None or previous.reason != status.reason):
             detail = f": {status.detail}" if status.detail else ""
             self.handle.get_logger().warning(f"safety layer stopped the command: {status.reason}{detail} (faults {status.faults})")
+        self._log_fade(previous, status)
         if status.clock_jumped:
             self.handle.get_logger().warning("clock jumped backwards: counted as no time elapsed, commanding on")
         if status.late:
             self.handle.get_logger().warning("command cycle late for the hardware's minimum rate", throttle_duration_sec=5.0)
+
+    def _log_fade(self, previous, status):
+        if status.hold == "fading" and (previous is None or previous.hold != "fading"):
+            self.handle.get_logger().warning(
+                f"no controller command for {self.config.safety.hold_fade_after:g} s: the gravity hold fades to "
+                f"zero effort over {HOLD_FADE_TIME:g} s")
+
+    def _publish_hold(self):
+        if not self.warmup.ready:  # never commanded yet; the hold's kernels would compile here
+            return
+        q = qd = state_time = None
+        if self._state is not None:  # the hold follows the arm while joint states are fresh
+            (q, qd), state_time = self._state, self.control_time(self.joints.watchdog.last_ns)
+        command, status = self.safety.hold(self.control_time(self.handle.now_ns()), q, qd, state_time)
+        if command is not None:
+            self.output.publish(command)
+        previous, self.status = self.status, status
+        self._log_fade(previous, status)
 
     def _publish_stop(self):
         if not self.warmup.ready:  # never commanded yet; the hold's kernels would compile here
@@ -507,11 +540,10 @@ class ControllerNode:
 def _retuned(old, new):
     """``new`` SafetyLayer continuing ``old``'s command history, so a retune does not re-engage.
 
-    The rate limit then runs from the last published torque instead of ramping in again.
+    The rate limit then runs from the last published torque instead of ramping in again, and a
+    hold keeps its time.
     """
-    new._published, new._published_time = old._published, old._published_time
-    new._last_cycle, new.faults = old._last_cycle, old.faults
-    return new
+    return new.continue_from(old)
 
 
 def main(args=None):

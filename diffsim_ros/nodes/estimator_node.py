@@ -18,8 +18,9 @@ Topics:
   or baxter_core_msgs/msg/JointCommand in torque mode; SENSOR_QOS) when set: the torques the
   motion is explained by (``torque_source``); without it, the measured efforts;
 * subscribes ``~/save`` (std_msgs/msg/Empty, COMMAND_QOS): write the calibration file now;
-* serves ``~/save_calibration`` (std_srvs/srv/Trigger): write the calibration file now and
-  answer with its path (or why not);
+* serves ``~/save_calibration`` (std_srvs/srv/Trigger): write the last accepted estimate to
+  the calibration file now, also while an update runs (the estimate in force when it
+  started), and answer with its path (or why not: none accepted yet, an unwritable path);
 * serves ``~/reset`` (std_srvs/srv/Trigger): forget the rests and estimates and start again
   from the start-up model;
 * publishes ``/diagnostics`` (diagnostic_msgs/msg/DiagnosticArray) every second: input rates,
@@ -38,9 +39,15 @@ Topics:
 Updates (a bounded least-squares fit, up to seconds) run off the executor
 (``NodeHandle.run_in_background``), so joint states keep flowing in while one runs; samples
 that arrive meanwhile are queued and given to the estimator when it is done. Tuning
-parameters are the members of :class:`~diffsim_ros.estimation.online.OnlineEstimatorConfig`.
+parameters are the members of :class:`~diffsim_ros.estimation.online.OnlineEstimatorConfig`;
+they are read at start-up only (``ros2 param set`` is answered with why not).
+
+Logging: an accepted estimate at INFO; a rejected fit at WARN with its reason, once per kind
+of reason (the reason without its numbers, which change every update), then at DEBUG; a
+detected change at INFO; the routine "collecting data" outcomes at DEBUG.
 """
 
+import re
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -62,15 +69,29 @@ from diffsim_ros.runtime import COMMAND_QOS, LATCHED_QOS, SENSOR_QOS, declare_co
 from diffsim_ros.runtime.diagnostics import DIAGNOSTIC_ARRAY, OK, WARN, InputRates, diagnostic_array_msg, \
     input_status, node_label, status
 from diffsim_ros.runtime.inputs import STALE, PoseWorkspace, joint_state_input, pose_input
-from diffsim_ros.runtime.params import group
+from diffsim_ros.runtime.params import check_ranges, group, refuse_run_time_changes
 from diffsim_ros.runtime.rclpy_backend import exit_process, run_node
 from diffsim_ros.runtime.warmup import KernelWarmup, PlainJointStateBounds
 
-__all__ = ["EstimatorNode", "EstimatorNodeConfig", "main"]
+__all__ = ["EstimatorNode", "EstimatorNodeConfig", "main", "rejection_kind"]
 
 _UPDATE_CHECK_PERIOD = 0.25  # [s] how often the node asks the estimator whether an update is due
 _DIAGNOSTICS_PERIOD = 1.0  # [s]
 _TORQUE_ESTIMATES = ("simulator", "inverse_dynamics", "off")
+# Update outcomes expected while data build up (logged at DEBUG).
+_ROUTINE = ("collecting data", "nothing held back")
+_CHANGE = "change detected"
+# A number in a reason (not a digit of a name such as left_e1): left out of its kind.
+_NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+def rejection_kind(reason):
+    """The kind of an update's rejection: its reason with the numbers left out.
+
+    >>> rejection_kind("rejected: predicts the held-back data worse (1.31 > 1.2)")
+    'rejected: predicts the held-back data worse (# > #)'
+    """
+    return _NUMBER.sub("#", reason)
 
 
 @dataclass(frozen=True)
@@ -112,8 +133,7 @@ class EstimatorNodeConfig(RobotNodeConfig):
             raise ValueError(f"update_niceness must be in 0..19, got {self.update_niceness}")
         if self.torque_estimate not in _TORQUE_ESTIMATES:
             raise ValueError(f"torque_estimate must be one of {_TORQUE_ESTIMATES}, got {self.torque_estimate!r}")
-        if not self.torque_rate_hz > 0 or not self.input_timeout > 0 or not self.torque_max_period > 0:
-            raise ValueError("torque_rate_hz, torque_max_period and input_timeout must be positive")
+        check_ranges(self, positive=("input_timeout", "torque_rate_hz", "torque_max_period", "threads"))
 
     @property
     def groups(self):
@@ -152,6 +172,8 @@ class EstimatorNode:
         except ValueError as err:
             raise ValueError(f"node '{handle.name}': invalid estimator parameters: {err}") from None
         self.busy, self.last_update = False, None
+        self._accepted_at_start = ({}, {})  # (values, stddev) accepted when the running update started
+        self._rejections_logged = set()  # kinds of rejection logged at WARN
         self._pending = []  # samples that arrived while an update ran: (add method name, args)
         self._reset_requested = False
         self.output_path = resolve_resource(cfg.calibration_output) if cfg.calibration_output else \
@@ -179,8 +201,7 @@ class EstimatorNode:
             self._command_order = controller_order(self.robot.joint_names, self.robot.config.controller_joints)
             handle.create_subscription(cfg.commanded_torques_type, command_topic, self._on_command, SENSOR_QOS)
         handle.create_subscription(EMPTY, "~/save", self._on_save, COMMAND_QOS)
-        self._serve_save = trigger_services(self, "save_calibration", "calibration",
-                                            "an estimator update is running; call again in a moment",
+        self._serve_save = trigger_services(self, "save_calibration", "calibration", None,  # saves while busy
                                             "estimator reset when the running update ends",
                                             "estimator reset to the start-up model")
         self.diagnostics = handle.create_publisher(DIAGNOSTIC_ARRAY, "/diagnostics", 10)
@@ -198,6 +219,7 @@ class EstimatorNode:
         handle.add_on_shutdown(self.warmup.close)
         if cfg.save_on_shutdown:
             handle.add_on_shutdown(self.save)
+        refuse_run_time_changes(handle, cfg)
         handle.get_logger().info(f"estimating {list(cfg.groups)} from {joint_topic}; calibration -> {self.output_path}")
 
     def _kernel_families(self):
@@ -285,6 +307,7 @@ class EstimatorNode:
         latest = self.joints.latest
         if latest is None or self.busy or (self.config.estimation.model == "pbd" and not self.warmup.ready):
             return
+        self._accepted_at_start = self._accepted()  # the estimator is the update's until it ends
         self.busy = True
         estimator, now = self.estimator, self._stamp(latest)
         self.handle.run_in_background(lambda: estimator.update(now), self._update_done, self.config.update_niceness)
@@ -305,7 +328,7 @@ class EstimatorNode:
             return
         self.last_update = update
         if not update.accepted:
-            self.handle.get_logger().info(f"update not accepted ({update.poses} poses): {update.reason}")
+            self._log_not_accepted(update)
             return
         self.estimates.publish(estimates_msg(self.handle.messages, self.estimator.values, self.estimator.stddev))
         if self.torque_estimator is not None:
@@ -315,6 +338,20 @@ class EstimatorNode:
         self.handle.get_logger().info(
             f"estimate accepted ({update.poses} poses, {update.motion_seconds:.0f} s of motion, held-back error {update.holdout_rms_before:.3g} -> "
             f"{update.holdout_rms_after:.3g} N·m): {summary}")
+
+    def _log_not_accepted(self, update):
+        """Routine outcomes at DEBUG, a change at INFO, a rejection at WARN once per kind (then DEBUG)."""
+        logger, reason = self.handle.get_logger(), update.reason
+        line = f"update not accepted ({update.poses} poses): {reason}"
+        if reason.startswith(_ROUTINE):
+            logger.debug(line)
+        elif reason.startswith(_CHANGE):
+            logger.info(line)
+        elif rejection_kind(reason) in self._rejections_logged:
+            logger.debug(line)
+        else:
+            self._rejections_logged.add(rejection_kind(reason))
+            logger.warning(line)
 
     def _publish_torques(self):
         latest = self.joints.latest
@@ -326,12 +363,22 @@ class EstimatorNode:
                                                  latest.positions, efforts=tau))
 
     # ------------------------------------------------------------------ calibration file
+    def _accepted(self):
+        """(values, stddev) copies of the estimator's accepted estimate (not while an update runs)."""
+        copy = lambda values: {name: np.copy(value) for name, value in values.items()}  # noqa: E731
+        return copy(self.estimator.values), copy(self.estimator.stddev)
+
     def calibration(self):
-        """The accepted estimates as a Calibration (None before the first accepted update)."""
-        if not self.estimator.values:
+        """The last accepted estimate as a Calibration (None before the first accepted update).
+
+        While an update runs, the estimator is the update's: the estimate accepted when it
+        started is the last accepted one (an estimate it accepts is published when it ends).
+        """
+        values, stddev = self._accepted_at_start if self.busy else self._accepted()
+        if not values:
             return None
-        return Calibration(robot=self.robot.config.name, parameters=dict(self.estimator.values),
-                           stddev=dict(self.estimator.stddev), groups=tuple(self.config.groups))
+        return Calibration(robot=self.robot.config.name, parameters=values, stddev=stddev,
+                           groups=tuple(self.config.groups))
 
     def save(self, path=None):
         """Write the calibration file (atomically); returns its path, or None when there is nothing to save."""
@@ -353,6 +400,7 @@ class EstimatorNode:
     def _reset(self):
         """``~/reset``: forget rests and estimates; start again from the start-up model."""
         self.estimator, self.last_update, self._reset_requested = self._new_estimator(), None, False
+        self._rejections_logged = set()
         if self.torque_estimator is not None:
             self.torque_estimator.set_model(self.estimator.model)
         self.handle.get_logger().info("estimator reset: rests and estimates forgotten")

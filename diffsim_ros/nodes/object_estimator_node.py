@@ -52,7 +52,7 @@ from diffsim_ros.runtime import LATCHED_QOS, SENSOR_QOS, declare_config, param
 from diffsim_ros.runtime.diagnostics import DIAGNOSTIC_ARRAY, OK, WARN, InputRates, diagnostic_array_msg, \
     input_status, node_label, status
 from diffsim_ros.runtime.inputs import InputMonitor, PoseWorkspace
-from diffsim_ros.runtime.params import group
+from diffsim_ros.runtime.params import check_ranges, group, refuse_run_time_changes
 from diffsim_ros.runtime.rclpy_backend import exit_process, run_node
 
 __all__ = ["ObjectEstimatorNode", "ObjectEstimatorNodeConfig", "default_objects_path", "main"]
@@ -84,8 +84,7 @@ class ObjectEstimatorNodeConfig:
     def validate(self):
         if not self.scene_file:
             raise ValueError("scene_file is required (the objects, their topics and what is unknown)")
-        if not self.input_timeout > 0 or not self.update_check_period > 0:
-            raise ValueError("input_timeout and update_check_period must be positive")
+        check_ranges(self, positive=("input_timeout", "update_check_period", "threads"))
 
 
 class ObjectEstimatorNode:
@@ -106,6 +105,7 @@ class ObjectEstimatorNode:
     def __init__(self, handle):
         self.handle = handle
         self.config = cfg = declare_config(handle, ObjectEstimatorNodeConfig)
+        refuse_run_time_changes(handle, cfg)
         set_threads(cfg.threads)
         self.scene = load_scene(resolve_resource(cfg.scene_file))
         self.camera_pose = self._camera_pose(cfg.calibration_file)

@@ -11,9 +11,11 @@ def save_response(node, what, busy_message):
     Args:
         node: A node with ``busy``, ``save()`` (path or None), ``output_path`` and ``handle``.
         what: The file's name in messages (e.g. "calibration").
-        busy_message: The answer while background work runs (its result is not saved yet).
+        busy_message: The answer while background work runs (its result is not saved yet);
+            None: the node's ``save()`` writes what it had accepted before the work started,
+            so the save is answered at once while the work runs.
     """
-    if node.busy:
+    if node.busy and busy_message is not None:
         return {"success": False, "message": busy_message}
     try:
         path = node.save()
@@ -41,7 +43,7 @@ def trigger_services(node, save_service, what, save_busy, reset_busy, reset_done
     Args:
         node: As :func:`save_response` and :func:`reset_response` (also ``_reset()``).
         save_service: Name of the save service (e.g. "save_calibration").
-        what, save_busy: :func:`save_response`'s ``what`` and ``busy_message``.
+        what, save_busy: :func:`save_response`'s ``what`` and ``busy_message`` (None: saves while busy).
         reset_busy, reset_done: :func:`reset_response`'s messages.
 
     Returns:

@@ -50,7 +50,7 @@ from diffsim_ros.nodes.robot import DEFAULT_ROBOT_CONFIG, check_realtime_priorit
 from diffsim_ros.runtime import CLOCK_QOS, COMMAND_QOS, SENSOR_QOS, declare_config, param
 from diffsim_ros.runtime.diagnostics import DIAGNOSTIC_ARRAY, OK, WARN, Gaps, diagnostic_array_msg, node_label, status
 from diffsim_ros.runtime.heap import GcPauses, frozen_objects
-from diffsim_ros.runtime.params import ParameterError
+from diffsim_ros.runtime.params import ParameterError, check_ranges, refuse_run_time_changes
 from diffsim_ros.runtime.rclpy_backend import exit_process, run_node
 from diffsim_ros.testbed.mujoco_plant import MujocoPlant, PlantTruth, SensorNoise, random_camera_pose
 
@@ -103,11 +103,10 @@ class SimRobotConfig:
     def validate(self):
         check_realtime_priority(self.realtime_priority)
         safety_output(self.output)
-        for name in ("timestep", "step_rate_hz", "joint_state_rate_hz"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be positive")
-        if self.camera_rate_hz < 0:
-            raise ValueError("camera_rate_hz must be >= 0")
+        check_ranges(self, positive=("timestep", "step_rate_hz", "joint_state_rate_hz", "command_timeout", "suppress_timeout",
+                                     "hold_bandwidth", "threads"),
+                     non_negative=("camera_rate_hz", "seed", "payload_mass", "spring_stiffness", "noise_position",
+                                   "noise_velocity", "noise_effort", "noise_camera_position", "noise_camera_rotation"))
         if len(self.payload_com) != 3:
             raise ValueError("truth.payload_com needs 3 values")
         if len(self.spring_stiffness) != len(self.spring_joints) or len(self.spring_offset) not in (0, len(self.spring_joints)):
@@ -150,6 +149,7 @@ class SimRobotNode:
     def __init__(self, handle):
         self.handle = handle
         self.config = cfg = declare_config(handle, SimRobotConfig)
+        refuse_run_time_changes(handle, cfg)
         set_threads(cfg.threads)
         self.scheduling = realtime_scheduling(handle, cfg.realtime_priority)
         self.robot = load_robot(cfg.robot_config)

@@ -20,12 +20,22 @@ descriptions of its docstring, and arrive in the node as an instance of that cla
 
     mpc: MPCSettings = group(MPCSettings, "mpc")
 
+Every numeric value is checked where it enters, at start-up and on every run-time change
+(``ros2 param set``): a float parameter (or list element) must be finite (no NaN, no ±inf:
+no parameter means "unlimited" by inf); a per-joint list (:func:`param` ``per_joint``, or a
+group member converted by :func:`per_joint_value`) has one value or one per joint
+(:func:`check_joint_lengths`); ranges are checked by the config's ``validate()`` (node
+configs, with :func:`check_ranges`) and by the library configs' own validation (their
+``__post_init__`` or ``validate()``), so each rule lives once.
+
 Parameter files use the ROS 2 layout: top-level keys are node names (``controller``,
 ``/ns/controller``, wildcards ``/**`` and ``/**/controller``), each with a
 ``ros__parameters`` mapping whose nested mappings flatten to dotted names.
 """
 
 import dataclasses
+import functools
+import math
 import re
 import typing
 from dataclasses import dataclass
@@ -36,6 +46,8 @@ import yaml
 __all__ = [
     "ParameterError",
     "ParameterSpec",
+    "check_joint_lengths",
+    "check_ranges",
     "coerce_parameter",
     "config_values",
     "declare_config",
@@ -46,6 +58,7 @@ __all__ = [
     "param",
     "parameter_specs",
     "parameters_for_node",
+    "refuse_run_time_changes",
     "updated_config",
 ]
 
@@ -57,15 +70,17 @@ class ParameterError(ValueError):
     """A parameter file or value is invalid; the message names the node, parameter and file."""
 
 
-def param(default, description="", *, name=None):
+def param(default, description="", *, name=None, per_joint=False):
     """A config dataclass field declared as a ROS parameter.
 
     Args:
         default: Default value (lists are copied per instance).
         description: Shown by ``ros2 param describe``; include the unit.
         name: Parameter name when it differs from the field name (e.g. dotted ``gains.kp``).
+        per_joint: A list of one value for every joint or one per joint (model order),
+            checked by :func:`check_joint_lengths` (empty only when the default is empty).
     """
-    metadata = {"description": description, "name": name}
+    metadata = {"description": description, "name": name, "per_joint": per_joint}
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda: list(default), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -104,7 +119,11 @@ def group(config_cls, prefix="", *, exclude=(), kinds=None, convert=None):
         kinds: Member -> parameter type where the annotation does not say (e.g. ``list[float]``
             for per-joint values typed ``PerJoint``, ``list[str]`` for a ``tuple``).
         convert: Member -> ``f(parameter value) -> library value`` (default: tuples for tuple
-            defaults, else unchanged), e.g. :func:`per_joint_value`.
+            defaults, else unchanged), e.g. :func:`per_joint_value`, which also makes the
+            member a per-joint list (:func:`check_joint_lengths`).
+
+    The library config validates its own values when it is built (``__post_init__``) or in a
+    ``validate()`` method, which the node's config building calls.
     """
     spec = _Group(config_cls, prefix, tuple(exclude), dict(kinds or {}), dict(convert or {}))
     return dataclasses.field(default_factory=config_cls, metadata={"group": spec})
@@ -123,6 +142,7 @@ class ParameterSpec:
         description: Human description.
         member: Member of the group's library config, None for plain fields.
         to_config: ``f(parameter value) -> library value`` of group members.
+        per_joint: One value for every joint or one per joint (:func:`check_joint_lengths`).
     """
 
     field: str
@@ -133,6 +153,7 @@ class ParameterSpec:
     description: str = ""
     member: str | None = None
     to_config: object = None
+    per_joint: bool = False
 
 
 def _kind_of(annotation, where):
@@ -186,7 +207,8 @@ def _group_specs(f, spec):
         kind, element = _kind_of(spec.kinds.get(member.name, hints[member.name]), where)
         convert = spec.convert.get(member.name) or (tuple if isinstance(default, tuple) else None)
         name = f"{spec.prefix}.{member.name}" if spec.prefix else member.name
-        item = ParameterSpec(f.name, name, kind, element, None, descriptions.get(member.name, ""), member.name, convert)
+        item = ParameterSpec(f.name, name, kind, element, None, descriptions.get(member.name, ""), member.name, convert,
+                             per_joint=convert is per_joint_value)
         value = _ros_value(default)
         if element is not None and not isinstance(value, list):
             value = [value]  # a scalar per-joint default: one value for every joint
@@ -200,6 +222,12 @@ def parameter_specs(config_cls):
     Raises:
         ParameterError: A field without a default or of an unsupported type.
     """
+    return list(_specs_of(config_cls))
+
+
+@functools.cache
+def _specs_of(config_cls):
+    """:func:`parameter_specs` as a tuple, once per class (every run-time change reads them)."""
     if not dataclasses.is_dataclass(config_cls):
         raise ParameterError(f"{config_cls!r} is not a dataclass")
     hints = typing.get_type_hints(config_cls)
@@ -213,18 +241,23 @@ def parameter_specs(config_cls):
             raise ParameterError(f"{where}: a node parameter needs a default")
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         kind, element = _kind_of(hints[f.name], where)
-        spec = ParameterSpec(f.name, f.metadata.get("name") or f.name, kind, element, None, f.metadata.get("description", ""))
+        spec = ParameterSpec(f.name, f.metadata.get("name") or f.name, kind, element, None, f.metadata.get("description", ""),
+                             per_joint=f.metadata.get("per_joint", False))
         specs.append(dataclasses.replace(spec, default=coerce_parameter(spec, default, where)))
     names = [spec.name for spec in specs]
     clashes = sorted({name for name in names if names.count(name) > 1})
     if clashes:
         raise ParameterError(f"{config_cls.__name__}: parameter(s) {clashes} declared twice")
-    return specs
+    return tuple(specs)
 
 
 def _coerce_scalar(kind, value, where):
     if kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)  # YAML writes 8000 for 8000.0; ROS would reject it as an integer
+        # YAML writes 8000 for 8000.0; ROS would reject it as an integer. NaN and inf are
+        # refused for every float: `np.any(k < 0)` and the like are False for NaN.
+        if not math.isfinite(value):
+            raise ParameterError(f"{where}: must be a finite number, got {value!r}")
+        return float(value)
     if isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
         return value
     raise ParameterError(f"{where}: expected {kind.__name__}, got {type(value).__name__} {value!r}")
@@ -272,14 +305,26 @@ def _build_config(config_cls, raw, who):
             values[spec.field] = value
         else:
             members.setdefault(spec.field, {})[spec.member] = spec.to_config(value) if spec.to_config else value
+    for field_name, kwargs in members.items():
+        values[field_name] = _library_config(_group_of(config_cls, field_name), kwargs, who)
     try:
-        for field_name, kwargs in members.items():
-            values[field_name] = _group_of(config_cls, field_name).config_cls(**kwargs)
         config = config_cls(**values)
         if hasattr(config, "validate"):
             config.validate()
     except ValueError as err:
         raise ParameterError(f"{who}: invalid parameters: {err}") from None
+    return config
+
+
+def _library_config(spec, kwargs, who):
+    """A group's library config, built and validated (the error names the group's parameters)."""
+    try:
+        config = spec.config_cls(**kwargs)
+        if hasattr(config, "validate"):
+            config.validate()
+    except ValueError as err:
+        members = f"'{spec.prefix}.*' parameters" if spec.prefix else "parameters"
+        raise ParameterError(f"{who}: invalid {members}: {err}") from None
     return config
 
 
@@ -299,18 +344,81 @@ def config_values(config):
     return out
 
 
-def updated_config(config, changes, who="node"):
+def updated_config(config, changes, who="node", joint_count=None):
     """``config`` with parameter changes (name -> value) applied and validated.
 
+    Args:
+        config: A config built by :func:`declare_config`.
+        changes: Parameter name -> new value.
+        who: Named in errors (e.g. ``node 'controller'``).
+        joint_count: The node's joint count: per-joint lists are checked against it.
+
     Raises:
-        ParameterError: An unknown parameter, a value of the wrong type, or invalid parameters.
+        ParameterError: An unknown parameter, a value of the wrong type, NaN or inf, a
+            per-joint list of the wrong length, or invalid parameters.
     """
     values = config_values(config)
     unknown = sorted(set(changes) - set(values))
     if unknown:
         raise ParameterError(f"{who}: unknown parameter(s) {unknown}")
     values.update(changes)
-    return _build_config(type(config), values, who)
+    updated = _build_config(type(config), values, who)
+    if joint_count is not None:
+        check_joint_lengths(updated, joint_count, who)
+    return updated
+
+
+def check_joint_lengths(config, joint_count, who="node"):
+    """Check that every per-joint list parameter of ``config`` has 1 or ``joint_count`` values.
+
+    An empty list (the library's None: e.g. URDF limits only) is accepted only where the
+    default is empty: an empty stiffness or torque-rate limit would silently mean 0 or none.
+
+    Raises:
+        ParameterError: Naming the parameter, its length and the joint count.
+    """
+    values = config_values(config)
+    for spec in parameter_specs(type(config)):
+        count = len(values[spec.name]) if spec.per_joint else None
+        if spec.per_joint and count not in {1, joint_count} | (set() if spec.default else {0}):
+            empty = ", or none" if not spec.default else ""
+            raise ParameterError(f"{who}: parameter '{spec.name}' has {count} values for {joint_count} joints: give one "
+                                 f"(every joint) or {joint_count} (model order){empty}")
+
+
+def check_ranges(config, positive=(), non_negative=()):
+    """Range checks of a node config's ``validate()``: each field's value (every element of a
+    list) must be > 0 (``positive``) or >= 0 (``non_negative``).
+
+    Raises:
+        ValueError: Naming the first parameter out of range (its ROS name) and its value.
+    """
+    names = {f.name: f.metadata.get("name") or f.name for f in dataclasses.fields(config)}
+    for fields, test, what in ((positive, lambda v: v > 0, "> 0"), (non_negative, lambda v: v >= 0, ">= 0")):
+        for field_name in fields:
+            value = getattr(config, field_name)
+            items = value if isinstance(value, (list, tuple)) else [value]
+            if not all(test(v) for v in items):
+                raise ValueError(f"parameter '{names[field_name]}' must be {what}, got {value!r}")
+
+
+def refuse_run_time_changes(handle, config):
+    """Answer every run-time change of ``config``'s parameters with why not (nodes that read
+    their parameters only at start-up): an invalid value is named as such, a valid one needs a
+    restart. Other parameters (``use_sim_time``) are left to the runtime."""
+    who, names = f"node '{handle.name}'", set(config_values(config))
+
+    def check(changes):
+        ours = {name: value for name, value in changes.items() if name in names}
+        if not ours:
+            return None
+        try:
+            updated_config(config, ours, who)
+        except ParameterError as err:
+            return str(err)
+        return f"{who}: {sorted(ours)} are read at start-up only: restart the node with the new value(s)"
+
+    handle.add_on_set_parameters_callback(check)
 
 
 # --- parameter files ------------------------------------------------------------------------
