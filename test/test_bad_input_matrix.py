@@ -653,7 +653,7 @@ def test_a_swallowed_ctrl_c_stops_every_atomic_writer(tmp_path, write):
 
 CTRL_C_CASES = {
     "ctrl_c_calibrate": (["calibrate", "--bag", "BAG", "--config", str(BAXTER_LEFT), "--out", "OUT"],
-                         "diffsim_ros.cli.calibrate.calibrate_bag"),
+                         "diffsim_ros.pipelines.calibration.calibrate_bag"),
     "ctrl_c_torque_map_build": (["torque-map", "build", "--config", str(BAXTER_LEFT), "--out", "OUT/map.npz"] + SMALL_MAP,
                                 "diffsim_ros.cli.torque_map.build_torque_map"),
     "ctrl_c_torque_map_show": (["torque-map", "show", "MAP"], "diffsim_ros.cli.torque_map.TorqueMap.load"),

@@ -69,7 +69,7 @@ def test_cli_writes_all_outputs_and_refuses_to_overwrite(tmp_path, bag, capsys):
 def test_a_ctrl_c_that_a_library_swallows_stops_the_write(tmp_path, bag, capsys, monkeypatch):
     """A real SIGINT, caught and dropped (as some libraries do): the calibration goes on, but the
     command exits 130 and writes nothing."""
-    from diffsim_ros.cli import calibrate as command
+    from diffsim_ros.pipelines import calibration as command  # the module the handler takes calibrate_bag from
 
     def calibrate_swallowing_a_ctrl_c(*args, **kwargs):
         swallow_a_ctrl_c()
@@ -92,7 +92,7 @@ def test_a_ctrl_c_that_a_library_swallows_stops_the_write(tmp_path, bag, capsys,
 def test_a_swallowed_ctrl_c_is_the_outcome_of_a_command_that_stops_early(tmp_path, bag, capsys, monkeypatch):
     """A Ctrl-C a library swallowed, then a command that ends without writing (here: the data
     determine nothing): exit 130, not the command's own code."""
-    from diffsim_ros.cli import calibrate as command
+    from diffsim_ros.pipelines import calibration as command  # the module the handler takes calibrate_bag from
     from diffsim_ros.estimation.data import UndeterminedError
 
     def swallow_then_give_up(*args, **kwargs):

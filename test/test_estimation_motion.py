@@ -86,7 +86,7 @@ def test_a_joint_that_never_moves_is_named_and_nothing_is_written(tmp_path, conf
     # --allow-partial acts after the calibration (whether to write): the second run reuses the
     # first run's calibration of the same bag instead of computing it again.
     calibrations = {}
-    monkeypatch.setattr("diffsim_ros.cli.calibrate.calibrate_bag", _calibrate_once(calibrations))
+    monkeypatch.setattr("diffsim_ros.pipelines.calibration.calibrate_bag", _calibrate_once(calibrations))
     assert cli_main(args) == exits.UNDETERMINED
     assert not (tmp_path / "out").exists()
     assert cli_main(args + ["--allow-partial"]) == exits.UNDETERMINED  # written, yet not all determined

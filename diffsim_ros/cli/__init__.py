@@ -24,10 +24,12 @@ import sys
 
 from diffsim_ros.cli.exits import FAILURE, INTERRUPTED, OK
 from diffsim_ros.outputs import check_interrupted, record_interrupts
+from diffsim_ros.threads import limit_native_threads
 
 __all__ = ["SUBCOMMANDS", "TRACEBACK_VARIABLE", "build_parser", "main", "summary"]
 
 SUBCOMMANDS = {
+    "init": ("diffsim_ros.cli.init_config", "write a commented robot config from a URDF and a bag"),
     "calibrate": ("diffsim_ros.cli.calibrate", "calibrate a robot model from a recorded ROS 2 bag"),
     "replay": ("diffsim_ros.cli.replay", "play a bag through the estimator node (online estimation offline)"),
     "torque-map": ("diffsim_ros.cli.torque_map", "build or inspect net-torque lookup maps (impedance control)"),
@@ -89,6 +91,7 @@ def _run(argv):
 
 def main(argv=None):
     """Run a subcommand; returns (and, without ``argv``, exits with) its exit code."""
+    limit_native_threads()  # before numpy, scipy or torch load (the handlers import them)
     try:
         with record_interrupts():
             code = _run(argv)

@@ -22,6 +22,7 @@ import torch
 from diffsim_ros.dynamics.crba import mass_matrix
 from diffsim_ros.dynamics.kinematics import forward_kinematics
 from diffsim_ros.dynamics.passive import passive_torques
+from diffsim_ros.dynamics.regressor import inertial_parameters, joint_torque_regressor, regressor_torques
 from diffsim_ros.dynamics.rnea import gravity_torques, rnea
 from diffsim_ros.dynamics.spatial import matrix_to_quat, matvec, quat_log, quat_to_matrix
 from diffsim_ros.dynamics.springs import spring_torques
@@ -43,6 +44,10 @@ the k-th compared sample ``t_k`` after the window start. Noise in the torques re
 velocity through M^-1, so the torque scheme weights every joint by what its torque noise
 allows: a light wrist joint, whose velocity a tiny torque error moves a lot, does not drown
 the shoulder (generalized least squares for short windows)."""
+REGRESSOR_CACHE_BYTES = 512 * 2**20
+"""Memory the inverse-dynamics loss may keep for its joint-torque regressors (about 0.4 MB per
+second of 100 Hz data on a 7-joint arm, so a 20-minute recording); beyond it, regressors are
+computed again at each evaluation (the same values, more CPU)."""
 DT_TOLERANCE = 1e-3
 """Relative mismatch accepted between a trajectory's sample period and a multiple of the
 simulator's period (clock rounding of recorded stamps); the simulator's dt is used."""
@@ -179,6 +184,27 @@ def _rates(trajectories, like):
     if all(t.tau_rate is None for t in trajectories):
         return None
     return torch.cat([_tensor(np.zeros_like(t.tau) if t.tau_rate is None else t.tau_rate, like) for t in trajectories])
+
+
+def _kinematics(model):
+    """What a joint-torque regressor depends on: the model, its joint origins, axes, rotations, gravity."""
+    with torch.no_grad():
+        tensors = (model.params.joint_origin_xyz, model.joint_axis, model.joint_origin_rot, model.gravity)
+        return (model,) + tuple(torch.autograd.forward_ad.unpack_dual(t).primal.clone() for t in tensors)
+
+
+def _same_kinematics(model, kinematics):
+    """True when ``model``'s kinematics are ``kinematics``' (:func:`_kinematics`), values and structure,
+    and carry no tangent or gradient (a regressor built for them is then exact for ``model``)."""
+    reference = kinematics[0]
+    if model.parents != reference.parents or model.joint_types != reference.joint_types:
+        return False
+    tensors = (model.params.joint_origin_xyz, model.joint_axis, model.joint_origin_rot, model.gravity)
+    for tensor, expected in zip(tensors, kinematics[1:]):
+        primal, tangent = torch.autograd.forward_ad.unpack_dual(tensor)
+        if tangent is not None or tensor.requires_grad or not torch.equal(primal, expected):
+            return False
+    return True
 
 
 def _rest_stamps(poses):
@@ -342,9 +368,36 @@ class InverseDynamicsResidual(_Block):
         self.span = max(t.filter_span for t in trajectories)
         self.series = _series([len(t) for t in trajectories], _filter_reach(trajectories))
         self.sample_ns = np.concatenate([t.stamps_ns for t in trajectories])
+        self._kinematics = _kinematics(model)
+        self._regressors = {}
 
     def measured_torques(self):
         return self.tau
+
+    def _regressor(self, rows):
+        """The joint-torque regressor of the samples ``rows`` (a slice), cached within the budget."""
+        key = rows.indices(self.samples)[:2]
+        if key in self._regressors:
+            return self._regressors[key]
+        with torch.no_grad():
+            value = joint_torque_regressor(self._kinematics[0], self.q[rows], self.qd[rows], self.qdd[rows])
+        held = sum(y.numel() * y.element_size() for y in self._regressors.values())
+        if held + value.numel() * value.element_size() <= REGRESSOR_CACHE_BYTES:
+            self._regressors[key] = value
+        return value
+
+    def rigid_torques(self, model, rows=slice(None)):
+        """``rnea(model, q, qd, qdd)`` of the samples ``rows`` [N·m], shape (rows, n).
+
+        Inverse dynamics is linear in the inertial parameters: while ``model`` has the
+        kinematics the block was built with (masses, COMs, inertias and the payload may
+        differ, with or without tangents), this is the cached regressor times the model's
+        inertial parameters, exact, and its forward-mode tangents cost one matrix product.
+        Other kinematics (``link_lengths`` being fitted) go through the recursion.
+        """
+        if _same_kinematics(model, self._kinematics):
+            return regressor_torques(self._regressor(rows), inertial_parameters(model))
+        return rnea(model, self.q[rows], self.qd[rows], self.qdd[rows])
 
     chunk_rows = 1024
     """Samples per chunk when Jacobians are taken chunk by chunk. With torch's Python shape code
@@ -361,7 +414,7 @@ class InverseDynamicsResidual(_Block):
 
     def __call__(self, model, camera_pose=None, rows=slice(None)):
         q, qd = self.q[rows], self.qd[rows]
-        predicted = rnea(model, q, qd, self.qdd[rows]) - passive_torques(model, q, qd)
+        predicted = self.rigid_torques(model, rows) - passive_torques(model, q, qd)
         rate = None if self.rate is None else self.rate[rows]
         residual = (predicted - _torques(self.tau[rows], self.efforts[rows], model, rate)) / self.scale[rows]
         if self.weight is not None:
