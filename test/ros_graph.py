@@ -13,6 +13,7 @@ ROS tests skip only where the ROS 2 wheels cannot be installed (:data:`ROS_SKIP_
 why); ``make test`` installs them (the ``[ros]`` extra).
 """
 
+import contextlib
 import hashlib
 import importlib.util
 import itertools
@@ -29,7 +30,7 @@ import pytest
 from oracles import REPO
 
 __all__ = ["NodeProcess", "Probe", "ROS_SKIP_REASON", "baxter_msgs", "dds_environment", "executable",
-           "next_domain_id", "requires_ros"]
+           "next_domain_id", "rclpy_context", "requires_ros", "spin_until"]
 
 FASTDDS_PROFILE = REPO / "config" / "fastdds_localhost.xml"
 PARAMS = REPO / "config"
@@ -80,6 +81,33 @@ def next_domain_id():
     size = 100 // workers
     index = int(worker[2:]) if worker[2:].isdigit() else 0
     return 1 + index * size + (os.getpid() * 7 + next(_DOMAINS)) % size
+
+
+@contextlib.contextmanager
+def rclpy_context():
+    """An in-process rclpy Context on a domain of its own, loopback-only DDS (skips the test without ROS)."""
+    if ROS_SKIP_REASON is not None:
+        pytest.skip(ROS_SKIP_REASON)
+    import rclpy
+
+    domain = next_domain_id()
+    os.environ.update(dds_environment(domain))
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=domain)
+    try:
+        yield context
+    finally:
+        rclpy.try_shutdown(context=context)
+
+
+def spin_until(executor, predicate, timeout=10.0, each=None):
+    """Spin ``executor`` until ``predicate()`` (calling ``each()`` before every spin) or ``timeout`` [s]; the predicate."""
+    deadline = time.monotonic() + timeout
+    while not predicate() and time.monotonic() < deadline:
+        if each is not None:
+            each()
+        executor.spin_once(timeout_sec=0.02)
+    return predicate()
 
 
 def dds_environment(domain_id, base=None):

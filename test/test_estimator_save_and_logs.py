@@ -5,9 +5,7 @@ In process on the embedded runtime; the update runs on a thread of the test so t
 held in the middle (an Event) while the service is called.
 """
 
-import os
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -20,7 +18,7 @@ from diffsim_ros.nodes.estimator_node import EstimatorNode, rejection_kind
 from diffsim_ros.runtime import SENSOR_QOS
 from diffsim_ros.runtime.embedded import EmbeddedRuntime
 from oracles import REPO
-from ros_graph import ROS_SKIP_REASON, dds_environment, next_domain_id
+from ros_graph import rclpy_context, spin_until
 
 PARAMS = REPO / "config" / "baxter_sim.params.yaml"
 RELEASE_TIMEOUT = 60.0  # [s] generous: the update is released by the test itself
@@ -72,30 +70,21 @@ def test_save_calibration_answers_with_the_last_accepted_estimate_while_an_updat
     runtime.shutdown()
 
 
-def _spin(executor, predicate, timeout=RELEASE_TIMEOUT, each=None):
-    deadline = time.monotonic() + timeout
-    while not predicate() and time.monotonic() < deadline:
-        if each is not None:
-            each()
-        executor.spin_once(timeout_sec=0.02)
-    return predicate()
-
-
 def test_save_calibration_over_rclpy_answers_while_an_update_runs_on_its_thread(tmp_path):
     """The real backend: the update on its worker thread, the service on the executor, over DDS
     (and a parameter set refused through rclpy's SetParametersResult)."""
-    if ROS_SKIP_REASON is not None:
-        pytest.skip(ROS_SKIP_REASON)
+    with rclpy_context() as context:
+        _save_while_held_over_rclpy(context, tmp_path)
+
+
+def _save_while_held_over_rclpy(context, tmp_path):
     import rclpy
     from rclpy.parameter import Parameter
     from std_srvs.srv import Trigger
 
     from diffsim_ros.runtime.rclpy_backend import RclpyNodeHandle, node_executor
 
-    domain = next_domain_id()
-    os.environ.update(dds_environment(domain))
-    context = rclpy.Context()
-    rclpy.init(context=context, domain_id=domain)
+    spin = lambda predicate, each=None: spin_until(executor, predicate, RELEASE_TIMEOUT, each)  # noqa: E731
     output, topic = tmp_path / "calibration.yaml", "/diffsim_ros_test/joint_states"
     node = rclpy.create_node("estimator", context=context, parameter_overrides=[
         Parameter("torque_estimate", value="off"), Parameter("save_on_shutdown", value=False),
@@ -117,15 +106,15 @@ def test_save_calibration_over_rclpy_answers_while_an_update_runs_on_its_thread(
         publisher = probe.create_publisher(JOINT_STATE, topic, SENSOR_QOS)
         names, q = list(estimator.robot.joint_names), np.zeros(len(estimator.robot.joint_names))
         publish = lambda: publisher.publish(joint_state_msg(probe.messages, probe.now_ns(), names, q, q, q))  # noqa: E731
-        assert _spin(executor, started.is_set, each=publish) and estimator.busy
+        assert spin(started.is_set, each=publish) and estimator.busy
         client = probe.node.create_client(Trigger, "/estimator/save_calibration")
-        assert _spin(executor, client.service_is_ready)
+        assert spin(client.service_is_ready)
         future = client.call_async(Trigger.Request())
-        assert _spin(executor, future.done) and not release.is_set()  # answered while the update is held
+        assert spin(future.done) and not release.is_set()  # answered while the update is held
         assert future.result().success and future.result().message == str(output)
         assert yaml.safe_load(output.read_text())["parameters"]["payload.mass"] == pytest.approx(1.25)
         release.set()
-        assert _spin(executor, lambda: not estimator.busy)
+        assert spin(lambda: not estimator.busy)
         # ros2 param set's SetParametersResult: refused, with the reason naming the parameter.
         result = node.set_parameters([Parameter("window_seconds", value=float("nan"))])[0]
         assert not result.successful and "parameter 'window_seconds': must be a finite number" in result.reason
@@ -135,7 +124,6 @@ def test_save_calibration_over_rclpy_answers_while_an_update_runs_on_its_thread(
         executor.shutdown()
         node.destroy_node()
         probe.node.destroy_node()
-        rclpy.try_shutdown(context=context)
 
 
 def _update(reason, accepted=False):

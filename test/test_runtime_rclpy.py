@@ -6,7 +6,6 @@ import os
 import re
 import sys
 import threading
-import time
 import types
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from diffsim_ros.runtime.rclpy_backend import (
     run_node,
 )
 
-from ros_graph import ROS_SKIP_REASON, dds_environment, next_domain_id
+from ros_graph import rclpy_context, spin_until
 
 HAVE_RCLPY = importlib.util.find_spec("rclpy") is not None
 
@@ -139,32 +138,19 @@ def test_run_node_without_ros_says_what_to_do(monkeypatch):
 @pytest.fixture
 def rclpy_handle():
     """An RclpyNodeHandle on a real rclpy node (loopback-only DDS, own domain), spun by ``spin(predicate)``."""
-    if ROS_SKIP_REASON is not None:
-        pytest.skip(ROS_SKIP_REASON)
-    import rclpy
+    with rclpy_context() as context:
+        import rclpy
 
-    from diffsim_ros.runtime.rclpy_backend import RclpyNodeHandle, node_executor
+        from diffsim_ros.runtime.rclpy_backend import RclpyNodeHandle, node_executor
 
-    domain = next_domain_id()
-    os.environ.update(dds_environment(domain))
-    context = rclpy.Context()
-    rclpy.init(context=context, domain_id=domain)
-    node = rclpy.create_node("diffsim_ros_test_node", context=context)
-    executor = node_executor(context)  # the nodes' own (the EventsExecutor)
-    executor.add_node(node)
-
-    def spin(predicate, timeout=10.0):
-        deadline = time.monotonic() + timeout
-        while not predicate() and time.monotonic() < deadline:
-            executor.spin_once(timeout_sec=0.05)
-        return predicate()
-
-    handle = RclpyNodeHandle(node)
-    handle.spin = spin
-    yield handle
-    executor.shutdown()
-    node.destroy_node()
-    rclpy.try_shutdown(context=context)
+        node = rclpy.create_node("diffsim_ros_test_node", context=context)
+        executor = node_executor(context)  # the nodes' own (the EventsExecutor)
+        executor.add_node(node)
+        handle = RclpyNodeHandle(node)
+        handle.spin = lambda predicate, timeout=10.0: spin_until(executor, predicate, timeout)
+        yield handle
+        executor.shutdown()
+        node.destroy_node()
 
 
 def test_real_rclpy_round_trip(rclpy_handle):
