@@ -30,7 +30,8 @@ Topics:
   and velocities (impedance and MPC);
 * publishes ``/diagnostics`` (diagnostic_msgs/msg/DiagnosticArray) every second: joint-state
   rate, drops and watchdog; lifecycle state, safety status, cycle latency, and the state period
-  impedance limits its damping for (configured, or longer measured).
+  impedance limits its damping for (configured, or longer measured), and the kernel warm-up
+  (``<node>: kernels``, :mod:`diffsim_ros.runtime.warmup`: no command until its kernels are loaded).
 
 A cycle runs on each joint-state arrival (``control_trigger: joint_state``, the lowest
 latency) or on a timer at ``rate_hz`` (``timer``); with ``joint_state`` the timer still runs

@@ -24,7 +24,9 @@ Topics:
 * serves ``~/reset`` (std_srvs/srv/Trigger): forget the rests and estimates and start again
   from the start-up model;
 * publishes ``/diagnostics`` (diagnostic_msgs/msg/DiagnosticArray) every second: input rates,
-  drops and watchdogs, and the estimator's health (poses, last update and its outcome);
+  drops and watchdogs, the estimator's health (poses, last update and its outcome), and the
+  kernel warm-up (``<node>: kernels``, :mod:`diffsim_ros.runtime.warmup`: until the compiled
+  torque step is loaded, the torques come from the inverse dynamics; no PBD update runs);
 * publishes ``~/estimates`` (std_msgs/msg/Float64MultiArray, LATCHED_QOS) after every
   accepted update (layout in :mod:`diffsim_ros.nodes.messages`);
 * publishes ``~/estimated_torques`` (sensor_msgs/msg/JointState, SENSOR_QOS): model joints,
