@@ -42,8 +42,9 @@ camera_pose_1e300m            dropped as outside the workspace (default: the 50 
                               bound; robot config ``camera.workspace``), logged
 joint_state_absurd            positions > 0.25 rad past a limit or speeds > 4x the velocity limit are
                               sensor faults: dropped by the nodes' inputs, refused by the safety layer
-effort_controller_stop        stale states ramp a ros2_control effort controller to the hold command
-                              at the rate limit (no torque step); Baxter: nothing is published
+effort_controller_stop        stale states ramp a ros2_control effort controller to the hold (the
+                              model's holding torque: the arm stays, test_safe_hold) at the rate
+                              limit (no torque step); Baxter: nothing is published
 ============================  =====================================================================
 
 Silent wrong results

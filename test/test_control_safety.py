@@ -63,7 +63,7 @@ def test_bad_configurations_are_refused(model):
     with pytest.raises(ControlError, match="7 entries"):
         SafetyLayer(model, SafetyConfig(torque_rate_limit=[1.0, 2.0]))
     with pytest.raises(ControlError, match="exceeds the effort limits"):
-        SafetyLayer(model, SafetyConfig(output="ros2_control", hold_command=[0, 0, 0, 0, 0, 0, 99.0]))
+        SafetyLayer(model, SafetyConfig(output="ros2_control", hold="fixed", hold_command=[0, 0, 0, 0, 0, 0, 99.0]))
     with pytest.raises(ControlError, match="unknown safety output"):
         SafetyLayer(model, SafetyConfig(output="position"))
     with pytest.raises(ControlError, match="torque_rate_limit must be positive"):
@@ -93,7 +93,8 @@ def test_torque_rate_limit(model, q_mid):
 
 @pytest.mark.parametrize("output", ["baxter", "ros2_control"])
 def test_nan_and_inf_never_pass(model, q_mid, output):
-    layer = _fast_layer(model, output=output, hold_command=[0.0, 1.0, 0, 0, 0, 0, 0] if output != "baxter" else None)
+    layer = _fast_layer(model, output=output, hold="fixed",
+                        hold_command=[0.0, 1.0, 0, 0, 0, 0, 0] if output != "baxter" else None)
     q, qd = q_mid
     _engaged(layer, q, qd, np.ones(7))
     bad_tau = np.ones(7)
@@ -188,7 +189,7 @@ def test_baxter_watchdog(model, q_mid):
 def test_effort_controller_watchdog_holds(model, q_mid):
     q, qd = q_mid
     hold = np.array([0.0, 3.0, 0.0, 1.0, 0.0, 0.0, 0.0])
-    layer = SafetyLayer(model, SafetyConfig(output="ros2_control", hold_command=hold, torque_rate_limit=100.0))
+    layer = SafetyLayer(model, SafetyConfig(output="ros2_control", hold="fixed", hold_command=hold, torque_rate_limit=100.0))
     out, status = layer.filter(0.0, np.zeros(7), None, None)
     np.testing.assert_array_equal(out, hold)
     assert status.publish and not status.active and status.reason == "no_state"
@@ -337,7 +338,7 @@ def test_clock_jumping_forward_does_not_release_the_rate_limit(model, q_mid):
 def test_effort_controller_stop_ramps_to_the_hold_command_and_shutdown_holds_at_once(model, q_mid):
     rate = 100.0
     hold = np.array([0.0, 3.0, 0.0, 0.0, 0.0, 0.0, 0.0])
-    layer = SafetyLayer(model, SafetyConfig(output="ros2_control", hold_command=hold, torque_rate_limit=rate))
+    layer = SafetyLayer(model, SafetyConfig(output="ros2_control", hold="fixed", hold_command=hold, torque_rate_limit=rate))
     q, qd = q_mid
     for k in range(200):
         out, _ = layer.filter(k * DT, np.full(7, 10.0), q, qd)
@@ -358,7 +359,7 @@ def test_effort_controller_stop_ramps_to_the_hold_command_and_shutdown_holds_at_
 
 def test_hold_command_is_bounded_by_the_zone_of_the_last_valid_state(model, q_mid):
     hold = np.array([20.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])  # pushes s0 towards its upper limit
-    layer = SafetyLayer(model, SafetyConfig(output="ros2_control", hold_command=hold))
+    layer = SafetyLayer(model, SafetyConfig(output="ros2_control", hold="fixed", hold_command=hold))
     q, qd = q_mid
     q = q.copy()
     q[0] = model.upper[0].item() - 0.02

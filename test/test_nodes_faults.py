@@ -141,7 +141,8 @@ def test_ros2_control_stale_joint_states_ramp_to_the_hold_command():
     """The effort controller keeps its last command: stale states ramp it to the hold command at the rate limit."""
     hold = [0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0]  # [N·m] model order
     with EmbeddedRuntime(parameter_files=[PARAMS]) as runtime:
-        sim, controller, monitor = graph(runtime, "ros2_control", controller={"safety.hold_command": hold})
+        sim, controller, monitor = graph(runtime, "ros2_control",
+                                         controller={"safety.hold": "fixed", "safety.hold_command": hold})
         runtime.inject_fault("/robot/joint_states", drop_between(0.5, 0.8))
         runtime.spin_for(1.0)
     times = monitor.times()

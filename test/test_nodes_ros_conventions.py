@@ -44,7 +44,8 @@ def controller_graph(**controller_overrides):
     runtime = EmbeddedRuntime(parameter_files=[PARAMS])
     sim = runtime.add_node(SimRobotNode, "sim_robot", parameter_overrides={**ROS2_CONTROL, "camera_rate_hz": 0.0})
     controller = runtime.add_node(ControllerNode, "controller", parameter_overrides={
-        **ROS2_CONTROL, "mode": "gravity_compensation", "safety.hold_command": HOLD, "follow_estimates": False,
+        **ROS2_CONTROL, "mode": "gravity_compensation", "safety.hold": "fixed", "safety.hold_command": HOLD,
+        "follow_estimates": False,
         **controller_overrides})
     commands = Recorder(runtime, FLOAT64_MULTI_ARRAY, "/effort_controller/commands")
     return runtime, sim, controller, commands

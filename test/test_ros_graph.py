@@ -198,13 +198,14 @@ def test_faults_lifecycle_parameters_and_diagnostics(domain, baxter_msgs, probe,
     env = baxter_msgs.environment(dds_environment(domain))
     sim = nodes("sim_robot_node", env, {"output": "ros2_control", "camera_rate_hz": 0.0, "step_rate_hz": 250.0})
     effort = nodes("controller_node", env, {"output": "ros2_control", "mode": "gravity_compensation",
-                                            "control_trigger": "joint_state", "safety.hold_command": [HOLD],
-                                            "follow_estimates": False})
+                                            "control_trigger": "joint_state", "safety.hold": "fixed",
+                                            "safety.hold_command": [HOLD], "follow_estimates": False})
     baxter = nodes("controller_node", env, {"output": "baxter", "mode": "gravity_compensation",
                                             "follow_estimates": False}, remaps=["__ns:=/baxter"])
     interrupted = nodes("controller_node", env, {"output": "ros2_control", "mode": "gravity_compensation",
-                                                 "controller_name": "second_controller", "safety.hold_command": [HOLD],
-                                                 "follow_estimates": False}, remaps=["__ns:=/second"])
+                                                 "controller_name": "second_controller", "safety.hold": "fixed",
+                                                 "safety.hold_command": [HOLD], "follow_estimates": False},
+                                     remaps=["__ns:=/second"])
     probe.subscribe(Float64MultiArray, "/effort_controller/commands")
     probe.subscribe(Float64MultiArray, "/second_controller/commands")
     probe.subscribe(JointCommand, "/robot/limb/left/joint_command")

@@ -106,6 +106,7 @@ CYCLE = st.fixed_dictionaries({
     "qd": st.one_of(vectors(SPEED), st.just(np.zeros(N))),
     "age": st.one_of(st.none(), st.sampled_from([0.0, 0.01, 1.0, -1.0])),
     "engage": st.one_of(st.none(), vectors(st.floats(-100.0, 100.0)), st.just(np.full(N, math.nan))),
+    "inactive": st.sampled_from([False, False, False, True]),  # an inactive node's hold cycle
 })
 
 LAYER = st.fixed_dictionaries({
@@ -114,16 +115,20 @@ LAYER = st.fixed_dictionaries({
     "limit_margin": st.sampled_from([0.05, 0.1, 0.3]),
     "limit_stiffness": st.sampled_from([0.0, 50.0, 500.0]),
     "limit_damping": st.sampled_from([0.0, 5.0]),
+    "hold": st.sampled_from(["gravity", "fixed"]),
     "hold_fraction": st.floats(-0.5, 0.5),
+    "hold_fade_after": st.sampled_from([0.0, 0.2, 10.0]),
 })
 
 
 def make_layer(spec):
     effort = MODEL.effort_limit.numpy()
-    hold = spec["hold_fraction"] * effort * np.linspace(-1.0, 1.0, N) if spec["output"] != "baxter" else None
+    fixed = spec["output"] != "baxter" and spec["hold"] == "fixed"
+    hold = spec["hold_fraction"] * effort * np.linspace(-1.0, 1.0, N) if fixed else None
     return SafetyLayer(MODEL, SafetyConfig(
         output=spec["output"], torque_rate_limit=spec["torque_rate_limit"], limit_margin=spec["limit_margin"],
-        limit_stiffness=spec["limit_stiffness"], limit_damping=spec["limit_damping"], hold_command=hold))
+        limit_stiffness=spec["limit_stiffness"], limit_damping=spec["limit_damping"], hold=spec["hold"],
+        hold_command=hold, hold_fade_after=spec["hold_fade_after"]))
 
 
 # ---------------------------------------------------------------------- the invariants
@@ -233,6 +238,13 @@ def test_safety_layer_commands_are_always_safe_and_resume_at_once(spec, cycles):
             t += cycle["dt"]
             now = t
         state_time = None if cycle["age"] is None or not math.isfinite(now) else now - cycle["age"]
+        # The fixed hold of an inactive node is published at once (as at shutdown): only the gravity
+        # hold ramps, and only it is checked against the rate limit here.
+        if cycle["inactive"] and spec["hold"] == "gravity":
+            out, status = layer.hold(now, cycle["q"], cycle["qd"], state_time)
+            checker.cycle(now, cycle["q"], cycle["qd"], state_time, None, out, status)
+            assert not status.active
+            continue
         out, status = layer.filter(now, cycle["tau"], cycle["q"], cycle["qd"], state_time, engage_torque=cycle["engage"])
         checker.cycle(now, cycle["q"], cycle["qd"], state_time, cycle["engage"], out, status)
         if _good(checker, now, cycle["tau"], cycle["q"], cycle["qd"], state_time):
@@ -338,7 +350,8 @@ def test_the_checker_catches_what_it_must():
     """The invariants are not vacuous: a layer without the zone bound or the rate limit fails them."""
     assert MAX_RATE_INTERVAL == RATE_CREDIT
     layer = make_layer({"output": "ros2_control", "torque_rate_limit": 100.0, "limit_margin": 0.1,
-                        "limit_stiffness": 0.0, "limit_damping": 0.0, "hold_fraction": 0.0})
+                        "limit_stiffness": 0.0, "limit_damping": 0.0, "hold": "fixed", "hold_fraction": 0.0,
+                        "hold_fade_after": 10.0})
     checker = CommandChecker(layer)
     q = 0.5 * (LOWER + UPPER)
     out, status = layer.filter(0.0, np.zeros(N), q, np.zeros(N))

@@ -8,7 +8,8 @@ The controller node's cycle as a library class, so that it is tested (property-b
   holding torque), then the :class:`~diffsim_ros.control.safety.SafetyLayer`.
 * :meth:`ControlLoop.apply_estimates` — a new model from estimated parameters only when every
   value is inside the plausibility bounds (:mod:`diffsim_ros.model.plausibility`, the same
-  definition identification uses); otherwise the model is kept and the decision says why.
+  definition identification uses); otherwise the model is kept and the decision says why. The
+  safety layer's gravity hold follows the new model too.
 
 The loop also measures the joint-state period (:class:`StatePeriod`) and hands it to a
 controller that limits its damping for it (``observe_state_period``): damping made stable for
@@ -259,6 +260,7 @@ class ControlLoop:
         except (RobotModelError, ValueError) as err:  # ControlError and TorqueMapError are ValueErrors
             return EstimateDecision(False, f"estimates not applied: {err}{note}", ignored)
         self._use(model)
+        self.safety.update_model(model)  # a stop holds the arm with the calibrated gravity and springs
         self.model_updates += 1
         summary = ", ".join(f"{k}={np.round(np.asarray(v, dtype=float), 4).tolist()}" for k, v in used.items())
         return EstimateDecision(True, f"model updated from estimates: {summary}{note}", ignored)

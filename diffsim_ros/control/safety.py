@@ -32,10 +32,22 @@ Output types (issue 6, section 2-3):
   robot needs commands at >= 100 Hz: a longer gap between cycles is flagged ``late``.
 - ``"ros2_control"`` (a ros2_control ``JointGroupEffortController``): the controller keeps
   applying its last command forever, so "stop" publishes a command every cycle that ramps
-  from the last one to the configured hold command (default zeros) at the torque-rate limit
-  and then stays there (bounded by the joint-limit zone of the last valid state).
-  :meth:`SafetyLayer.stop` (shutdown) publishes the hold command at once: it is the last
-  command the controller will keep.
+  from the last one to the hold torque at the torque-rate limit and then stays there
+  (bounded by the joint-limit zone of the last valid state). :meth:`SafetyLayer.stop`
+  (shutdown) publishes the hold torque at once: it is the last command the controller keeps.
+
+The hold torque of the effort controller (``hold``):
+
+- ``"gravity"`` (default): the model's holding torque g(q) - tau_spring(q)
+  (:func:`~diffsim_ros.control.gravity.holding_torques`, what gravity compensation commands)
+  at the last valid joint state, within the effort limits: a gravity-loaded arm stays where
+  it was instead of falling. After ``hold_fade_after`` seconds without a controller command
+  it fades linearly to zero over ``HOLD_FADE_TIME``, so a long outage still ends in a known
+  state (zero effort). Before the first valid state there is nothing to hold: zero.
+- ``"fixed"``: the fixed torques ``hold_command`` (default zeros: zero effort), no fade.
+
+An inactive controller node calls :meth:`SafetyLayer.hold` every cycle while
+:attr:`SafetyLayer.holding` (the gravity hold is still ramping or fading), then falls silent.
 """
 
 import math
@@ -45,13 +57,15 @@ from typing import NamedTuple
 import numpy as np
 
 from diffsim_ros.control.errors import ControlError
+from diffsim_ros.control.gravity import holding_torques
 from diffsim_ros.control.vectors import PerJoint, per_joint, to_numpy
+from diffsim_ros.dynamics.fast import FastDynamics
 
 from diffsim_ros._compiled import njit
 
 __all__ = [
-    "BAXTER", "MAX_RATE_INTERVAL", "OUTPUT_TYPES", "ROS2_CONTROL", "JointStateBounds", "OutputType", "SafetyConfig",
-    "SafetyLayer", "SafetyStatus",
+    "BAXTER", "FIXED_HOLD", "GRAVITY_HOLD", "HOLDS", "HOLD_FADE_TIME", "MAX_RATE_INTERVAL", "OUTPUT_TYPES",
+    "ROS2_CONTROL", "JointStateBounds", "OutputType", "SafetyConfig", "SafetyLayer", "SafetyStatus",
 ]
 
 
@@ -85,6 +99,15 @@ MAX_RATE_INTERVAL = 0.1
 """[s] Longest interval the torque-rate limit credits between two commands: after a longer gap
 (a paused process, a clock jumping forward) a command still moves by at most rate x 0.1 s."""
 
+GRAVITY_HOLD = "gravity"
+FIXED_HOLD = "fixed"
+HOLDS = (GRAVITY_HOLD, FIXED_HOLD)
+"""The effort controller's hold torques (``SafetyConfig.hold``, module docstring)."""
+
+HOLD_FADE_TIME = 2.0
+"""[s] The gravity hold fades linearly to zero over this time once ``hold_fade_after`` has
+passed (a gentle sag a person near the arm can see, not a drop; the rate limit applies too)."""
+
 
 @dataclass(frozen=True)
 class SafetyConfig:
@@ -104,8 +127,12 @@ class SafetyConfig:
         limit_stiffness: Restoring stiffness [N·m/rad] inside the zone.
         limit_damping: Damping [N·m·s/rad] of motion towards the limit inside the zone.
         state_timeout: Oldest accepted joint state [s].
-        hold_command: Torques [N·m] published when stopped (effort controller only);
-            None: zeros.
+        hold: What the effort controller holds when stopped: "gravity" (the model's holding
+            torque at the last valid state, faded out after hold_fade_after) or "fixed"
+            (hold_command; its default zeros is zero effort).
+        hold_command: Torques [N·m] of the "fixed" hold (effort controller only); None: zeros.
+        hold_fade_after: Time [s] without a controller command after which the "gravity"
+            hold fades to zero effort (over 2 s).
         position_slack: A measured position further than this [rad] beyond a joint limit is a
             sensor fault: no command is computed from it.
         speed_factor: A measured speed above this multiple of the URDF velocity limit is a
@@ -119,7 +146,9 @@ class SafetyConfig:
     limit_stiffness: float = 50.0
     limit_damping: float = 5.0
     state_timeout: float = 0.05
+    hold: str = GRAVITY_HOLD
     hold_command: PerJoint | None = None
+    hold_fade_after: float = 10.0
     position_slack: float = 0.25
     speed_factor: float = 4.0
 
@@ -127,11 +156,16 @@ class SafetyConfig:
         """Raise ControlError naming the first unusable scalar setting (NaN fails every
         comparison) or a non-positive effort or rate limit; the per-joint values against the
         model's joints and limits are :class:`SafetyLayer`'s."""
+        if self.hold not in HOLDS:
+            raise ControlError(f"safety hold must be one of {HOLDS}, got {self.hold!r}")
+        if self.hold == GRAVITY_HOLD and self.hold_command is not None:
+            raise ControlError(f"safety hold_command {self.hold_command!r} is the torque of hold '{FIXED_HOLD}'; "
+                               f"set safety hold to '{FIXED_HOLD}' to use it, or leave it empty for the gravity hold")
         for name in ("limit_margin", "state_timeout", "speed_factor"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise ControlError(f"safety {name} must be a positive number, got {value!r}")
-        for name in ("limit_stiffness", "limit_damping", "position_slack"):
+        for name in ("limit_stiffness", "limit_damping", "position_slack", "hold_fade_after"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise ControlError(f"safety {name} must be a finite number >= 0, got {value!r}")
@@ -186,7 +220,7 @@ class SafetyStatus(NamedTuple):
         reason: ``"ok"``, or why commanding stopped: ``"no_state"``, ``"stale_state"``,
             ``"bad_state"`` (non-finite or malformed), ``"implausible_state"`` (beyond the
             position slack or speed factor), ``"no_command"``, ``"bad_command"``,
-            ``"bad_time"``, ``"unsafe_output"``, ``"stopped"``.
+            ``"bad_time"``, ``"unsafe_output"``, ``"stopped"``, ``"inactive"``.
         clipped: Joints held at their effort limit.
         rate_limited: Joints whose torque change was limited.
         near_limit: Joints inside the joint-limit zone.
@@ -197,6 +231,8 @@ class SafetyStatus(NamedTuple):
         faults: Cumulative count of rejected (non-finite, malformed or implausible) inputs.
         clock_jumped: Time ran backwards since the previous cycle (counted as no time elapsed).
         detail: What was wrong with a rejected input ("" otherwise), for the log.
+        hold: What the effort controller's stop command holds: ``"gravity"``, ``"fading"``,
+            ``"zero"`` (faded out, or no valid state yet) or ``"fixed"``; "" when commanding.
     """
 
     active: bool
@@ -211,6 +247,7 @@ class SafetyStatus(NamedTuple):
     faults: int = 0
     clock_jumped: bool = False
     detail: str = ""
+    hold: str = ""
 
 
 class SafetyLayer:
@@ -225,8 +262,9 @@ class SafetyLayer:
         clock_jumps: Times the clock ran backwards between cycles.
 
     Raises:
-        ControlError: Unknown output type, a joint without any finite effort limit,
-            non-positive rates or timeouts, or a hold command outside the limits.
+        ControlError: Unknown output type or hold, a joint without any finite effort limit,
+            non-positive rates or timeouts, a hold command outside the limits or with the
+            gravity hold.
     """
 
     def __init__(self, model, config=SafetyConfig()):
@@ -244,11 +282,18 @@ class SafetyLayer:
         self.rate_limit = per_joint(config.torque_rate_limit, self.joint_names, "safety torque_rate_limit", math.inf)
         self._validate()
         self.state_bounds = JointStateBounds(model, config.position_slack, config.speed_factor)
-        hold = per_joint(config.hold_command, self.joint_names, "safety hold_command", 0.0)
+        self.hold_command = self._fixed_hold()
+        # The gravity hold's dynamics snapshot; only an effort controller is ever held by us.
+        gravity = self.output.publish_on_stop and config.hold == GRAVITY_HOLD
+        self._fast = FastDynamics.from_model(model) if gravity else None
+        self.reset()
+
+    def _fixed_hold(self):
+        """The torques [N·m] of the fixed hold (zeros for the gravity hold's start), (n,)."""
+        hold = per_joint(self.config.hold_command, self.joint_names, "safety hold_command", 0.0)
         if not np.all(np.isfinite(hold)) or np.any(np.abs(hold) > self.effort_limit):
             raise ControlError(f"safety hold_command {hold.tolist()} is not finite or exceeds the effort limits")
-        self.hold_command = hold
-        self.reset()
+        return hold
 
     def _validate(self):
         bad = [n for n, v in zip(self.joint_names, self.effort_limit) if not (np.isfinite(v) and v > 0)]
@@ -268,9 +313,39 @@ class SafetyLayer:
         self._published = None  # torque last published [N·m], (n,)
         self._published_time = None
         self._last_cycle = None
-        self._last_q = None  # last valid measured positions [rad]: bounds the stop ramp
+        self._last_q = None  # last valid measured positions [rad]: bounds the stop ramp, gives the hold
+        self._hold_start = None  # time [s] of the first stop cycle since the last controller command
+        self._hold_q = self._hold_torque = None  # the gravity hold torque and the q it is for
         self.faults = 0
         self.clock_jumps = 0
+
+    def continue_from(self, previous):
+        """Continue ``previous``'s command history and hold (a retune must not re-engage or restart a fade).
+
+        Returns:
+            This layer.
+        """
+        for name in ("_published", "_published_time", "_last_cycle", "_last_q", "_hold_start", "faults", "clock_jumps"):
+            setattr(self, name, getattr(previous, name))
+        return self
+
+    def update_model(self, model):
+        """Hold with ``model``'s gravity and springs from now on (a calibration update; same joints).
+
+        Raises:
+            ControlError: Other joints.
+        """
+        if tuple(model.joint_names) != self.joint_names:
+            raise ControlError(f"model joints {list(model.joint_names)} differ from {list(self.joint_names)}")
+        if self._fast is not None:
+            self._fast = FastDynamics.from_model(model)
+            self._hold_q = None
+
+    @property
+    def holding(self):
+        """Whether the gravity hold still publishes: a torque not yet faded to zero (call :meth:`hold`)."""
+        return (self._fast is not None and self._hold_start is not None and self._published is not None
+                and bool(np.any(self._published)))
 
     @property
     def nq(self):
@@ -327,6 +402,7 @@ class SafetyLayer:
             self.faults += 1
             return self._stop(t, "unsafe_output", late, jumped, "the filtered command was not finite or within limits")
         self._published, self._published_time = out, t
+        self._hold_start = None
         names = self._flag_names(flags)
         return out.copy(), SafetyStatus(True, True, "ok", *names, late=late, engaged=engaged, faults=self.faults,
                                         clock_jumped=jumped)
@@ -334,17 +410,47 @@ class SafetyLayer:
     def stop(self, t, reason="stopped"):
         """Stop commanding torque for good (shutdown); same return value as :meth:`filter`.
 
-        The effort controller gets the hold command at once (bounded by the joint-limit zone of
-        the last valid state): it keeps the last command it received.
+        The effort controller gets the hold torque at once (as far as the gravity hold has
+        faded; bounded by the joint-limit zone of the last valid state): it keeps the last
+        command it received.
         """
-        jumped, late = self._clock(t) if _finite_scalar(t) else (False, False)
+        finite = _finite_scalar(t)
+        jumped, late = self._clock(t) if finite else (False, False)
         if not self.output.publish_on_stop:
             return None, SafetyStatus(active=False, publish=False, reason=reason, late=late, faults=self.faults,
                                       clock_jumped=jumped)
-        out = self._zone_bounded(self.hold_command)
-        self._published, self._published_time = out.copy(), t if _finite_scalar(t) else self._published_time
+        if finite and self._hold_start is None:
+            self._hold_start = t
+        out = self._zone_bounded(self._hold_target(t if finite else None))
+        self._published, self._published_time = out.copy(), t if finite else self._published_time
         return out, SafetyStatus(active=False, publish=True, reason=reason, late=late, faults=self.faults,
-                                 clock_jumped=jumped)
+                                 clock_jumped=jumped, hold=self._hold_phase(t if finite else None))
+
+    def hold(self, t, q=None, qd=None, state_time=None, reason="inactive"):
+        """One cycle without a controller (an inactive node); same return value as :meth:`filter`.
+
+        Baxter: nothing to publish. The fixed hold: the hold command at once, as :meth:`stop`.
+        The gravity hold: one step of its ramp and fade; publish while :attr:`holding`.
+
+        Args:
+            t: Current time [s].
+            q: Measured positions [rad], shape (n,), or None; a valid, fresh state (as
+                :meth:`filter` checks it) is the one held from now on: gravity compensation
+                of the arm as it is. A constant torque would hold only briefly: at many poses
+                gravity pulls the arm further away from where it was held.
+            qd: Measured velocities [rad/s], shape (n,), or None.
+            state_time: Stamp [s] of the joint state (default ``t``).
+            reason: SafetyStatus.reason of the cycle.
+        """
+        if self._fast is None:
+            return self.stop(t, reason)
+        if not _finite_scalar(t):
+            self.faults += 1
+            return self._stop(None, "bad_time", False, False, f"time {t!r} is not finite")
+        jumped, late = self._clock(t)
+        if q is not None:
+            self._inputs(t, None, q, qd, state_time)  # a valid state becomes the one held; faults counted
+        return self._stop(t, reason, late, jumped, "")
 
     # ------------------------------------------------------------------ steps
     def _clock(self, t):
@@ -354,6 +460,8 @@ class SafetyLayer:
             self.clock_jumps += 1
             if self._published_time is not None:
                 self._published_time = t
+            if self._hold_start is not None:  # the hold keeps the time it has held, no more
+                self._hold_start -= self._last_cycle - t
             late = False
         else:
             late = self._late(t)
@@ -418,14 +526,41 @@ class SafetyLayer:
         status = dict(active=False, reason=reason, late=late, faults=self.faults, clock_jumped=jumped, detail=detail)
         if not self.output.publish_on_stop:
             return None, SafetyStatus(publish=False, **status)
+        if t is not None and self._hold_start is None:
+            self._hold_start = t
+        target = self._hold_target(t)
         if self._published is None or t is None:
-            out = self._zone_bounded(self.hold_command if self._published is None else self._published)
+            out = self._zone_bounded(target if self._published is None else self._published)
         else:
             step = self.rate_limit * self._rate_interval(t, False)
-            out = self._zone_bounded(self._published + np.clip(self.hold_command - self._published, -step, step))
+            out = self._zone_bounded(self._published + np.clip(target - self._published, -step, step))
         if t is not None:
             self._published, self._published_time = out.copy(), t
-        return out, SafetyStatus(publish=True, **status)
+        return out, SafetyStatus(publish=True, hold=self._hold_phase(t), **status)
+
+    def _hold_target(self, t):
+        """Torque [N·m] the effort controller is held with at ``t`` [s] (None: unknown, no fade), (n,)."""
+        if self._fast is None or self._last_q is None:
+            return self.hold_command  # the fixed hold, or zeros: no valid state to hold yet
+        if self._hold_q is not self._last_q:  # a new valid state (or model): its gravity and springs
+            self._hold_q = self._last_q
+            torque = holding_torques(self._fast, self._last_q)
+            self._hold_torque = np.clip(torque, -self.effort_limit, self.effort_limit)
+        return self._hold_torque * self._fade(t)
+
+    def _fade(self, t):
+        """Factor in [0, 1] on the gravity hold: 1 for ``hold_fade_after`` s, then down to 0 over HOLD_FADE_TIME."""
+        if t is None or self._hold_start is None:
+            return 1.0
+        past = t - self._hold_start - self.config.hold_fade_after
+        return min(max(1.0 - past / HOLD_FADE_TIME, 0.0), 1.0)
+
+    def _hold_phase(self, t):
+        """SafetyStatus.hold of a stop command at ``t`` [s]."""
+        if self._fast is None:
+            return FIXED_HOLD
+        fade = self._fade(t)
+        return "zero" if self._last_q is None or fade == 0.0 else GRAVITY_HOLD if fade == 1.0 else "fading"
 
     def _zone_bounded(self, command):
         """``command`` with no more push into a limit than the zone of the last valid state allows."""
