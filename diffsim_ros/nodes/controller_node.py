@@ -2,7 +2,8 @@
 
 A lifecycle (managed) node: it commands torque only while *active* (``autostart``, default
 true, configures and activates it at start-up; ``ros2 lifecycle set /controller deactivate``
-stops the torque: Baxter falls back to position mode, ros2_control gets the hold command).
+stops the torque: Baxter falls back to position mode, ros2_control gets the hold: by default
+the model's holding torque, ramped in and faded out after ``safety.hold_fade_after``).
 
 Each cycle the node takes the newest valid joint state,
 computes the mode's torques on the current model and sends them through the
@@ -10,8 +11,8 @@ computes the mode's torques on the current model and sends them through the
 rate limits) to the output (:mod:`diffsim_ros.nodes.outputs`). When joint states are stale
 (older than ``safety.state_timeout``) or invalid, it stops commanding torque: Baxter — it
 stops publishing, so the robot falls back to position mode; ros2_control — it publishes the
-configured hold command. With ``follow_estimates`` it switches to each new model the
-estimator publishes.
+hold (``safety.hold``, :mod:`diffsim_ros.control.safety`). With ``follow_estimates`` it
+switches to each new model the estimator publishes.
 
 Impedance with a torque map (``impedance.model_term: map``, ``impedance.torque_map``) follows
 each new model at once (the map is conditioned on it through h(q) and M_jj(q)); with
@@ -60,6 +61,7 @@ from diffsim_ros.control import (
     check_within_limits,
 )
 from diffsim_ros.control.mpc_fast import make_mpc
+from diffsim_ros.control.safety import HOLD_FADE_TIME
 from diffsim_ros.control.references import make_reference
 from diffsim_ros.control.torque_map import rebuild_torque_map_in_process
 from diffsim_ros.io.ros_messages import MessageConversionError, NS_PER_S, joint_state_msg
@@ -157,7 +159,8 @@ class ControllerNodeConfig(RobotNodeConfig):
 # Parameters that may change while the node runs (gains and limits); the others need a restart.
 TUNABLE = frozenset({"gravity_scale", "impedance.stiffness", "impedance.damping", "impedance.model_scale"} |
                     {f"safety.{name}" for name in ("effort_limit", "torque_rate_limit", "limit_margin", "limit_stiffness",
-                                                   "limit_damping", "state_timeout", "hold_command")})
+                                                   "limit_damping", "state_timeout", "hold", "hold_command",
+                                                   "hold_fade_after")})
 
 
 class _DeferredReference:
@@ -296,11 +299,11 @@ class ControllerNode:
         self.handle.get_logger().info("activated: commanding torque")
 
     def on_deactivate(self):
-        """Stop commanding torque: Baxter falls back to position mode, ros2_control gets the hold command."""
+        """Stop commanding torque: Baxter falls back to position mode, ros2_control gets the hold."""
         if not self.active:
             return
         self.active = False
-        self._publish_stop()
+        self._publish_hold()
         self.handle.get_logger().info("deactivated: torque commands stopped")
 
     # ------------------------------------------------------------------ inputs
@@ -388,7 +391,11 @@ class ControllerNode:
 
     # ------------------------------------------------------------------ the cycle
     def _tick(self):
-        if self.stopped or not self.active:
+        if self.stopped:
+            return
+        if not self.active:
+            if self.safety.holding:  # inactive: the gravity hold ramps and fades until it is zero
+                self._publish_hold()
             return
         now_ns = self.handle.now_ns()
         self._log_watchdog(now_ns)
@@ -442,7 +449,8 @@ class ControllerNode:
         change = self.joints.watchdog.poll(now_ns)
         logger = self.handle.get_logger()
         if change == STALE:
-            stop = "stop publishing (robot falls back to position mode)" if self.config.output == BAXTER else "hold command"
+            stop = ("stop publishing (robot falls back to position mode)" if self.config.output == BAXTER
+                    else f"{self.config.safety.hold} hold")
             logger.warning(f"joint states stale (> {self.config.safety.state_timeout:g} s): torque commands stopped, {stop}")
         elif change == FRESH:
             logger.info("joint states fresh: commanding torque")
@@ -452,10 +460,29 @@ class ControllerNode:
         if status.reason not in ("ok", "stale_state", "no_state") and (previous is None or previous.reason != status.reason):
             detail = f": {status.detail}" if status.detail else ""
             self.handle.get_logger().warning(f"safety layer stopped the command: {status.reason}{detail} (faults {status.faults})")
+        self._log_fade(previous, status)
         if status.clock_jumped:
             self.handle.get_logger().warning("clock jumped backwards: counted as no time elapsed, commanding on")
         if status.late:
             self.handle.get_logger().warning("command cycle late for the hardware's minimum rate", throttle_duration_sec=5.0)
+
+    def _log_fade(self, previous, status):
+        if status.hold == "fading" and (previous is None or previous.hold != "fading"):
+            self.handle.get_logger().warning(
+                f"no controller command for {self.config.safety.hold_fade_after:g} s: the gravity hold fades to "
+                f"zero effort over {HOLD_FADE_TIME:g} s")
+
+    def _publish_hold(self):
+        if not self.warmup.ready:  # never commanded yet; the hold's kernels would compile here
+            return
+        q = qd = state_time = None
+        if self._state is not None:  # the hold follows the arm while joint states are fresh
+            (q, qd), state_time = self._state, self.control_time(self.joints.watchdog.last_ns)
+        command, status = self.safety.hold(self.control_time(self.handle.now_ns()), q, qd, state_time)
+        if command is not None:
+            self.output.publish(command)
+        previous, self.status = self.status, status
+        self._log_fade(previous, status)
 
     def _publish_stop(self):
         if not self.warmup.ready:  # never commanded yet; the hold's kernels would compile here
@@ -515,11 +542,10 @@ class ControllerNode:
 def _retuned(old, new):
     """``new`` SafetyLayer continuing ``old``'s command history, so a retune does not re-engage.
 
-    The rate limit then runs from the last published torque instead of ramping in again.
+    The rate limit then runs from the last published torque instead of ramping in again, and a
+    hold keeps its time.
     """
-    new._published, new._published_time = old._published, old._published_time
-    new._last_cycle, new.faults = old._last_cycle, old.faults
-    return new
+    return new.continue_from(old)
 
 
 def main(args=None):
