@@ -47,6 +47,7 @@ from diffsim_ros.io.ros_types import (
     normalize_type_name,
 )
 from diffsim_ros.model.config import controller_order, describe_path
+from diffsim_ros.model.config_schema import default_value
 from diffsim_ros.outputs import check_interrupted
 from diffsim_ros.vocabulary import STORAGES
 
@@ -125,7 +126,7 @@ class BagTopics:
             topic, or None.
     """
 
-    joint_states: str = "/joint_states"
+    joint_states: str = default_value("topics.joint_states")
     camera_pose: str | None = None
     commanded_torques: str | None = None
 

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 import yaml
 
+from diffsim_ros.model.config_schema import SECTIONS, allowed_keys, default_value
 from diffsim_ros.model.errors import RobotModelError
 from diffsim_ros.model.plausibility import (
     DEFAULT_BOUNDS,
@@ -241,6 +242,20 @@ def _spring(name, values, where, bounds):
     return element
 
 
+def _check_keys(raw, path):
+    """Sections and keys the schema lists only (:mod:`~diffsim_ros.model.config_schema`): a misspelt one
+    would be ignored, its default used silently."""
+    unknown = sorted(str(key) for key in set(raw) - set(SECTIONS))
+    if unknown:
+        raise RobotModelError(f"{path}: unknown section(s) {unknown}; sections: {list(SECTIONS)} (docs/robot_config.md)")
+    for section in ("robot", "payload", "topics", "camera"):
+        values = _mapping(raw.get(section), str(path), section)
+        unknown = sorted(str(key) for key in set(values) - set(allowed_keys(section)))
+        if unknown:
+            raise RobotModelError(f"{path} [{section}]: unknown key(s) {unknown}; allowed: {allowed_keys(section)} "
+                                  "(docs/robot_config.md)")
+
+
 def _urdf_path(given, config_path, where):
     """``robot.urdf`` resolved (``package://``, absolute, or relative to the config file); it must exist."""
     try:
@@ -295,6 +310,7 @@ def load_robot_config(path):
         raise RobotModelError(f"invalid YAML in {path}: {err}") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("robot"), dict):
         raise RobotModelError(f"{path}: expected a mapping with a 'robot' section")
+    _check_keys(raw, path)
     robot = raw["robot"]
     where = f"{path} [robot]"
     urdf = _urdf_path(_require(robot, "urdf", where, str), path, where)
@@ -306,15 +322,15 @@ def load_robot_config(path):
         bounds = PlausibilityBounds.from_mapping(raw.get("plausibility"), f"{path} [plausibility]")
     except ValueError as err:
         raise RobotModelError(str(err)) from None
-    gravity = _floats(robot.get("gravity", [0.0, 0.0, -9.81]), 3, where, "gravity")
+    gravity = _floats(robot.get("gravity", default_value("robot.gravity")), 3, where, "gravity")
     if math.hypot(*gravity) > _GRAVITY_MAX:
         raise RobotModelError(f"{where}: 'gravity' {list(gravity)} is stronger than {_GRAVITY_MAX:g} m/s²")
     entries = _mapping(raw.get("springs"), str(path), "springs")
     springs = [_spring(name, values, f"{path} [springs.{name}]", bounds) for name, values in entries.items()]
     payload = _mapping(raw.get("payload"), str(path), "payload")
     payload_where = f"{path} [payload]"
-    payload_mass = _number(payload.get("mass", 0.0), payload_where, "mass")
-    payload_com = _floats(payload.get("com", [0.0, 0.0, 0.0]), 3, payload_where, "com")
+    payload_mass = _number(payload.get("mass", default_value("payload.mass")), payload_where, "mass")
+    payload_com = _floats(payload.get("com", default_value("payload.com")), 3, payload_where, "com")
     _check_plausible({"payload.mass": payload_mass, "payload.com": payload_com}, payload_where, bounds)
     return RobotConfig(
         name=str(robot.get("name", path.stem)),
