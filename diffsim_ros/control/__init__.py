@@ -8,7 +8,7 @@ A node runs, each cycle::
     tau = controller.compute(t, q, qd)
     command, status = safety.filter(t, tau, q, qd, state_time)   # tau None -> stop
     if status.publish:
-        publish(command)   # Baxter: nothing when stopped; ros2_control: the hold command
+        publish(command)   # Baxter: nothing when stopped; ros2_control: the hold (safety.hold)
 
 ``status.active`` says whether our torques are applied (Baxter: suppress its own gravity
 compensation then); ``status.reason``/``faults``/``late`` are for logging.

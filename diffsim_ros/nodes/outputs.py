@@ -6,7 +6,10 @@
   active (else the robot adds its own on top of ours).
 * ``ros2_control``: ``std_msgs/msg/Float64MultiArray`` on ``/<controller_name>/commands`` for
   a ``JointGroupEffortController``: exactly its joints in its order (it drops commands of
-  another length silently), reliable QoS.
+  another length silently), reliable QoS. The controller applies its last command forever, so
+  when commanding stops this output gets the safety layer's hold (``safety.hold``: by default
+  the model's holding torque, faded out after ``safety.hold_fade_after``;
+  :mod:`diffsim_ros.control.safety`).
 """
 
 import numpy as np
