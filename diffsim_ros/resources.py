@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-__all__ = ["share_directory", "resolve_resource"]
+__all__ = ["describe_path", "share_directory", "resolve_resource"]
 
 PACKAGE = "diffsim_ros"
 
@@ -61,3 +61,28 @@ def resolve_resource(uri, relative_to=None):
     if not path.is_absolute() and relative_to is not None:
         path = Path(relative_to) / path
     return path
+
+
+def describe_path(path, given=None, relative_to=None, what=None):
+    """A path for a message: absolute, and what a relative one was relative to.
+
+    Args:
+        path: The path used (relative to the current directory if not absolute).
+        given: The path as the user wrote it (default: ``path``).
+        relative_to: The directory a relative ``given`` was taken from (default: the current
+            directory).
+        what: What ``relative_to`` is, e.g. ``"the config file /abs/robot.yaml"`` (default:
+            ``"the current directory <cwd>"`` or ``"directory <relative_to>"``).
+
+    Returns:
+        ``"/abs/dir/panda.urdf ('panda.urdf' relative to the config file /abs/dir/robot.yaml)"``,
+        or just the absolute path when ``given`` was absolute.
+    """
+    given = str(path if given is None else given)
+    resolved = Path(os.path.abspath(Path(path).expanduser()))
+    if Path(given).expanduser().is_absolute() or "://" in given:
+        return str(resolved) if "://" not in given else f"{resolved} ({given})"
+    if what is None:
+        what = f"the current directory {Path.cwd()}" if relative_to is None else \
+            f"the directory {os.path.abspath(relative_to)}"
+    return f"{resolved} ({given!r} relative to {what})"

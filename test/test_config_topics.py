@@ -320,6 +320,22 @@ def test_missing_inputs_given_relative_are_shown_resolved(tmp_path, capsys, monk
     assert os.path.isabs(load_robot_config("robot.yaml").path)
 
 
+@pytest.mark.parametrize("command, message", [
+    (["replay", "--bag", "bag", "--config", "CONFIG", "--out", "o", "--calibration", "cal.yaml"],
+     "calibration file not found: {tmp}/cal.yaml ('cal.yaml' relative to the current directory {tmp})"),
+    (["estimate-objects", "--bag", "bag", "--scene", "scene.yaml", "--out", "o"],
+     "scene file not found: {tmp}/scene.yaml ('scene.yaml' relative to the current directory {tmp})"),
+    (["torque-map", "show", "map.npz"], "torque map not found: {tmp}/map.npz ('map.npz' relative to the current "
+                                        "directory {tmp})"),
+])
+def test_every_input_file_not_found_is_shown_resolved(tmp_path, capsys, monkeypatch, command, message):
+    monkeypatch.chdir(tmp_path)
+    config = panda_config(tmp_path / "robot.yaml")
+    panda_bag(tmp_path / "bag", 0.2)
+    assert cli_main([str(config) if arg == "CONFIG" else arg for arg in command]) == exits.BAD_INPUT
+    assert message.format(tmp=tmp_path) in capsys.readouterr().err
+
+
 def test_the_baxter_config_still_loads_with_model_order_commands():
     config = load_robot_config(BAXTER_LEFT)
     assert config.controller_joints == () and config.path.is_absolute()

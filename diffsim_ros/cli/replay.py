@@ -212,12 +212,14 @@ def replay_command(args):
     """Handler: returns the exit code."""
     from diffsim_ros.estimation.data import DataError, UndeterminedError
     from diffsim_ros.io.bags import BagError
-    from diffsim_ros.io.calibration import CalibrationError
+    from diffsim_ros.io.calibration import CalibrationError, load_calibration
     from diffsim_ros.model import RobotModelError, load_robot_config
 
     try:
         atomic_directory(args.out, force=args.force)  # refuse early, before any work
         config = load_robot_config(args.config)
+        if args.calibration:  # the node would find it missing only after the bag's checks
+            load_calibration(Path(args.calibration))
         window = parse_window(args)
         overrides, played, info = _overrides(args, config)
         _check_bag(args.bag, config, overrides, window)

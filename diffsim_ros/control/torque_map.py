@@ -59,6 +59,7 @@ from diffsim_ros.control.gravity import holding_torques
 from diffsim_ros.control.jacobians import rowwise_jacobian
 from diffsim_ros.control.vectors import to_numpy
 from diffsim_ros.outputs import atomic_file
+from diffsim_ros.resources import describe_path
 from diffsim_ros.sim.factory import make_simulator
 from diffsim_ros.model.poses import random_poses
 
@@ -496,7 +497,7 @@ class TorqueMap:
         """
         path = Path(path)
         if not path.is_file():
-            raise TorqueMapError(f"torque map not found: {path}")
+            raise TorqueMapError(f"torque map not found: {describe_path(path)}")
         try:
             with np.load(path, allow_pickle=False) as data:
                 metadata = json.loads(str(data["metadata"]))

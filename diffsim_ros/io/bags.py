@@ -46,9 +46,10 @@ from diffsim_ros.io.ros_types import (
     default_typestore,
     normalize_type_name,
 )
-from diffsim_ros.model.config import controller_order, describe_path
+from diffsim_ros.model.config import controller_order
 from diffsim_ros.model.config_schema import default_value
 from diffsim_ros.outputs import check_interrupted
+from diffsim_ros.resources import describe_path
 from diffsim_ros.vocabulary import STORAGES
 
 __all__ = [

@@ -42,6 +42,7 @@ import yaml
 from diffsim_ros.model.errors import RobotModelError
 from diffsim_ros.model.plausibility import DEFAULT_BOUNDS, describe_violations, plausibility_violations
 from diffsim_ros.outputs import OutputPathError, atomic_directory, atomic_file, check_output_path
+from diffsim_ros.resources import describe_path
 
 __all__ = [
     "Calibration",
@@ -165,7 +166,7 @@ def load_calibration(path):
     """
     path = Path(path)
     if not path.is_file():
-        raise CalibrationError(f"calibration file not found: {path}")
+        raise CalibrationError(f"calibration file not found: {describe_path(path)}")
     try:
         raw = yaml.safe_load(path.read_text())
     except (yaml.YAMLError, UnicodeDecodeError, OSError) as err:

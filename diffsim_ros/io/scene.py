@@ -36,6 +36,7 @@ from pathlib import Path
 
 import yaml
 
+from diffsim_ros.resources import describe_path
 from diffsim_ros.sim.contact import Box, Capsule, ContactError, ContactWorld, Plane, RigidObject, Sphere, StaticShape
 from diffsim_ros.sim.contact.options import SOLVERS
 
@@ -330,7 +331,7 @@ def load_scene(path):
     """
     path = Path(path)
     if not path.is_file():
-        raise SceneError(f"scene file not found: {path}")
+        raise SceneError(f"scene file not found: {describe_path(path)}")
     try:
         raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:

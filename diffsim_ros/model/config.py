@@ -33,9 +33,9 @@ from diffsim_ros.model.plausibility import (
 )
 from diffsim_ros.model.robot_model import RobotModel
 from diffsim_ros.model.springs import SPRING_LAWS
-from diffsim_ros.resources import resolve_resource
+from diffsim_ros.resources import describe_path, resolve_resource
 
-__all__ = ["RobotConfig", "controller_order", "describe_path", "load_robot_config"]
+__all__ = ["RobotConfig", "controller_order", "load_robot_config"]
 
 
 @dataclass(frozen=True)
@@ -127,31 +127,6 @@ def controller_order(joint_names, controller_joints, where="controller_joints"):
         raise RobotModelError(f"{where} {controller_joints} must list each chain joint {joint_names} once, in the "
                               f"controller's order: {'; '.join(problems)}")
     return np.array([joint_names.index(n) for n in controller_joints], dtype=np.int64)
-
-
-def describe_path(path, given=None, relative_to=None, what=None):
-    """A path for a message: absolute, and what a relative one was relative to.
-
-    Args:
-        path: The path used (relative to the current directory if not absolute).
-        given: The path as the user wrote it (default: ``path``).
-        relative_to: The directory a relative ``given`` was taken from (default: the current
-            directory).
-        what: What ``relative_to`` is, e.g. ``"the config file /abs/robot.yaml"`` (default:
-            ``"the current directory <cwd>"`` or ``"directory <relative_to>"``).
-
-    Returns:
-        ``"/abs/dir/panda.urdf ('panda.urdf' relative to the config file /abs/dir/robot.yaml)"``,
-        or just the absolute path when ``given`` was absolute.
-    """
-    given = str(path if given is None else given)
-    resolved = Path(os.path.abspath(Path(path).expanduser()))
-    if Path(given).expanduser().is_absolute() or "://" in given:
-        return str(resolved) if "://" not in given else f"{resolved} ({given})"
-    if what is None:
-        what = f"the current directory {Path.cwd()}" if relative_to is None else \
-            f"the directory {os.path.abspath(relative_to)}"
-    return f"{resolved} ({given!r} relative to {what})"
 
 
 def _require(section, key, where, kind=None):

@@ -22,6 +22,7 @@ from lxml import etree
 
 from diffsim_ros.model.errors import RobotModelError
 from diffsim_ros.model.inertia import combine_inertials, is_physically_consistent
+from diffsim_ros.resources import describe_path
 
 __all__ = ["JointDescription", "FrameDescription", "TreeDescription", "read_urdf", "describe_tree"]
 
@@ -96,7 +97,7 @@ def read_urdf(path_or_xml):
     else:
         source = os.fspath(path_or_xml)
         if not os.path.isfile(source):
-            raise RobotModelError(f"URDF file not found: {source}")
+            raise RobotModelError(f"URDF file not found: {describe_path(source)}")
         with open(source, "rb") as handle:
             text = handle.read()
     # yourdfpy silently "recovers" broken XML; parse strictly first so the user hears of it.

@@ -43,6 +43,8 @@ from pathlib import Path
 
 import yaml
 
+from diffsim_ros.resources import describe_path
+
 __all__ = [
     "ParameterError",
     "ParameterSpec",
@@ -503,7 +505,7 @@ def load_parameter_files(paths, node_name, namespace="/"):
     for path in paths:
         path = Path(path)
         if not path.is_file():
-            raise ParameterError(f"parameter file not found: {path}")
+            raise ParameterError(f"parameter file not found: {describe_path(path)}")
         try:
             document = yaml.safe_load(path.read_text()) or {}
         except yaml.YAMLError as err:
