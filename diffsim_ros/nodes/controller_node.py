@@ -270,7 +270,6 @@ class ControllerNode:
         loop.step(3 * dt, q, np.zeros_like(q), 0.0, fresh=False)
         safety.stop(4 * dt)
 
-
     @staticmethod
     def _safety_config(cfg):
         return replace(cfg.safety, output=safety_output(cfg.output))

@@ -23,8 +23,6 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 
-from diffsim_ros.runtime.warmup import family_lock, mark_current, stale_families
-
 __all__ = ["FAMILIES", "compile_kernels", "main"]
 
 _DT = 0.01  # [s]
@@ -143,6 +141,8 @@ FAMILIES = {"pbd_mpc": _pbd_mpc, "pbd": _pbd, "contact": _contact, "rigid": _rig
 def _compile(name, only_stale=False):
     """Run family ``name`` (compiling or loading its kernels) and mark it current; ``only_stale``:
     not if another process compiled it meanwhile."""
+    from diffsim_ros.runtime.warmup import family_lock, mark_current, stale_families  # after _warm_up's first lines
+
     start = time.process_time()
     with family_lock(name):
         if not only_stale or stale_families([name]):
@@ -155,7 +155,10 @@ _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def _warm_up(names, parent):
-    """A node's warm-up child: the stale families of ``names`` in this process; ends with ``parent``."""
+    """A node's warm-up child: the stale families of ``names`` in this process; ends with ``parent``.
+
+    The death signal is set before anything of the package is imported (seconds on a busy machine).
+    """
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # a terminal's Ctrl-C reaches the group: end quietly
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
