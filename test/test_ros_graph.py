@@ -238,7 +238,8 @@ def test_faults_lifecycle_parameters_and_diagnostics(domain, baxter_msgs, probe,
     # Run-time parameters: a valid gain change is applied, an invalid limit and a start-up
     # parameter are rejected with a reason.
     def set_parameter(name, value, kind):
-        field = {ParameterType.PARAMETER_DOUBLE: "double_value", ParameterType.PARAMETER_STRING: "string_value"}[kind]
+        field = {ParameterType.PARAMETER_DOUBLE: "double_value", ParameterType.PARAMETER_STRING: "string_value",
+                 ParameterType.PARAMETER_DOUBLE_ARRAY: "double_array_value"}[kind]
         parameter = Parameter(name=name, value=ParameterValue(type=kind, **{field: value}))
         return probe.call(SetParameters, "/controller/set_parameters",
                           SetParameters.Request(parameters=[parameter])).results[0]
@@ -248,6 +249,12 @@ def test_faults_lifecycle_parameters_and_diagnostics(domain, baxter_msgs, probe,
     assert not rejected.successful and "limit_margin must be a positive number" in rejected.reason
     rejected = set_parameter("mode", "impedance", ParameterType.PARAMETER_STRING)
     assert not rejected.successful and "restart" in rejected.reason
+    # The issue's `ros2 param set /controller impedance.stiffness "[.nan, 60.0, ...]"`: refused, commanding on.
+    commanded = len(efforts())
+    rejected = set_parameter("impedance.stiffness", [float("nan")] + [60.0] * 6, ParameterType.PARAMETER_DOUBLE_ARRAY)
+    assert not rejected.successful and "parameter 'impedance.stiffness'[0]: must be a finite number" in rejected.reason
+    probe.wait_for(lambda: len(efforts()) > commanded + 20, 10.0, "commands after a refused NaN gain")
+    assert all(np.all(np.isfinite(msg.data)) for _, msg in efforts()[commanded:])
 
     # Lifecycle: deactivate -> the hold command, then silence; activate -> torque again.
     state = states()[-1][1]
