@@ -141,3 +141,58 @@ def test_init_takes_a_joint_commands_names_from_the_bag(tmp_path, capsys):
     assert init("--urdf", BAXTER_URDF, "--base", "base", "--tip", "left_hand", "--bag", bag, "--out", out) == \
         exits.BAD_INPUT
     assert "exists; use --force" in capsys.readouterr().err
+
+
+# --- the whole way: a new arm, as a lab has it ----------------------------------------------
+
+
+PAYLOAD_TOL = 0.01  # relative; the fit reads 1.0 kg to 1e-4 on this 250 Hz recording of an independent MuJoCo arm
+COM_TOL = 2e-3  # [m]
+
+
+def mujoco_panda_bag(path, config, payload_mass, payload_com, controller_joints):
+    """An independent MuJoCo Panda with a hidden payload, recorded as ros2_control records it:
+    /joint_states of a joint_state_broadcaster (every joint, alphabetical, fingers at 0, 250 Hz)
+    and the effort controller's Float64MultiArray commands in ``controller_joints``' order."""
+    from diffsim_ros.io.ros_messages import float64_multi_array_msg, seconds_to_ns
+    from diffsim_ros.model.poses import random_poses
+    from diffsim_ros.testbed.mujoco_plant import MujocoPlant, PlantTruth
+    from diffsim_ros.testbed.scenarios import RecordingScenario, nearest_neighbour_order, record
+    from test_config_topics import FINGERS
+
+    model = config.build_model()
+    plant = MujocoPlant(model, config.urdf, PlantTruth(payload_mass=payload_mass, payload_com=payload_com), seed=1)
+    poses = nearest_neighbour_order(random_poses(model, 4, np.random.default_rng(0)))
+    rec = record(plant, model, RecordingScenario(poses=poses, excitation=6.0, joint_rate=250.0,
+                                                 excitation_amplitude=(3, 6, 3, 3, 1, 1, 0.5), seed=0))
+    factory, names = TypestoreMessages(default_typestore()), sorted(ARM + FINGERS)
+    order, messages = [ARM.index(name) for name in controller_joints], []
+    for i, t in enumerate(rec.joint_time):
+        ns = seconds_to_ns(1.7e9 + float(t))
+        values = [{**dict(zip(ARM, column[i])), **dict.fromkeys(FINGERS, 0.0)} for column in (rec.q, rec.qd, rec.effort)]
+        messages.append((JOINT_STATES, joint_state_msg(factory, ns, names, *([v[n] for n in names] for v in values)),
+                         ns + 10**5))
+    for t, command in zip(rec.command_time, rec.command):
+        ns = seconds_to_ns(1.7e9 + float(t))
+        messages.append((COMMANDS, float64_multi_array_msg(factory, command[order]), ns + 2 * 10**5))
+    return write_bag(path, sorted(messages, key=lambda m: m[2]), storage="mcap")
+
+
+def test_a_new_arm_from_its_urdf_and_bag_to_a_calibrated_payload(tmp_path, capsys):
+    """init from the URDF, the bag and the controllers YAML, then calibrate: the hidden payload."""
+    from test_config_topics import panda_config
+
+    bag = mujoco_panda_bag(tmp_path / "bag", load_robot_config(panda_config(tmp_path / "nominal.yaml")), 1.0,
+                           (0.0, 0.0, 0.05), PERMUTED)
+    controllers = tmp_path / "controllers.yaml"
+    controllers.write_text(yaml.safe_dump({"effort_controller": {"ros__parameters": {"joints": PERMUTED}}}))
+    config = tmp_path / "robot.yaml"
+    assert init("--urdf", PANDA_URDF, "--tip", "panda_link8", "--bag", bag, "--controllers", controllers,
+                "--out", config) == exits.OK
+    out = tmp_path / "out"
+    assert cli_main(["calibrate", "--bag", str(bag), "--config", str(config), "--out", str(out), "--estimate",
+                     "payload"]) == exits.OK
+    assert "at 250 Hz (commanded torques)" in capsys.readouterr().out
+    values = yaml.safe_load((out / "calibration.yaml").read_text())["parameters"]
+    assert abs(values["payload.mass"] - 1.0) < PAYLOAD_TOL
+    assert np.abs(np.array(values["payload.com"]) - [0.0, 0.0, 0.05]).max() < COM_TOL
