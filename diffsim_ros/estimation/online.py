@@ -37,11 +37,10 @@ from diffsim_ros.estimation.identification import IdentificationSettings, camera
 from diffsim_ros.estimation.preparation import DatasetOptions, prepare_dataset
 from diffsim_ros.estimation.signals import detect_static_segments, near_limits, segments_away_from
 from diffsim_ros.estimation.streams import JointStateSeries, PoseSeries, RobotStreams, StreamStats, TorqueSeries
+from diffsim_ros.vocabulary import MODELS, TORQUE_SOURCES
 
 __all__ = ["OnlineEstimatorConfig", "OnlineUpdate", "OnlineEstimator", "MODELS"]
 
-MODELS = ("rigid", "pbd")
-"""Differentiable models of the residuals: exact rigid-body dynamics or the PBD simulator."""
 _REST_FILTER_WINDOW = 0.1  # [s] Savitzky-Golay window of the rest detector (as offline)
 _NS = 1_000_000_000
 _CHANGE_RESOLUTION = 0.25  # [s] spans scanned to locate a change (older data at most this long stay)
@@ -127,7 +126,7 @@ class OnlineEstimatorConfig:
         _check_at_least(self, ("change_ratio",), 1.0, strict=True)
         if not self.max_rest_duration >= self.rest_duration:
             raise ValueError(f"max_rest_duration must be >= rest_duration, got {self.max_rest_duration!r}")
-        if self.torque_source not in ("auto", "commanded", "effort"):
+        if self.torque_source not in TORQUE_SOURCES:
             raise ValueError(f"torque_source must be auto, commanded or effort, got {self.torque_source!r}")
         for name, bound in self.bounds.items():
             if len(bound) != 2 or not bound[0] < bound[1]:
