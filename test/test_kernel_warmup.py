@@ -156,20 +156,27 @@ def test_with_the_families_current_the_callbacks_compile_and_load_nothing(monkey
     with EmbeddedRuntime(parameter_files=[SIM_PARAMS]) as runtime:
         runtime.add_node(SimRobotNode, "sim_robot")
         controller = _owning_node(runtime, ControllerNode, "controller", {"follow_estimates": False})
+        effort = _owning_node(runtime, ControllerNode, "effort", {"follow_estimates": False, "output": "ros2_control"})
         estimator = _owning_node(runtime, EstimatorNode, "estimator", {"save_on_shutdown": False})
-        controller.on_activate()
-        assert controller.warmup.compiling == estimator.warmup.compiling == []  # no child: all current
+        nodes = (controller, effort, estimator)
+        for node in (controller, effort):
+            node.on_activate()
+        assert [node.warmup.compiling for node in nodes] == [[], [], []]  # no child: all current
         deadline = time.monotonic() + LOAD_TIMEOUT
-        while not (controller.warmup.ready and estimator.warmup.ready):  # loading on worker threads
-            assert time.monotonic() < deadline, (controller.warmup.state, estimator.warmup.state)
+        while not all(node.warmup.ready for node in nodes):  # loading on worker threads
+            assert time.monotonic() < deadline, [node.warmup.state for node in nodes]
             time.sleep(0.05)
         torques = []
         runtime.create_node("probe").create_subscription("sensor_msgs/msg/JointState", "/estimator/estimated_torques",
                                                          torques.append, SENSOR_QOS)
         calls = _DispatcherCalls(monkeypatch)
         runtime.spin_for(1.0)
+        effort.on_deactivate()  # the effort controller's hold
+        runtime.spin_for(0.2)
+        commanded = effort.output.published
+        effort.stop()  # and its stop at shutdown
     assert calls.calls == []
-    assert controller.output.published > 0 and controller.status.active
+    assert controller.output.published > 0 and controller.status.active and effort.output.published > commanded > 0
     assert torques and np.isfinite(estimator.torque_estimator.residual_rms)  # through the compiled step
 
 
