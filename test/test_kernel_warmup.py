@@ -111,6 +111,22 @@ def test_a_warm_up_child_dies_with_its_node(tmp_path):
     _wait_gone(int(child), CHILD_GONE_TIMEOUT)
 
 
+def test_a_failed_compilation_is_reported_with_its_reason(tmp_path):
+    """The child's last error line becomes the warm-up's reason, at ERROR, and nothing is ready."""
+    from diffsim_ros.runtime.diagnostics import ERROR
+    from diffsim_ros.runtime.warmup import KernelWarmup
+
+    warmup = KernelWarmup(["no_such_family"], prime=lambda: None)
+    deadline = time.monotonic() + START_TIMEOUT
+    while warmup.state == "compiling":
+        assert not warmup.ready and time.monotonic() < deadline
+        time.sleep(0.05)
+    assert warmup.state == "failed" and not warmup.ready
+    assert "exit code 2" in warmup.reason and "unknown kernel families ['no_such_family']" in warmup.reason
+    status = warmup.status("node")
+    assert status.level == ERROR and status.name == "node: kernels" and status.message == warmup.reason
+
+
 def _alive(pid):
     """Whether process ``pid`` exists and is not a zombie."""
     try:

@@ -504,7 +504,7 @@ class ControllerNode:
         now_ns = self.handle.now_ns()
         name = node_label(self.handle)
         joints = input_status(f"{name}: {self.joints.what}", self.joints, self._rates, now_ns)
-        statuses = [joints, self._control_status(), self.warmup.status(name)]
+        statuses = [joints, self.warmup.status(name), self._control_status()]
         self.diagnostics.publish(diagnostic_array_msg(self.handle.messages, now_ns, statuses))
 
     def _control_status(self):

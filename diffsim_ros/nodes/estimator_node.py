@@ -413,7 +413,7 @@ class EstimatorNode:
         statuses = [input_status(f"{name}: {self.joints.what}", self.joints, self._rates["joints"], now_ns)]
         if self.camera is not None:
             statuses.append(input_status(f"{name}: {self.camera.what}", self.camera, self._rates["camera"], now_ns))
-        statuses += [self._health(), self.warmup.status(name)]
+        statuses += [self.warmup.status(name), self._health()]
         self.diagnostics.publish(diagnostic_array_msg(self.handle.messages, now_ns, statuses))
 
     def _health(self):
