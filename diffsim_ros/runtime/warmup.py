@@ -188,7 +188,14 @@ class KernelWarmup:
 
     @property
     def ready(self):
-        """Whether the node's kernels are loaded (polls the child and the loading thread; microseconds)."""
+        """Whether the node's kernels are loaded (:meth:`poll`)."""
+        return self.poll()
+
+    def poll(self):
+        """Advance the warm-up (child done: start loading; loading done: ready); returns :attr:`ready`.
+
+        Microseconds: a ``waitpid`` without waiting, or a thread's liveness.
+        """
         if self.state == "compiling":
             self._poll_child()
         if self.state == "loading":
@@ -241,7 +248,9 @@ class KernelWarmup:
                            f"`python -m {WARMUP_MODULE}` and restart the node")
 
     def status(self, label):
-        """The warm-up as a diagnostic Status named ``<label>: kernels``."""
+        """The warm-up as a diagnostic Status named ``<label>: kernels`` (polls it first: an inactive
+        node still loads its kernels)."""
+        self.poll()
         values = {"families": ",".join(self.families) or "none", "state": self.state,
                   "compiled at start": ",".join(self.compiling) or "none (all cached)"}
         if self.state in ("compiling", "loading"):
