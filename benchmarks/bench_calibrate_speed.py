@@ -105,6 +105,7 @@ def main():
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     rows, ratios = [], []
+    start_load = os.getloadavg()[0]
     hogs = _hogs(3600) if args.busy else []
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -116,10 +117,11 @@ def main():
     finally:
         for hog in hogs:
             hog.kill()
-    load = "with a busy loop on every core" if args.busy else "no other load started"
+    load = ("with a busy loop on every core" if args.busy else "no load started by the benchmark") + \
+        f", load average {start_load:.1f} at the start and {os.getloadavg()[0]:.1f} at the end"
     body = "\n".join([
         "## calibrate against a Pinocchio regression, whole processes (issue 44)", "",
-        f"Measured {machine_line()}, {load}; `python -m benchmarks.bench_calibrate_speed --seeds {args.seeds}"
+        f"Measured {machine_line()} (the benchmark's own; calibrate ran with its defaults), {load}; `python -m benchmarks.bench_calibrate_speed --seeds {args.seeds}"
         f"{' --busy' if args.busy else ''}`.", "",
         "Each process from start to exit (imports, bag reading, fit, outputs: calibrate writes calibration.yaml, "
         "the URDF and report.png). Errors: payload mass % / spring k % / worst damping %. "
