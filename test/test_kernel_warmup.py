@@ -173,11 +173,13 @@ def test_with_the_families_current_the_callbacks_compile_and_load_nothing(monkey
         runtime.add_node(SimRobotNode, "sim_robot")
         controller = _owning_node(runtime, ControllerNode, "controller", {"follow_estimates": False})
         effort = _owning_node(runtime, ControllerNode, "effort", {"follow_estimates": False, "output": "ros2_control"})
+        mpc = _owning_node(runtime, ControllerNode, "mpc", {"follow_estimates": False, "output": "ros2_control",
+                                                            "controller_name": "mpc_controller", "mode": "mpc"})
         estimator = _owning_node(runtime, EstimatorNode, "estimator", {"save_on_shutdown": False})
-        nodes = (controller, effort, estimator)
-        for node in (controller, effort):
+        nodes = (controller, effort, mpc, estimator)
+        for node in (controller, effort, mpc):
             node.on_activate()
-        assert [node.warmup.compiling for node in nodes] == [[], [], []]  # no child: all current
+        assert [node.warmup.compiling for node in nodes] == [[]] * 4  # no child: all current
         deadline = time.monotonic() + LOAD_TIMEOUT
         while not all(node.warmup.ready for node in nodes):  # loading on worker threads
             assert time.monotonic() < deadline, [node.warmup.state for node in nodes]
@@ -193,6 +195,7 @@ def test_with_the_families_current_the_callbacks_compile_and_load_nothing(monkey
         effort.stop()  # and its stop at shutdown
     assert calls.calls == []
     assert controller.output.published > 0 and controller.status.active and effort.output.published > commanded > 0
+    assert mpc.output.published > 0 and mpc.status.active
     assert torques and np.isfinite(estimator.torque_estimator.residual_rms)  # through the compiled step
 
 
