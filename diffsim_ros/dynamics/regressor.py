@@ -17,52 +17,13 @@ import torch
 
 from diffsim_ros.dynamics.checks import joint_tensor
 from diffsim_ros.dynamics.kinematics import joint_placements, motion_subspace
-from diffsim_ros.dynamics.rnea import body_inertials
-from diffsim_ros.dynamics.spatial import matvec, skew
+from diffsim_ros.dynamics.rnea import body_inertials, body_motions
+from diffsim_ros.dynamics.spatial import skew
 
-__all__ = ["INERTIAL_PARAMETERS", "body_motions", "inertial_parameters", "joint_torque_regressor", "regressor_torques"]
+__all__ = ["INERTIAL_PARAMETERS", "inertial_parameters", "joint_torque_regressor", "regressor_torques"]
 
 INERTIAL_PARAMETERS = ("m", "mcx", "mcy", "mcz", "ixx", "ixy", "iyy", "ixz", "iyz", "izz")
 """Names of a body's ten inertial parameters, in the regressor's column order."""
-
-
-def body_motions(model, q, qd, qdd, gravity):
-    """Spatial velocity and acceleration of every body in its own frame (RNEA's forward pass).
-
-    Args:
-        model: RobotModel.
-        q, qd, qdd: Joint positions, velocities, accelerations, shape (..., n), validated.
-        gravity: Gravity [m/s²], shape (3,) (the root's acceleration is ``-gravity``), or None.
-
-    Returns:
-        ``(omega, vel, alpha, acc)``: lists of n tensors of shape (..., 3): angular velocity
-        [rad/s], linear velocity of the frame origin [m/s], angular acceleration [rad/s²] and
-        linear (spatial) acceleration [m/s²] of each body, body axes.
-    """
-    rot, pos = joint_placements(model, q)
-    e = rot.transpose(-1, -2)  # parent -> child coordinates
-    s_ang, s_lin = motion_subspace(model)
-    zeros = torch.zeros_like(pos[..., 0, :])
-    root_acc = zeros if gravity is None else zeros - gravity
-    omegas, vels, alphas, accs = [], [], [], []
-    for i, parent in enumerate(model.parents):
-        e_i, r_i = e[..., i, :, :], pos[..., i, :]
-        dq, ddq = qd[..., i, None], qdd[..., i, None]
-        if parent < 0:
-            w_p, v_p, al_p, a_p = zeros, zeros, zeros, root_acc
-        else:
-            w_p, v_p, al_p, a_p = omegas[parent], vels[parent], alphas[parent], accs[parent]
-        sa_dq, sl_dq = s_ang[i] * dq, s_lin[i] * dq
-        w = matvec(e_i, w_p) + sa_dq
-        v = matvec(e_i, v_p + torch.cross(w_p, r_i, dim=-1)) + sl_dq
-        al = matvec(e_i, al_p) + s_ang[i] * ddq + torch.cross(w, sa_dq, dim=-1)
-        a = (matvec(e_i, a_p + torch.cross(al_p, r_i, dim=-1)) + s_lin[i] * ddq + torch.cross(w, sl_dq, dim=-1)
-             + torch.cross(v, sa_dq, dim=-1))
-        omegas.append(w)
-        vels.append(v)
-        alphas.append(al)
-        accs.append(a)
-    return omegas, vels, alphas, accs
 
 
 def _symmetric_map(x):
@@ -108,7 +69,7 @@ def joint_torque_regressor(model, q, qd, qdd):
                                          joint_tensor(model, "qdd", qdd))
     rot, pos = joint_placements(model, q)
     s_ang, s_lin = motion_subspace(model)
-    motions = body_motions(model, q, qd, qdd, model.gravity)
+    motions = body_motions(model, q, qd, qdd, model.gravity, (rot, pos))
     y = q.new_zeros(q.shape + (model.nq, len(INERTIAL_PARAMETERS)))
     for j in range(model.nq):
         torque, force = _body_regressor(*(m[j] for m in motions))

@@ -17,6 +17,7 @@ from diffsim_ros.model.inertia import inertia_from_vector
 
 __all__ = [
     "body_inertials",
+    "body_motions",
     "rnea",
     "gravity_torques",
     "nonlinear_effects",
@@ -58,39 +59,55 @@ def _apply_inertia(mass, h, inertia_o, omega, vel):
     return torque, force
 
 
-def _rnea(model, q, qd, qdd, gravity):
-    """Recursive Newton-Euler in body frames; ``gravity`` (3,) or None for no gravity."""
-    rot, pos = joint_placements(model, q)
+def body_motions(model, q, qd, qdd, gravity, placements=None):
+    """Spatial velocity and acceleration of every body in its own frame (RNEA's forward pass).
+
+    Args:
+        model: RobotModel.
+        q, qd, qdd: Joint positions, velocities, accelerations, shape (..., n), validated.
+        gravity: Gravity [m/s²], shape (3,) (the root's acceleration is ``-gravity``), or None.
+        placements: ``joint_placements(model, q)`` when the caller has them.
+
+    Returns:
+        ``(omega, vel, alpha, acc)``: lists of n tensors of shape (..., 3): angular velocity
+        [rad/s], linear velocity of the frame origin [m/s], angular acceleration [rad/s²] and
+        linear (spatial) acceleration [m/s²] of each body, body axes.
+    """
+    rot, pos = joint_placements(model, q) if placements is None else placements
     e = rot.transpose(-1, -2)  # parent -> child coordinates
     s_ang, s_lin = motion_subspace(model)
-    mass, h, inertia_o = body_inertials(model)
     zeros = torch.zeros_like(pos[..., 0, :])
-    root_lin_acc = zeros if gravity is None else zeros - gravity
-
-    omegas, vels, alphas, accs, torques, forces = [], [], [], [], [], []
+    root_acc = zeros if gravity is None else zeros - gravity
+    omegas, vels, alphas, accs = [], [], [], []
     for i, parent in enumerate(model.parents):
         e_i, r_i = e[..., i, :, :], pos[..., i, :]
         dq, ddq = qd[..., i, None], qdd[..., i, None]
         if parent < 0:
-            w_p, v_p, al_p, a_p = zeros, zeros, zeros, root_lin_acc
+            w_p, v_p, al_p, a_p = zeros, zeros, zeros, root_acc
         else:
             w_p, v_p, al_p, a_p = omegas[parent], vels[parent], alphas[parent], accs[parent]
         sa_dq, sl_dq = s_ang[i] * dq, s_lin[i] * dq
         w = matvec(e_i, w_p) + sa_dq
         v = matvec(e_i, v_p + torch.cross(w_p, r_i, dim=-1)) + sl_dq
         al = matvec(e_i, al_p) + s_ang[i] * ddq + torch.cross(w, sa_dq, dim=-1)
-        a = (
-            matvec(e_i, a_p + torch.cross(al_p, r_i, dim=-1))
-            + s_lin[i] * ddq
-            + torch.cross(w, sl_dq, dim=-1)
-            + torch.cross(v, sa_dq, dim=-1)
-        )
-        n_a, f_a = _apply_inertia(mass[i], h[i], inertia_o[i], al, a)
-        n_v, f_v = _apply_inertia(mass[i], h[i], inertia_o[i], w, v)
+        a = (matvec(e_i, a_p + torch.cross(al_p, r_i, dim=-1)) + s_lin[i] * ddq + torch.cross(w, sl_dq, dim=-1)
+             + torch.cross(v, sa_dq, dim=-1))
         omegas.append(w)
         vels.append(v)
         alphas.append(al)
         accs.append(a)
+    return omegas, vels, alphas, accs
+
+
+def _rnea(model, q, qd, qdd, gravity):
+    """Recursive Newton-Euler in body frames; ``gravity`` (3,) or None for no gravity."""
+    rot, pos = joint_placements(model, q)
+    s_ang, s_lin = motion_subspace(model)
+    mass, h, inertia_o = body_inertials(model)
+    torques, forces = [], []
+    for i, (w, v, al, a) in enumerate(zip(*body_motions(model, q, qd, qdd, gravity, (rot, pos)))):
+        n_a, f_a = _apply_inertia(mass[i], h[i], inertia_o[i], al, a)
+        n_v, f_v = _apply_inertia(mass[i], h[i], inertia_o[i], w, v)
         torques.append(n_a + torch.cross(w, n_v, dim=-1) + torch.cross(v, f_v, dim=-1))
         forces.append(f_a + torch.cross(w, f_v, dim=-1))
 
@@ -99,8 +116,8 @@ def _rnea(model, q, qd, qdd, gravity):
         tau[i] = (torques[i] * s_ang[i]).sum(-1) + (forces[i] * s_lin[i]).sum(-1)
         parent = model.parents[i]
         if parent >= 0:
-            f_parent = matvec(e[..., i, :, :].transpose(-1, -2), forces[i])
-            n_parent = matvec(e[..., i, :, :].transpose(-1, -2), torques[i])
+            f_parent = matvec(rot[..., i, :, :], forces[i])
+            n_parent = matvec(rot[..., i, :, :], torques[i])
             forces[parent] = forces[parent] + f_parent
             torques[parent] = torques[parent] + n_parent + torch.cross(pos[..., i, :], f_parent, dim=-1)
     return torch.stack(tau, dim=-1)
