@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.common import machine_line, markdown_table, median, write_section
+from benchmarks.common import cpu_hogs, machine_line, markdown_table, median, write_section
 
 REPO = Path(__file__).resolve().parents[1]
 TEST = REPO / "test"
@@ -69,12 +69,6 @@ def _errors(values, truth):
     return f"{mass:.2f} / {k:.3f} / {damping:.2f}"
 
 
-def _hogs(seconds):
-    """One busy loop per core at normal priority, ending by itself after ``seconds``."""
-    code = f"import time\nend = time.time() + {seconds}\nwhile time.time() < end: pass\n"
-    return [subprocess.Popen([sys.executable, "-c", code]) for _ in range(os.cpu_count() or 1)]
-
-
 def bench_bag(seed, workdir, threads):
     """Rows for one bag: calibrate (default threads and, if asked, --threads given) and the baseline."""
     sys.path.insert(0, str(TEST))
@@ -106,17 +100,12 @@ def main():
     seeds = [int(s) for s in args.seeds.split(",")]
     rows, ratios = [], []
     start_load = os.getloadavg()[0]
-    hogs = _hogs(3600) if args.busy else []
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            for seed in seeds:
-                bag_rows, ratio = bench_bag(seed, Path(tmp), args.threads)
-                rows += bag_rows
-                ratios.append(ratio)
-                print("\n".join(" | ".join(map(str, r)) for r in bag_rows), flush=True)
-    finally:
-        for hog in hogs:
-            hog.kill()
+    with cpu_hogs(3600 if args.busy else 0), tempfile.TemporaryDirectory() as tmp:
+        for seed in seeds:
+            bag_rows, ratio = bench_bag(seed, Path(tmp), args.threads)
+            rows += bag_rows
+            ratios.append(ratio)
+            print("\n".join(" | ".join(map(str, r)) for r in bag_rows), flush=True)
     load = ("with a busy loop on every core" if args.busy else "no load started by the benchmark") + \
         f", load average {start_load:.1f} at the start and {os.getloadavg()[0]:.1f} at the end"
     body = "\n".join([

@@ -4,12 +4,14 @@ Each benchmark script owns one section of RESULTS.md (between BEGIN/END markers)
 rewrites only that section, so scripts can be re-run independently.
 """
 
+import contextlib
 import datetime
 import fcntl
 import math
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,7 +24,7 @@ _TEST_DIR = str(Path(__file__).resolve().parents[1] / "test")
 if _TEST_DIR not in sys.path:
     sys.path.insert(0, _TEST_DIR)
 
-__all__ = ["RESULTS", "time_call", "percentile", "machine_line", "write_section", "markdown_table"]
+__all__ = ["RESULTS", "cpu_hogs", "time_call", "percentile", "machine_line", "write_section", "markdown_table"]
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
@@ -92,3 +94,19 @@ def write_section(name, body):
         handle.seek(0)
         handle.write(text)
         handle.truncate()
+
+
+@contextlib.contextmanager
+def cpu_hogs(seconds):
+    """One busy-loop process per core at normal priority while inside (none for ``seconds`` 0).
+
+    The loops end by themselves after ``seconds`` [s] too, should this process die first.
+    """
+    code = f"import time\nend = time.time() + {seconds}\nwhile time.time() < end: pass\n"
+    hogs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(os.cpu_count() or 1)] if seconds > 0 else []
+    try:
+        yield hogs
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
