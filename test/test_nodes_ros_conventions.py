@@ -265,7 +265,8 @@ def test_controller_torque_map_follows_estimates_and_is_rebuilt(tmp_path, rebuil
     assert controller.controller.map_exact is rebuild and controller.map_rebuilds == int(rebuild)
     if rebuild:
         assert controller.controller.torque_map.parameter_hash == parameter_hash(controller.model)
-    control = {kv.key: kv.value for kv in diagnostics.messages[-1][1].status[-1].values}
+    status = next(st for st in diagnostics.messages[-1][1].status if st.name.endswith(": control"))
+    control = {kv.key: kv.value for kv in status.values}
     assert control["torque map"] == ("exact" if rebuild else "conditioned on the model")
     assert controller.status.active and len(commands.messages) > 350  # commanded throughout
     runtime.shutdown()

@@ -34,6 +34,8 @@ SUBCOMMANDS = {
     "replay": ("diffsim_ros.cli.replay", "play a bag through the estimator node (online estimation offline)"),
     "torque-map": ("diffsim_ros.cli.torque_map", "build or inspect net-torque lookup maps (impedance control)"),
     "demo": ("diffsim_ros.cli.demo", "online calibration and control of a simulated Baxter (no ROS needed)"),
+    "validate": ("diffsim_ros.cli.validate",
+                 "torque-prediction RMSE of the nominal and a calibrated model on another recording"),
     "estimate-objects": ("diffsim_ros.cli.estimate_objects",
                          "estimate object mass, friction and restitution from camera poses in a bag"),
 }
