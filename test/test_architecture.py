@@ -39,7 +39,7 @@ LAYERS = (
 )
 MUJOCO_ONLY_IN = "testbed"
 RCLPY_NOT_BELOW = "runtime"
-MAX_FUNCTION_LINES = 80  # HELPERS.md style: small functions
+MAX_FUNCTION_LINES = 80  # DEVELOPERS.md style: small functions
 
 
 def _unit(path, root):
