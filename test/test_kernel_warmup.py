@@ -377,3 +377,21 @@ def test_sigint_while_fitting_saves_and_exits_within_the_bound():
             process.kill()
             process.wait()
     assert code == 0 and "saved" in output and "Traceback" not in output, output
+
+
+@requires_ros
+def test_cold_start_sim_robot_holds_the_arm_still_while_warming_up_and_exits_on_sigint(cold_graph):
+    from diagnostic_msgs.msg import DiagnosticArray
+    from rclpy.qos import qos_profile_sensor_data
+    from sensor_msgs.msg import JointState
+
+    probe, start = cold_graph
+    probe.subscribe(DiagnosticArray, "/diagnostics")
+    probe.subscribe(JointState, "/robot/joint_states", qos_profile_sensor_data)
+    sim = start("sim_robot_node", {"output": "ros2_control", "noise.joint_position": 0.0, "noise.joint_velocity": 0.0})
+    probe.wait_for(lambda: _warming_up(probe, "sim_robot", "control"), START_TIMEOUT, "sim_robot warming up")
+    probe.wait_for(lambda: len(probe.messages("/robot/joint_states")) > 50, 30.0, "joint states while warming up")
+    positions = np.array([msg.position for _, msg in probe.messages("/robot/joint_states")])
+    assert np.ptp(positions, axis=0).max() < 1e-9  # held still (no hardware torques yet), not falling
+    assert _warming_up(probe, "sim_robot", "control")
+    _interrupt_within_bound(sim, probe, "sim_robot")

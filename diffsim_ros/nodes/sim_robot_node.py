@@ -52,6 +52,7 @@ from diffsim_ros.runtime.diagnostics import DIAGNOSTIC_ARRAY, OK, WARN, Gaps, di
 from diffsim_ros.runtime.heap import GcPauses, frozen_objects
 from diffsim_ros.runtime.params import ParameterError, check_ranges, refuse_run_time_changes
 from diffsim_ros.runtime.rclpy_backend import exit_process, run_node
+from diffsim_ros.runtime.warmup import KernelWarmup
 from diffsim_ros.testbed.mujoco_plant import MujocoPlant, PlantTruth, SensorNoise, random_camera_pose
 
 __all__ = ["SimRobotConfig", "SimRobotNode", "main", "plant_truth"]
@@ -142,7 +143,8 @@ class SimRobotNode:
 
     Attributes:
         plant: MujocoPlant.
-        hardware: BaxterLimbEmulator or EffortControllerEmulator.
+        hardware: BaxterLimbEmulator or EffortControllerEmulator (None while its kernels warm up,
+            :mod:`diffsim_ros.runtime.warmup`: the arm is held still and commands are rejected).
         rejected_commands: Commands dropped (wrong mode, joints, length, or non-finite).
     """
 
@@ -171,6 +173,13 @@ class SimRobotNode:
         self._step_ns = int(round(self._substeps * cfg.timestep * NS_PER_S))
         self.clock = handle.create_publisher(CLOCK, "/clock", CLOCK_QOS) if cfg.publish_clock else None
         self._setup_commands(cfg, model, start)
+        # The emulated hardware's own hold is compiled (gravity, springs, M(q) for its gains): it is
+        # built once its kernels are in the cache, on the warm-up's worker thread, never on the executor.
+        self.hardware = None
+        self.warmup = KernelWarmup(["control"], self._build_hardware, handle.get_logger(), enabled=handle.owns_process)
+        if self.warmup.state == "ready":  # a node sharing its process: compiled on first use, as before
+            self._build_hardware()
+        handle.add_on_shutdown(self.warmup.close)
         joint_topic = robot_topic(self.robot.config, "joint_states", cfg.joint_states_topic) or "/joint_states"
         self.joint_states = handle.create_publisher(JOINT_STATE, joint_topic, SENSOR_QOS)
         self.state_gaps = Gaps(_STATE_GAP_LIMIT_MS)
@@ -208,13 +217,14 @@ class SimRobotNode:
     def _setup_commands(self, cfg, model, start):
         handle = self.handle
         if cfg.output == BAXTER:
-            self.hardware = BaxterLimbEmulator(model, start, cfg.command_timeout, cfg.suppress_timeout, cfg.hold_bandwidth)
+            self._new_hardware = lambda: BaxterLimbEmulator(model, start, cfg.command_timeout, cfg.suppress_timeout,
+                                                            cfg.hold_bandwidth)
             self._command_map = JointNameMap(self.joint_names)
             command_topic, suppress_topic = baxter_topics(cfg.side)
             handle.create_subscription(JOINT_COMMAND, command_topic, self._on_joint_command, COMMAND_QOS)
             handle.create_subscription(EMPTY, suppress_topic, self._on_suppress, COMMAND_QOS)
         else:
-            self.hardware = EffortControllerEmulator(model, start, cfg.hold_bandwidth)
+            self._new_hardware = lambda: EffortControllerEmulator(model, start, cfg.hold_bandwidth)
             self._controller_order = controller_joint_order(
                 self.joint_names, cfg.controller_joints or self.robot.config.controller_joints)
             topic = effort_controller_topic(cfg.controller_name)
@@ -235,6 +245,8 @@ class SimRobotNode:
         self.handle.get_logger().warning(f"command rejected: {reason}", throttle_duration_sec=1.0)
 
     def _on_joint_command(self, msg):
+        if not self.warmup.ready:
+            return self._reject("the hardware is still starting (kernels warming up)")
         try:
             tau = joint_command_to_array(msg, self._command_map, require_mode=TORQUE_MODE)
         except MessageConversionError as err:
@@ -244,9 +256,13 @@ class SimRobotNode:
         self.hardware.command(self.now(), tau)
 
     def _on_suppress(self, msg):
+        if not self.warmup.ready:
+            return
         self.hardware.suppress_gravity_compensation(self.now())
 
     def _on_effort_command(self, msg):
+        if not self.warmup.ready:
+            return self._reject("the hardware is still starting (kernels warming up)")
         data = np.asarray(msg.data, dtype=np.float64)
         if data.shape != (len(self._controller_order),) or not np.all(np.isfinite(data)):
             # JointGroupEffortController refuses commands of the wrong size; drives refuse NaN.
@@ -256,9 +272,19 @@ class SimRobotNode:
         self.hardware.command(self.now(), tau)
 
     # ------------------------------------------------------------------ physics and sensors
+    def _build_hardware(self):
+        """The emulated hardware, its hold computed once (loads its kernels)."""
+        hardware = self._new_hardware()
+        q, qd = self.plant.true_state()
+        hardware.torques(0.0, q, qd)
+        self.hardware = hardware
+
     def _step(self):
         q, qd = self.plant.true_state()
-        self.plant.step(self.hardware.torques(self.now(), q, qd), steps=self._substeps)
+        warm = self.warmup.ready  # until then the arm is held still, as by its brakes while the robot boots
+        self.plant.step(self.hardware.torques(self.now(), q, qd) if warm else np.zeros_like(q), steps=self._substeps)
+        if not warm:
+            self.plant.reset(q)
         self.physics_updates += 1
         if self.clock is not None:
             self._sim_ns += self._step_ns
@@ -290,7 +316,8 @@ class SimRobotNode:
 
     def _publish_diagnostics(self):
         now_ns = self.handle.now_ns()
-        self.diagnostics.publish(diagnostic_array_msg(self.handle.messages, now_ns, [self._hardware_status()]))
+        statuses = [self.warmup.status(node_label(self.handle)), self._hardware_status()]
+        self.diagnostics.publish(diagnostic_array_msg(self.handle.messages, now_ns, statuses))
 
     def _real_time_factor(self):
         """Simulated seconds per second of node time (the wall clock on a real graph) since the previous call."""
