@@ -18,12 +18,11 @@ import argparse
 import json
 import multiprocessing
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.common import cpu_hogs, machine_line, markdown_table, median, write_section
+from benchmarks.common import cpu_hogs, machine_line, markdown_table, median, run_timed, write_section
 
 REPO = Path(__file__).resolve().parents[1]
 TEST = REPO / "test"
@@ -40,16 +39,10 @@ print(json.dumps({{"mass": e.payload_mass, "k": e.stiffness, "damping": list(e.d
 
 
 def _timed(argv):
-    """CPU [s], wall [s], peak RSS [MiB] and stdout of ``argv``: a wrapper reports its child's ``os.wait4`` rusage."""
-    wrapper = ("import json, os, subprocess, sys, time\n"
-               "t = time.perf_counter(); p = subprocess.Popen(sys.argv[1:], stdout=subprocess.PIPE, text=True)\n"
-               "out = p.stdout.read(); _, status, r = os.wait4(p.pid, 0)\n"
-               "print(json.dumps({'status': status, 'cpu': r.ru_utime + r.ru_stime, 'wall': time.perf_counter() - t,"
-               " 'rss': r.ru_maxrss / 1024, 'out': out}))\n")
-    result = subprocess.run([sys.executable, "-c", wrapper, *argv], capture_output=True, text=True, check=True)
-    report = json.loads(result.stdout)
+    """CPU [s], wall [s], peak RSS [MiB] and stdout of ``argv`` (:func:`benchmarks.common.run_timed`); raises if it fails."""
+    report = run_timed(argv)
     if report["status"] != 0:
-        raise RuntimeError(f"{argv[:3]} failed ({report['status']}): {result.stderr[-800:]}")
+        raise RuntimeError(f"{argv[:3]} failed ({report['status']}): {report['err'][-800:]}")
     return report
 
 

@@ -24,7 +24,7 @@ _TEST_DIR = str(Path(__file__).resolve().parents[1] / "test")
 if _TEST_DIR not in sys.path:
     sys.path.insert(0, _TEST_DIR)
 
-__all__ = ["RESULTS", "cpu_hogs", "time_call", "percentile", "machine_line", "write_section", "markdown_table"]
+__all__ = ["RESULTS", "cpu_hogs", "time_call", "percentile", "machine_line", "write_section", "markdown_table", "run_timed"]
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
@@ -40,6 +40,23 @@ def time_call(fn, repeats=50, warmup=5, inner=1):
             fn()
         samples.append((time.perf_counter() - start) / inner)
     return samples
+
+
+def run_timed(argv, env=None, cwd=None):
+    """Run ``argv`` to its exit: ``{"status": exit code, "cpu": user + system [s] of it and its children,
+    "wall": [s], "rss": peak RSS [MiB], "out": stdout, "err": stderr}`` (rusage from ``os.wait4``)."""
+    import tempfile
+
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        start = time.perf_counter()
+        process = subprocess.Popen(argv, stdout=out, stderr=err, env=env, cwd=cwd, text=True)
+        _, status, usage = os.wait4(process.pid, 0)
+        wall = time.perf_counter() - start
+        process.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        return {"status": process.returncode, "cpu": usage.ru_utime + usage.ru_stime, "wall": wall,
+                "rss": usage.ru_maxrss / 1024, "out": out.read(), "err": err.read()}
 
 
 def percentile(samples, p):
