@@ -201,9 +201,12 @@ def rigid_prediction(oracle, q, qd, qdd, armature, damping, friction):
     return rigid + damping * qd + friction * np.sign(qd)
 
 
-def rmse_per_joint(predicted, measured):
-    """RMS error per joint [N·m], (n,)."""
-    return np.sqrt(np.mean(np.square(predicted - measured), axis=0))
+def rmse_per_joint(predicted, measured, mask=None):
+    """RMS error per joint [N·m], (n,), over the samples where ``mask`` (T, n) is true (default: all)."""
+    squared = np.square(predicted - measured)
+    if mask is None:
+        return np.sqrt(np.mean(squared, axis=0))
+    return np.sqrt(np.sum(squared * mask, axis=0) / np.sum(mask, axis=0))
 
 
 def base_parameter_baseline(fit_bag, test_bag, urdf, joints, topic="/joint_states", window=0.2, stiction_velocity=0.05):
@@ -232,17 +235,19 @@ def base_parameter_baseline(fit_bag, test_bag, urdf, joints, topic="/joint_state
             "rmse": rmse_per_joint(predicted, test[3]), "fit_rmse": rmse_per_joint(fitted, fit[3])}
 
 
-def model_rmse(test_bag, urdf, joints, passive=None, topic="/joint_states", window=0.2):
+def model_rmse(test_bag, urdf, joints, passive=None, topic="/joint_states", window=0.2, min_speed=0.0):
     """Per-joint RMS error [N·m], (n,), of a URDF's model predicting the efforts of ``test_bag``.
 
     ``passive``: ``(armature, damping, friction)``, (n,) each, or None for the URDF's own
-    (``<dynamics damping friction>`` as Pinocchio reads them, no armature).
+    (``<dynamics damping friction>`` as Pinocchio reads them, no armature). ``min_speed``
+    [rad/s]: score each joint only where it moves at least that fast (sticking and reversals left out).
     """
     oracle = PinocchioOracle(SimpleNamespace(joint_names=list(joints)), urdf)
     if passive is None:
         passive = (np.zeros(len(joints)), oracle.sel(oracle.model.damping), oracle.sel(oracle.model.friction))
     q, qd, qdd, effort = _prepared(test_bag, joints, topic, window)
-    return rmse_per_joint(rigid_prediction(oracle, q, qd, qdd, *(np.asarray(p, float) for p in passive)), effort)
+    predicted = rigid_prediction(oracle, q, qd, qdd, *(np.asarray(p, float) for p in passive))
+    return rmse_per_joint(predicted, effort, np.abs(qd) >= min_speed)
 
 
 def _prepared(bag, joints, topic, window):
