@@ -142,7 +142,8 @@ def _row(model, rmse, report, note=""):
 def _verdict(ours, calibrate, baseline, nominal):
     """The acceptance line of one arm."""
     if ours is None:
-        return f"**not met**: calibrate exited {calibrate['status']} and wrote no calibration to score"
+        scored = "validate failed on what it wrote" if "written" in calibrate else "it wrote no calibration to score"
+        return f"**not met**: calibrate exited {calibrate['status']} and {scored}"
     o, b, n = _overall(ours), _overall(baseline), _overall(nominal)
     met = calibrate["status"] == 0 and o <= BASELINE_RATIO * b and o < NOMINAL_FRACTION * n
     return (f"{'**met**' if met else '**not met**'}: calibrate exit {calibrate['status']}; ours / baseline "
@@ -231,7 +232,7 @@ def _reading(summaries):
                 f"{s['sliding']:.3f} where joints slide: the rest is in the samples where a joint sticks or reverses, "
                 f"where friction is anything within +-mu) and {s['nominal'] / s['baseline']:.0f}x better than the nominal URDF")
         if s["ours"] is None:
-            line += f"; calibrate exited {s['status']} and wrote nothing to score"
+            line += f"; calibrate exited {s['status']} and nothing it wrote could be scored"
         else:
             line += (f"; calibrate (`--estimate {','.join(s['groups'])}`) exited {s['status']}"
                      + (" with a partial calibration" if s["status"] else "")
