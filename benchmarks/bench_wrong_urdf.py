@@ -150,6 +150,16 @@ def _verdict(ours, calibrate, baseline, nominal):
             f"{o / b:.2f} (target <= {BASELINE_RATIO:g}), ours / nominal {o / n:.2f} (target < {NOMINAL_FRACTION:.2f})")
 
 
+def _hidden(arm):
+    """One line: the real arm's truth (chain order)."""
+    ratios = [c["mass_ratio"] for c in arm.changes.values()]
+    offsets = [1e3 * float(sum(v * v for v in c["com_offset"]) ** 0.5) for c in arm.changes.values()]
+    values = lambda x: " / ".join(f"{v:.3g}" for v in x)  # noqa: E731
+    return (f"Hidden: {len(arm.changes)} links, mass x{min(ratios):.2f}..x{max(ratios):.2f}, COM moved "
+            f"{min(offsets):.0f}-{max(offsets):.0f} mm; armature [kg·m²] {values(arm.armature)}; damping [N·m·s/rad] "
+            f"{values(arm.damping)}; friction [N·m] {values(arm.friction)}.")
+
+
 def bench_arm(name, workdir, seed, requested):
     """The table rows and verdict of one arm."""
     from diffsim_ros.vocabulary import GROUPS
@@ -189,7 +199,7 @@ def bench_arm(name, workdir, seed, requested):
     if validate is not None:
         rows.append(["(its `validate`)", "", "", f"{validate['cpu']:.1f}", f"{validate['wall']:.1f}", f"{validate['rss']:.0f}",
                      f"exit {validate['status']}" + ("" if validate["status"] == 0 else f": {_tail(validate['err'])}")])
-    init_line = f"`init` ({init['cpu']:.1f} s CPU): " + _tail(init["out"], lines=6, width=1000)
+    init_line = f"`init` ({init['cpu']:.1f} s CPU): " + _tail(init["out"], lines=6, width=1000) + "\n\n" + _hidden(arm)
     verdict = _verdict(ours["calibrated"] if ours else None, calibrate, fitted["rmse"], references["nominal"])
     summary = {"truth": _overall(references["truth"]), "sliding": _overall(references["sliding"]),
                "nominal": _overall(references["nominal"]), "baseline": _overall(fitted["rmse"]),
