@@ -10,7 +10,7 @@ __all__ = ["GROUPS", "HOLDS", "MODELS", "STORAGES", "TORQUE_SOURCES", "TRAJECTOR
 MODELS = ("rigid", "pbd")
 """Differentiable models: exact rigid-body dynamics, or the articulated PBD simulator."""
 
-GROUPS = ("payload", "spring", "damping", "friction", "inertia", "camera", "link_lengths", "effort_bias", "effort_delay")
+GROUPS = ("payload", "spring", "damping", "friction", "armature", "inertia", "camera", "link_lengths", "effort_bias", "effort_delay")
 """Parameter groups identification can estimate (``--estimate``)."""
 
 HOLDS = ("zoh", "linear", "cubic")

@@ -53,6 +53,11 @@ class MotionTruth:
     damping: tuple
     friction: tuple
     camera_pose: np.ndarray = field(repr=False)
+    armature: tuple = ()
+    """Reflected rotor inertia per arm joint [kg·m²] (MuJoCo's ``dof_armature``); empty: none."""
+    links: tuple = ()
+    """A wrong URDF: per arm link, ``(mass factor, COM shift [m] (3,), inertia factor)`` of the
+    plant's link against the URDF's; empty: the URDF's inertials."""
 
 
 @dataclass(frozen=True)
@@ -161,6 +166,13 @@ class _Models:
             model.dof_frictionloss[:] = 0.0
         self.plant.dof_damping[self.dof] = truth.damping
         self.plant.dof_frictionloss[self.dof] = truth.friction
+        if truth.armature:
+            self.plant.dof_armature[self.dof] = truth.armature
+        for joint, (mass, shift, inertia) in zip(ARM, truth.links):
+            body = self.plant.jnt_bodyid[mujoco.mj_name2id(self.plant, mujoco.mjtObj.mjOBJ_JOINT, joint)]
+            self.plant.body_mass[body] *= mass
+            self.plant.body_ipos[body] += np.asarray(shift, dtype=float)
+            self.plant.body_inertia[body] *= inertia
         # MuJoCo's default friction constraint is soft: on the light wrist joints it would not
         # reach mu below ~1 rad/s. A stiff one is Coulomb friction within ~0.05 rad/s.
         self.plant.dof_solref[self.dof] = (2 * spec.timestep, 1.0)
