@@ -116,11 +116,12 @@ class SerialCorrelation:
         start = int(index[0])
         dense = np.full((int(index[-1]) - start + 1, errors.shape[1]), np.nan)
         dense[index - start] = errors
-        fresh = np.zeros(len(dense), bool)
-        fresh[index[old:] - start] = True
-        for lag in range(min(len(self.weights), len(dense))):
-            products = dense[lag:] * dense[: len(dense) - lag]
-            self.lags[lag] += np.nansum(products[fresh[lag:]], axis=0)
+        lags = len(self.weights)
+        padded = np.concatenate([np.full((lags - 1, dense.shape[1]), np.nan), dense])  # row t + lags - 1: sample t
+        rows = index[old:] - start  # the new samples
+        windows = np.lib.stride_tricks.sliding_window_view(padded, lags, axis=0)[rows]  # (K, n, lags): t - lags + 1 .. t
+        products = np.nan_to_num(dense[rows][:, :, None] * windows[:, :, ::-1])  # lag l at [..., l]
+        self.lags += products.sum(0).T
         keep = len(self.weights)
         self._tail = (index[-keep:], errors[-keep:])
 

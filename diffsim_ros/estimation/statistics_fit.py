@@ -60,7 +60,7 @@ def _solve(info, grad):
     return np.linalg.lstsq(scaled, grad / scale, rcond=1e-12)[0] / scale
 
 
-def gauss_newton(regression, hw, gw, theta, free, iterations=5):
+def gauss_newton(regression, hw, gw, theta, free, iterations=3):
     """Minimize the weighted cost over the ``free`` coordinates (bool (P,)) inside the bounds.
 
     Args:
@@ -159,7 +159,7 @@ def _named(regression, theta, cov, free_blocks, policy, bounds, rejected):
     return values, {k: stddev[k] for k in values}, held
 
 
-def fit_statistics(regression, stats, variance, inflation, start, policy, bounds, iterations=5):
+def fit_statistics(regression, stats, variance, inflation, start, policy, bounds, iterations=3):
     """Fit the determined parameters on accumulated statistics; hold the others at ``start``.
 
     Args:

@@ -65,23 +65,25 @@ class RegressionBlock:
 
 
 def _payload_phi(theta, rot, pos):
-    """phi (10,) and d phi / d theta (10, 4) of a payload ``theta = (m, h)`` (complex-step safe)."""
+    """phi (10,) and d phi / d theta (10, 4) of a payload ``theta = (m, h)`` (complex-step safe).
+
+    ``h_b = R h + m p`` (the first moment in the body frame) and the point mass's inertia about
+    the body origin ``(|h_b|^2 I - h_b h_b^T) / m``, in the regressor's order.
+    """
     m, h = theta[0], theta[1:4]
     mt = m if m.real > PAYLOAD_MIN_MASS else PAYLOAD_MIN_MASS + 0.0 * m
-    hb = rot @ h + m * pos
-    outer = np.outer(hb, hb)
-    inertia = ((hb @ hb) * np.eye(3) - outer) / mt
-    dhb = np.concatenate([pos[:, None], rot], axis=1)  # (3, 4)
-    dinertia = np.zeros((3, 3, 4), dtype=theta.dtype)
-    for k in range(3):
-        e = np.zeros(3)
-        e[k] = 1.0
-        dk = (2 * hb[k] * np.eye(3) - np.outer(e, hb) - np.outer(hb, e)) / mt
-        dinertia += dk[:, :, None] * dhb[k][None, None, :]
+    x, y, z = rot @ h + m * pos
+    square = x * x + y * y + z * z
+    inertia = np.array([square - x * x, -x * y, square - y * y, -x * z, -y * z, square - z * z]) / mt
+    # d inertia / d (x, y, z), (6, 3), times d (x, y, z) / d theta = [p | R]
+    d_hb = np.array([[0 * x, 2 * y, 2 * z], [-y, -x, 0 * x], [2 * x, 0 * x, 2 * z], [-z, 0 * x, -x], [0 * x, -z, -y],
+                     [2 * x, 2 * y, 0 * x]]) / mt
+    dtheta = np.concatenate([pos[:, None], rot], axis=1)  # (3, 4)
+    d_inertia = d_hb @ dtheta
     if m.real > PAYLOAD_MIN_MASS:
-        dinertia[:, :, 0] -= inertia / mt
-    phi = np.concatenate([[m], hb, [inertia[a, b] for a, b in _I6]])
-    jac = np.concatenate([np.eye(1, 4, dtype=theta.dtype), dhb, np.stack([dinertia[a, b] for a, b in _I6])])
+        d_inertia[:, 0] -= inertia / mt
+    phi = np.concatenate([[m, x, y, z], inertia])
+    jac = np.concatenate([np.eye(1, 4, dtype=theta.dtype), dtheta.astype(theta.dtype), d_inertia])
     return phi, jac
 
 
@@ -280,7 +282,7 @@ class TorqueRegression:
         key = (id(model), tuple(self.base.values()))
         if getattr(self, "_base_key", None) != key:
             self._base_key = key
-            self._base = (model.with_parameters(dict(self.base)) if self.base else model), None
+            self._base = (model.with_parameters(dict(self.base)) if self.base else model, model)  # model: kept alive
         return self._base[0]
 
     def rows(self, model, q, qd, qdd, tau):
@@ -324,9 +326,12 @@ class TorqueRegression:
         angle's, taken by central differences of :func:`~diffsim_ros.dynamics.springs.spring_torques`
         (step ``_LEVER_STEP``: truncation and rounding both below 1e-6 of the torque).
         """
-        unit = {f"{n}.spring.stiffness": 0.0 for law, n, _ in base.spring_elements()}
-        unit[block.names[0]] = 1.0
-        model = base.with_parameters(unit)
+        key = (id(base), block.names[0])
+        if getattr(self, "_unit_key", None) != key:  # the unit-stiffness model of the last base
+            unit = {f"{n}.spring.stiffness": 0.0 for law, n, _ in base.spring_elements()}
+            unit[block.names[0]] = 1.0
+            self._unit_key, self._unit = key, base.with_parameters(unit)
+        model = self._unit
         j = block.joint
         shift = torch.zeros_like(q)
         shift[:, j] = _LEVER_STEP
