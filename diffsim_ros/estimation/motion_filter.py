@@ -22,8 +22,8 @@ import numpy as np
 from scipy.signal import savgol_coeffs
 
 from diffsim_ros.estimation.data import DataError, TorqueSignal
-from diffsim_ros.estimation.preparation import consistent_torques, torque_reading
-from diffsim_ros.estimation.signals import DEFAULT_GAP_FACTOR, interpolate, near_limits, window_samples
+from diffsim_ros.estimation.preparation import torque_reading
+from diffsim_ros.estimation.signals import DEFAULT_GAP_FACTOR, acceleration_kernel, interpolate, near_limits, window_samples
 from diffsim_ros.estimation.streams import JointStateSeries, RobotStreams, StreamStats, TorqueSeries
 
 __all__ = ["MotionChunk", "StreamingMotionFilter"]
@@ -117,7 +117,15 @@ class StreamingMotionFilter:
         self.reading = torque_reading(self._streams(), self.options)  # DataError: no torques at all
         self._origin_ns = int(stamps[0])
         self._next = self._span() + self._reach()
+        self._filters = self._coefficients()
         return True
+
+    def _coefficients(self):
+        """Savitzky-Golay coefficients of q, qd, qdd (3, L) and the torque kernel (edges [ns], weights), as offline."""
+        length, dt, order = 2 * self._span() + 1, self.period_ns * 1e-9, self.options.trajectory_polyorder
+        coefficients = np.stack([savgol_coeffs(length, order, deriv=d, delta=dt, use="dot") for d in range(3)])
+        edges, weights = acceleration_kernel(length, order, dt)
+        return coefficients, np.round(edges * 1e9).astype(np.int64), weights
 
     def _span(self):
         return window_samples(self.options.trajectory_filter_window, self.period_ns * 1e-9,
@@ -162,11 +170,10 @@ class StreamingMotionFilter:
         grid = self._grid_ns(wide)
         qg, ok = interpolate((stamps - self._origin_ns) * 1e-9, raw_q, (grid - self._origin_ns) * 1e-9,
                              max_gap=DEFAULT_GAP_FACTOR * self.period_ns * 1e-9)
-        length, dt = 2 * span + 1, self.period_ns * 1e-9
+        length = 2 * span + 1
         views = np.lib.stride_tricks.sliding_window_view(np.nan_to_num(qg), length, axis=0)  # (W - L + 1, n, L)
         complete = np.lib.stride_tricks.sliding_window_view(ok, length).all(-1)
-        q, qd, qdd = (views @ savgol_coeffs(length, self.options.trajectory_polyorder, deriv=d, delta=dt, use="dot")
-                      for d in range(3))
+        q, qd, qdd = (views @ c for c in self._filters[0])
         centre = wide[span : len(wide) - span]  # grid index of every filtered row
         slowest = np.abs(qd)
         if self._slowest:
@@ -202,8 +209,10 @@ class StreamingMotionFilter:
             signal = TorqueSignal(stamps - self._origin_ns, values, hold if len(stamps) >= 4 or hold == "zoh" else "linear")
         except DataError:
             return np.zeros((len(grid_ns), len(self.joint_names))), np.zeros(len(grid_ns), bool)
-        with np.errstate(invalid="ignore"):
-            tau = consistent_torques(signal, grid_ns - self._origin_ns, self.period_ns, self.options)
+        _, edges_ns, weights = self._filters
+        with np.errstate(invalid="ignore"):  # as preparation.consistent_torques, with the kernel computed once
+            means = signal.interval_means((grid_ns - self._origin_ns)[:, None] + edges_ns[None, :])
+            tau = np.einsum("tcn,c->tn", means, weights)
         valid = np.all(np.isfinite(tau), axis=1)
         if source == "commanded":
             valid &= self._commands_fresh(stamps, grid_ns, half_ns)
