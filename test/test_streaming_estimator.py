@@ -223,3 +223,23 @@ def test_standard_deviations_agree_with_the_batch_identification(model):
     for name in ("payload.mass", "left_s1.spring.stiffness", "left_e0.damping", "left_w0.damping"):
         ratio = float(np.linalg.norm(estimator.stddev[name]) / np.linalg.norm(batch.stddev[name]))
         assert STD_RATIO[0] < ratio < STD_RATIO[1], (name, ratio)
+
+
+def test_cpu_share_and_the_node_reports_it_on_diagnostics(tmp_path):
+    from diffsim_ros.estimation.online import OnlineUpdate
+    from diffsim_ros.estimation.online_estimators import cpu_share
+    from diffsim_ros.nodes.estimator_node import EstimatorNode
+    from diffsim_ros.runtime.embedded import EmbeddedRuntime
+    from oracles import REPO
+
+    updates = [OnlineUpdate(0.1 * k, True, "accepted", 1.0, 1.0, 0, cpu_seconds=0.004) for k in range(11)]
+    assert cpu_share(updates) == pytest.approx(0.04) and cpu_share(updates, 3) == pytest.approx(0.04)
+    assert np.isnan(cpu_share(updates[:1]))
+    runtime = EmbeddedRuntime(parameter_files=[REPO / "config" / "baxter_sim.params.yaml"])
+    node = runtime.add_node(EstimatorNode, "estimator", parameter_overrides={
+        "torque_estimate": "off", "save_on_shutdown": False, "method": "streaming", "groups": list(GROUPS),
+        "calibration_output": str(tmp_path / "calibration.yaml")})
+    assert isinstance(node.estimator, StreamingEstimator)
+    assert node._health().values["estimator CPU [% of a core]"] == "n/a"
+    node.estimator.updates.extend(updates)
+    assert node._health().values["estimator CPU [% of a core]"] == "4.0"

@@ -217,6 +217,7 @@ def _print_drops(node):
 def replay_command(args):
     """Handler: returns the exit code."""
     from diffsim_ros.estimation.data import DataError, UndeterminedError
+    from diffsim_ros.estimation.online_estimators import cpu_share
     from diffsim_ros.io.bags import BagError
     from diffsim_ros.io.calibration import CalibrationError, load_calibration
     from diffsim_ros.model import RobotModelError, load_robot_config
@@ -244,7 +245,7 @@ def replay_command(args):
     accepted = [u for u in updates if u.accepted]
     print(f"{len(updates)} updates, {len(accepted)} accepted; CPU per update: median "
           f"{statistics.median([u.cpu_seconds for u in updates]) if updates else math.nan:.3f} s; estimator CPU "
-          f"{_cpu_share(updates):.1%} of a core")
+          f"{cpu_share(updates):.1%} of a core")
     if not accepted:
         reasons = sorted({u.reason.split(":")[0] for u in updates}) or ["no update ran"]
         print(f"{PROG}: no estimate was accepted ({'; '.join(reasons)}); nothing written", file=sys.stderr)
@@ -259,13 +260,6 @@ def replay_command(args):
     if code == exits.OK:
         print(f"wrote {args.out / 'estimates.csv'}, {args.out / 'updates.csv'} and {args.out / 'calibration.yaml'}")
     return code
-
-
-def _cpu_share(updates):
-    """Estimator CPU [s] per second of stream between the first and the last update (nan with fewer than two)."""
-    if len(updates) < 2 or updates[-1].time <= updates[0].time:
-        return math.nan
-    return sum(u.cpu_seconds for u in updates) / (updates[-1].time - updates[0].time)
 
 
 def _rounded(value):

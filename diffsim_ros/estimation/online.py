@@ -39,7 +39,7 @@ from diffsim_ros.estimation.signals import detect_static_segments, near_limits, 
 from diffsim_ros.estimation.streams import JointStateSeries, PoseSeries, RobotStreams, StreamStats, TorqueSeries
 from diffsim_ros.vocabulary import MODELS, ONLINE_METHODS, TORQUE_SOURCES
 
-__all__ = ["OnlineEstimatorConfig", "OnlineUpdate", "OnlineEstimator", "MODELS", "METHODS", "causal_torques"]
+__all__ = ["OnlineEstimatorConfig", "OnlineUpdate", "OnlineEstimator", "MODELS", "METHODS", "causal_torques", "configured_bounds_problem"]
 
 METHODS = ONLINE_METHODS
 
@@ -204,6 +204,14 @@ class OnlineUpdate:
     cpu_seconds: float = 0.0
     values: dict = field(default_factory=dict)
     stddev: dict = field(default_factory=dict)
+
+
+def configured_bounds_problem(bounds, values):
+    """Why ``values`` (name -> array) break the configured ``bounds`` (name -> (low, high)), or None."""
+    for name, (low, high) in bounds.items():
+        if name in values and not np.all((low <= values[name]) & (values[name] <= high)):
+            return f"{name} = {values[name]} outside the configured bounds [{low}, {high}]"
+    return None
 
 
 def causal_torques(model, recent, samples):
@@ -578,10 +586,7 @@ class OnlineEstimator:
         self._iterations = int(np.clip(self.config.cpu_budget / per_evaluation - 3, 1, self.config.max_iterations))
 
     def _out_of_bounds(self, values):
-        for name, (low, high) in self.config.bounds.items():
-            if name in values and not np.all((low <= values[name]) & (values[name] <= high)):
-                return f"{name} = {values[name]} outside the configured bounds [{low}, {high}]"
-        return None
+        return configured_bounds_problem(self.config.bounds, values)
 
     def _record(self, now, accepted, reason, before, after, poses, motion, cpu):
         update = OnlineUpdate(float(now), accepted, reason, before, after, poses, motion, cpu,

@@ -35,7 +35,7 @@ from diffsim_ros.estimation.data import DataError
 from diffsim_ros.estimation.identification import IdentificationSettings
 from diffsim_ros.estimation.information import NormalEquations, SerialCorrelation
 from diffsim_ros.estimation.motion_filter import StreamingMotionFilter
-from diffsim_ros.estimation.online import OnlineUpdate, causal_torques
+from diffsim_ros.estimation.online import OnlineUpdate, causal_torques, configured_bounds_problem
 from diffsim_ros.estimation.statistics_fit import fit_statistics
 from diffsim_ros.estimation.torque_regression import TorqueRegression
 
@@ -285,7 +285,7 @@ class StreamingEstimator:
         if after > before * (1.0 + cfg.acceptance_margin) + 1e-12:
             return record(False, f"rejected: predicts the held-back data worse ({math.sqrt(after):.3g} > "
                                  f"{math.sqrt(before):.3g})", math.sqrt(before), math.sqrt(after))
-        problem = self._out_of_bounds(fit.values)
+        problem = configured_bounds_problem(self.config.bounds, fit.values)
         if problem:
             return record(False, f"rejected: {problem}", math.sqrt(before), math.sqrt(after))
         self._accept(fit)
@@ -314,12 +314,6 @@ class StreamingEstimator:
         dof = max(1.0 - self.regression.size / max(self.train.effective_count(), 1.0), 0.5)
         rss = self.train.rss(self.regression.phi(theta)[0])
         self.variance = np.maximum(rss / (count * dof), _VARIANCE_FLOOR)
-
-    def _out_of_bounds(self, values):
-        for name, (low, high) in self.config.bounds.items():
-            if name in values and not np.all((low <= values[name]) & (values[name] <= high)):
-                return f"{name} = {values[name]} outside the configured bounds [{low}, {high}]"
-        return None
 
     def _record(self, now, accepted, reason, started, before=math.nan, after=math.nan, motion=0.0):
         update = OnlineUpdate(float(now), accepted, reason, before, after, 0, motion, time.thread_time() - started,

@@ -26,7 +26,8 @@ Topics:
 * serves ``~/reset`` (std_srvs/srv/Trigger): forget the rests and estimates and start again
   from the start-up model;
 * publishes ``/diagnostics`` (diagnostic_msgs/msg/DiagnosticArray) every second: input rates,
-  drops and watchdogs, the estimator's health (poses, last update and its outcome), and the
+  drops and watchdogs, the estimator's health (poses, last update and its outcome, its CPU
+  share of a core over the last updates: ``estimator CPU [% of a core]``), and the
   kernel warm-up (``<node>: kernels``, :mod:`diffsim_ros.runtime.warmup`: until the compiled
   torque step is loaded, the torques come from the inverse dynamics; no PBD update runs);
 * publishes ``~/estimates`` (std_msgs/msg/Float64MultiArray, LATCHED_QOS) after every
@@ -58,7 +59,7 @@ import numpy as np
 
 from diffsim_ros.control import JointStateBounds
 from diffsim_ros.estimation.online import OnlineEstimatorConfig
-from diffsim_ros.estimation.online_estimators import make_online_estimator, refresh_period
+from diffsim_ros.estimation.online_estimators import cpu_share, make_online_estimator, refresh_period
 from diffsim_ros.estimation.torque_estimation import StreamingTorqueEstimator
 from diffsim_ros.io.calibration import Calibration, check_output_path, write_calibration
 from diffsim_ros.io.ros_messages import NS_PER_S, JointNameMap, MessageConversionError, float64_multi_array_to_array, \
@@ -80,6 +81,7 @@ from diffsim_ros.runtime.warmup import KernelWarmup, PlainJointStateBounds
 
 __all__ = ["EstimatorNode", "EstimatorNodeConfig", "main", "rejection_kind"]
 
+_CPU_UPDATES = 50  # the estimator's CPU on /diagnostics: over its last this many updates
 _UPDATE_CHECK_PERIOD = 0.25  # [s] how often the node asks the estimator whether an update is due
 _DIAGNOSTICS_PERIOD = 1.0  # [s]
 _TORQUE_ESTIMATES = ("simulator", "inverse_dynamics", "off")
@@ -426,6 +428,8 @@ class EstimatorNode:
                   "estimates published": self.published, "queued samples": len(self._pending)}
         if not self.busy:
             values["rest poses"] = self.estimator.pose_count
+            share = cpu_share(self.estimator.updates, _CPU_UPDATES)
+            values["estimator CPU [% of a core]"] = f"{100 * share:.1f}" if share == share else "n/a"
         if last is None:
             return status(WARN if not self.published else OK, f"{node_label(self.handle)}: estimator",
                           "no update yet (collecting rests)", values)
