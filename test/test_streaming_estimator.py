@@ -243,3 +243,15 @@ def test_cpu_share_and_the_node_reports_it_on_diagnostics(tmp_path):
     assert node._health().values["estimator CPU [% of a core]"] == "n/a"
     node.estimator.updates.extend(updates)
     assert node._health().values["estimator CPU [% of a core]"] == "4.0"
+
+
+def test_efforts_with_a_delay_the_estimator_does_not_model_are_refused_by_name(model, quiet_streams):
+    delayed = model.with_parameters({"efforts.delay": 0.004})
+    estimator = StreamingEstimator(delayed, OnlineEstimatorConfig(groups=GROUPS, method="streaming",
+                                                                  torque_source="effort"))
+    s = quiet_streams
+    for ns, q, effort in zip(s.joint_ns[:500], s.q[:500], s.effort[:500]):
+        estimator.add_joint_state(ns * 1e-9, q, effort=effort)
+        estimator.update(ns * 1e-9)
+    reasons = {u.reason for u in estimator.updates}
+    assert reasons and all("efforts.delay is 0.004 s" in r for r in reasons) and not estimator.values

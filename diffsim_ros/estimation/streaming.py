@@ -157,6 +157,11 @@ class StreamingEstimator:
         """Regression rows (A, b, w) of a filtered chunk."""
         tau = chunk.tau
         if chunk.measured_efforts:
+            delay = float(self.model.params.effort_delay)
+            if delay != 0.0:  # the batch estimator corrects efforts by delay * their rate; this one does not
+                raise DataError(f"the model's efforts.delay is {delay:g} s and the torques are measured efforts: the "
+                                "streaming estimator does not model an effort delay; use method='batch' or commanded "
+                                "torques")
             tau = tau - self.model.params.effort_bias.detach().cpu().numpy()
         a, b = self.regression.rows(self.model, chunk.q, chunk.qd, chunk.qdd, tau)
         w = np.ones_like(b) if self._stiction is None else (chunk.slowest >= self._stiction).astype(float)
@@ -234,11 +239,11 @@ class StreamingEstimator:
         self._last_update_ns = now_ns
         try:
             chunk = self.filter.emit()
+            change = None if chunk is None else self._ingest(chunk)
         except DataError as err:
             return self._record(now, False, f"no update: {err}", started)
         if chunk is None:
             return None
-        change = self._ingest(chunk)
         note = ""
         if change is not None:
             self._restart_at(change)
