@@ -39,7 +39,8 @@ def _streams(seconds, seed):
     return streams
 
 
-def _feed(streams):
+def feed(streams):
+    """A streaming estimator (payload, spring, damping) fed every sample of ``streams`` in time order."""
     from diffsim_ros.estimation.online import OnlineEstimatorConfig
     from diffsim_ros.estimation.streaming import StreamingEstimator
     from diffsim_ros.model import load_robot_config
@@ -84,10 +85,13 @@ def main(argv=None):
     from diffsim_ros.threads import limit_native_threads
 
     limit_native_threads()
+    import torch
+
+    torch.set_num_threads(1)  # benchmarks.common may have loaded torch before the limit
     load = os.getloadavg()[0]
     streams = _streams(args.seconds, args.seed)
     start = time.process_time()
-    estimator = _feed(streams)
+    estimator = feed(streams)
     cpu = time.process_time() - start
     updates = estimator.updates
     changes = [u.time for u in updates if "change detected" in u.reason]
