@@ -5,12 +5,15 @@ choices (``--help``, argument errors) without loading torch, numba or rosbags: t
 that implement them import these names from here.
 """
 
-__all__ = ["GROUPS", "HOLDS", "MODELS", "STORAGES", "TORQUE_SOURCES", "TRAJECTORY_LOSSES"]
+__all__ = ["GROUPS", "HOLDS", "MODELS", "ONLINE_METHODS", "STORAGES", "TORQUE_SOURCES", "TRAJECTORY_LOSSES"]
 
 MODELS = ("rigid", "pbd")
 """Differentiable models: exact rigid-body dynamics, or the articulated PBD simulator."""
 
-GROUPS = ("payload", "spring", "damping", "friction", "inertia", "camera", "link_lengths", "effort_bias", "effort_delay")
+ONLINE_METHODS = ("batch", "streaming")
+"""Online estimators: a windowed batch refit per update, or streaming statistics (rigid model)."""
+
+GROUPS = ("payload", "spring", "damping", "friction", "armature", "inertia", "camera", "link_lengths", "effort_bias", "effort_delay")
 """Parameter groups identification can estimate (``--estimate``)."""
 
 HOLDS = ("zoh", "linear", "cubic")

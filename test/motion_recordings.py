@@ -53,6 +53,11 @@ class MotionTruth:
     damping: tuple
     friction: tuple
     camera_pose: np.ndarray = field(repr=False)
+    armature: tuple = ()
+    """Reflected rotor inertia per arm joint [kg·m²] (MuJoCo's ``dof_armature``); empty: none."""
+    links: tuple = ()
+    """A wrong URDF: per arm link, ``(mass factor, COM shift [m] (3,), inertia factor)`` of the
+    plant's link against the URDF's; empty: the URDF's inertials."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,12 @@ class MotionSpec:
     pairs for several changes, or None."""
     excitation_seed: int = 0
     noise_seed: int = 1
+    hold: tuple | None = None
+    """``(start [s], end [s])``: the reference stands still at its ``start`` value meanwhile (a held
+    arm), and goes on from there afterwards; or None."""
+    kick: tuple | None = None
+    """``(time [s], duration [s], torques [N·m] (7,))``: an external generalized force on the arm
+    joints meanwhile (a collision), in no effort or command; or None."""
 
 
 def _camera_pose(rng):
@@ -161,6 +172,13 @@ class _Models:
             model.dof_frictionloss[:] = 0.0
         self.plant.dof_damping[self.dof] = truth.damping
         self.plant.dof_frictionloss[self.dof] = truth.friction
+        if truth.armature:
+            self.plant.dof_armature[self.dof] = truth.armature
+        for joint, (mass, shift, inertia) in zip(ARM, truth.links):
+            body = self.plant.jnt_bodyid[mujoco.mj_name2id(self.plant, mujoco.mjtObj.mjOBJ_JOINT, joint)]
+            self.plant.body_mass[body] *= mass
+            self.plant.body_ipos[body] += np.asarray(shift, dtype=float)
+            self.plant.body_inertia[body] *= inertia
         # MuJoCo's default friction constraint is soft: on the light wrist joints it would not
         # reach mu below ~1 rad/s. A stiff one is Coulomb friction within ~0.05 rad/s.
         self.plant.dof_solref[self.dof] = (2 * spec.timestep, 1.0)
@@ -183,12 +201,17 @@ def _reference(spec):
         scale = scale.copy()
         scale[spec.frozen_joint] = 0.0
     w = 2 * np.pi * freqs[:, None]
+    hold = spec.hold
 
     def at(t):
+        moving = 1.0
+        if hold is not None and t > hold[0]:
+            moving = 0.0 if t < hold[1] else 1.0
+            t = hold[0] if t < hold[1] else t - (hold[1] - hold[0])
         arg = w * t + phases
         return (_CENTER + (scale * weights * np.sin(arg)).sum(0),
-                (scale * weights * w * np.cos(arg)).sum(0),
-                -(scale * weights * w**2 * np.sin(arg)).sum(0))
+                moving * (scale * weights * w * np.cos(arg)).sum(0),
+                -moving * (scale * weights * w**2 * np.sin(arg)).sum(0))
 
     return at
 
@@ -307,6 +330,8 @@ def simulate(truth, spec=MotionSpec()):
         data.qfrc_applied[:] = 0.0
         data.qfrc_applied[models.dof] = tau
         data.qfrc_applied[models.dof[1]] += _spring_torque(q[1], truth.stiffness, truth.offset)
+        if spec.kick is not None and spec.kick[0] <= step * spec.timestep < spec.kick[0] + spec.kick[1]:
+            data.qfrc_applied[models.dof] += np.asarray(spec.kick[2], float)  # a collision: in no sensor
         if spec.frozen_joint is not None:  # a brake: a stiff torque on that joint alone
             j = spec.frozen_joint
             data.qfrc_applied[models.dof[j]] -= BRAKE_STIFFNESS * (q[j] - q0[j]) + BRAKE_DAMPING * qd[j]

@@ -131,3 +131,25 @@ def test_a_segment_too_short_outside_the_bag_or_backwards_is_refused(recording, 
     code = _replay(recording, tmp_path / "backwards", "--start", "20", "--end", "10")
     assert code == exits.BAD_INPUT and "--start must be before --end" in capsys.readouterr().err
     assert not any((tmp_path / name).exists() for name in ("short", "late", "backwards"))
+
+
+STREAMING_TRACKING = 3.0  # [s] after the step until every later mass estimate is within MASS_TOL (issue 45)
+STREAMING_REFRESH = 5.0  # [Hz] validated estimates at least this often (refresh_period 0.1 s; rejections skip some)
+
+
+def test_streaming_replay_tracks_the_step_within_seconds(recording):
+    tmp, _, _, _ = recording
+    assert _replay(recording, "streaming", "--method", "streaming") == exits.OK
+    mass = {float(r["t"]): float(r["value"]) for r in csv.DictReader(open(tmp / "streaming" / "estimates.csv"))
+            if r["parameter"] == "payload.mass"}
+    times = np.array(sorted(mass))
+    values = np.array([mass[t] for t in times])
+    step = DURATION / 2
+    assert abs(values[times < step][-1] / MASSES[0] - 1) < MASS_TOL
+    late = times > step + STREAMING_TRACKING
+    assert late.any() and np.all(np.abs(values[late] / MASSES[1] - 1) < MASS_TOL), values[late]
+    updates = list(csv.DictReader(open(tmp / "streaming" / "updates.csv")))
+    changes = [float(u["t"]) for u in updates if "change detected" in u["reason"]]
+    assert len(changes) == 1 and step < changes[0] < step + 1.0
+    accepted = times[times > times[0]]
+    assert len(accepted) / (times[-1] - times[0]) > STREAMING_REFRESH

@@ -94,7 +94,8 @@ def summary_table(run):
     status = "POOR FIT (not a result)" if run.poor_fit else "determined"
     for name, value in run.calibration.parameters.items():
         nominal = "" if name == "camera.pose" else _format(run.nominal.get_parameter(name).detach().cpu().numpy())
-        rows.append((name, nominal, _format(value), _format(run.calibration.stddev.get(name, math.nan)), status))
+        shown = "in combination (base parameters)" if name in run.calibration.combined and not run.poor_fit else status
+        rows.append((name, nominal, _format(value), _format(run.calibration.stddev.get(name, math.nan)), shown))
     for name, reason in run.calibration.unidentifiable.items():
         nominal = "" if name == "camera.pose" else _format(run.nominal.get_parameter(name).detach().cpu().numpy())
         # A poor fit's determination says nothing (its std come from a model that does not fit).
@@ -104,6 +105,20 @@ def summary_table(run):
     lines = ["  ".join([cell.ljust(w) for cell, w in zip(row[:4], widths)] + [row[4]]) for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths) + "  ------")
     return "\n".join(lines)
+
+
+def _base_note(run):
+    """What the data determine of the link inertials: how many combinations, the strongest few."""
+    base = run.calibration.base_parameters
+    if not base or run.poor_fit:
+        return
+    linear = {term[1] for record in base for term in record["terms"]} | set()
+    print(f"inertia: the motion determines {len(base)} combinations (base parameters) of the link inertials"
+          f"{' and armatures' if any(n.endswith('.armature') for n in linear) else ''}, not each link's; "
+          f"{len(run.calibration.combined)} parameter(s) above are held at the values nearest the URDF's that "
+          "reproduce them (calibration.yaml lists every combination under base_parameters). The most precise:")
+    for record in sorted(base, key=lambda r: r["std"] / max(abs(r["value"]), 1e-12))[:5]:
+        print(f"  {record['expression'][:100]} = {record['value']:.5g} +- {record['std']:.2g}")
 
 
 def _check_arguments(args):
@@ -225,6 +240,7 @@ def calibrate_command(args):
         _print_data(run.summary)
         _effort_note(run.summary, groups)
         print(summary_table(run))
+        _base_note(run)
         if run.poor_fit:
             return _report_poor_fit(run, args)
         if run.undetermined:

@@ -29,7 +29,7 @@ from pathlib import Path
 from diffsim_ros.cli import exits, summary
 from diffsim_ros.cli.calibrate import parse_groups, parse_window
 from diffsim_ros.outputs import OutputPathError, atomic_directory
-from diffsim_ros.vocabulary import MODELS, TORQUE_SOURCES
+from diffsim_ros.vocabulary import MODELS, ONLINE_METHODS, TORQUE_SOURCES
 
 # The library (torch, numba, rosbags) is imported by the functions that use it, not here:
 # ``--help`` and argument errors answer without loading it (seconds of CPU).
@@ -37,7 +37,7 @@ from diffsim_ros.vocabulary import MODELS, TORQUE_SOURCES
 __all__ = ["add_parser", "replay_command", "estimate_rows"]
 
 PROG = "diffsim-ros replay"
-_NOT_TUNING = {"groups", "model", "bounds", "torque_source"}  # set by their own options
+_NOT_TUNING = {"groups", "model", "bounds", "torque_source", "method"}  # set by their own options
 
 
 def _tuning_names():
@@ -56,6 +56,10 @@ def add_parser(subparsers):
     parser.add_argument("--estimate", default="payload,spring",
                         help="comma-separated parameter groups (default: payload,spring)")
     parser.add_argument("--model", choices=MODELS, default="rigid", help="model of the residuals (default: rigid)")
+    parser.add_argument("--method", choices=ONLINE_METHODS, default="batch",
+                        help="online estimator: batch (a windowed refit every update_period, default) or streaming "
+                             "(accumulated statistics, a validated refresh every refresh_period; rigid model, groups "
+                             "payload, spring, damping, friction)")
     parser.add_argument("--calibration", default="", help="calibration.yaml to start from (default: nominal)")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="estimator tuning, e.g. --set window_seconds=12 (any setting of the online estimator, "
@@ -82,7 +86,8 @@ def _overrides(args, config):
     info = bag_info(args.bag)
     overrides = {"use_sim_time": True, "save_on_shutdown": False, "robot_config": str(args.config.resolve()),
                  "calibration_file": args.calibration, "groups": groups, "model": args.model, "torque_estimate": "off",
-                 "joint_states_topic": topics.joint_states, "torque_source": args.torque_source}
+                 "joint_states_topic": topics.joint_states, "torque_source": args.torque_source,
+                 "method": args.method}
     # A configured topic the bag lacks is refused by _check_bag, as calibrate refuses it.
     played = [topics.joint_states]
     if topics.commanded_torques and topics.commanded_torques in info.topics:
@@ -183,6 +188,7 @@ def _play(overrides, played, info, bag, span):
     """Run the graph over the bag (receive times in ``span``, see :func:`_played_span`); returns the node."""
     from tqdm import tqdm
 
+    from diffsim_ros.estimation.online_estimators import refresh_period
     from diffsim_ros.nodes.estimator_node import EstimatorNode  # the node pulls in the runtime's message types
     from diffsim_ros.runtime.embedded import EmbeddedRuntime
 
@@ -194,7 +200,7 @@ def _play(overrides, played, info, bag, span):
             while not player.done:
                 runtime.spin_until_condition(lambda: player.done, timeout_s=1.0)
                 bar.update(player.published - bar.n)
-        runtime.spin_for(node.config.estimation.update_period + 0.5)  # the update due at the end
+        runtime.spin_for(refresh_period(node.config.estimation) + 0.5)  # the update due at the end
     return node
 
 
@@ -211,6 +217,7 @@ def _print_drops(node):
 def replay_command(args):
     """Handler: returns the exit code."""
     from diffsim_ros.estimation.data import DataError, UndeterminedError
+    from diffsim_ros.estimation.online_estimators import cpu_share
     from diffsim_ros.io.bags import BagError
     from diffsim_ros.io.calibration import CalibrationError, load_calibration
     from diffsim_ros.model import RobotModelError, load_robot_config
@@ -237,7 +244,8 @@ def replay_command(args):
     updates = node.estimator.updates
     accepted = [u for u in updates if u.accepted]
     print(f"{len(updates)} updates, {len(accepted)} accepted; CPU per update: median "
-          f"{statistics.median([u.cpu_seconds for u in updates]) if updates else math.nan:.2f} s")
+          f"{statistics.median([u.cpu_seconds for u in updates]) if updates else math.nan:.3f} s; estimator CPU "
+          f"{cpu_share(updates):.1%} of a core")
     if not accepted:
         reasons = sorted({u.reason.split(":")[0] for u in updates}) or ["no update ran"]
         print(f"{PROG}: no estimate was accepted ({'; '.join(reasons)}); nothing written", file=sys.stderr)

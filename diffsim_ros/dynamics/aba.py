@@ -62,6 +62,7 @@ def _aba(model, q, qd, tau, armature=None):
     for i in reversed(range(n)):
         u_vec[i] = matvec(art_inertia[i], subspace[i].expand(*batch, 6))
         d_i = (u_vec[i] * subspace[i]).sum(-1)
+        d_i = d_i + model.params.armature[i]  # the rotor's reflected inertia acts on the joint's own axis
         d_inv[i] = 1.0 / (d_i if armature is None else d_i + armature[..., i])
         u_scalar[i] = tau[..., i] - (art_force[i] * subspace[i]).sum(-1)
         parent = model.parents[i]
@@ -90,8 +91,9 @@ def aba(model, q, qd, tau, armature=None):
         qd: Joint velocities [rad/s or m/s], shape (..., n).
         tau: Joint torques/forces [N·m or N], shape (..., n).
         armature: Optional diagonal joint-space inertia added to M [kg·m² or kg], shape
-            (..., n): ``qdd = (M + diag(armature))^-1 (tau - C qd - g)`` (rotor inertia, or
-            ``h B`` of an implicit damping step).
+            (..., n), on top of the model's own ``params.armature``:
+            ``qdd = (M + diag(model armature + armature))^-1 (tau - C qd - g)`` (e.g. ``h B`` of
+            an implicit damping step).
 
     Returns:
         Joint accelerations, shape (..., n) (leading shapes broadcast).

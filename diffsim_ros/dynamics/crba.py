@@ -11,7 +11,8 @@ __all__ = ["mass_matrix", "crba"]
 
 
 def mass_matrix(model, q):
-    """Joint-space inertia matrix ``M(q)`` (Pinocchio's ``crba``, full symmetric matrix).
+    """Joint-space inertia matrix ``M(q)`` with the joints' armature on its diagonal (Pinocchio's
+    ``crba``, full symmetric matrix).
 
     Computed from the kinetic energy of each body about its frame origin,
     ``M = sum_k m Jv^T Jv + Jw^T I_o Jw + Jw^T [h]x Jv - Jv^T [h]x Jw`` (world axes), which
@@ -40,7 +41,7 @@ def mass_matrix(model, q):
     m = torch.einsum("...kia,...kja,k->...ij", j_lin, j_lin, mass)
     m = m + torch.einsum("...kia,...kab,...kjb->...ij", j_ang, inertia_world, j_ang)
     coupling = torch.einsum("...kia,...kab,...kjb->...ij", j_ang, skew(h_world), j_lin)
-    return m + coupling + coupling.transpose(-1, -2)
+    return m + coupling + coupling.transpose(-1, -2) + torch.diag_embed(model.params.armature)
 
 
 crba = mass_matrix

@@ -457,13 +457,15 @@ def lu_solve_columns(lu, pivots, b):
 
 
 @njit(cache=True)
-def _aba_derivatives(fk, mass, h, inertia_o, up, q, qd, tau):
+def _aba_derivatives(fk, mass, h, inertia_o, armature, up, q, qd, tau):
     n = q.shape[0]
     work = rnea_work(n)
     nle, zeros = np.empty(n), np.zeros(n)
     rnea_values_into(fk, mass, h, inertia_o, up, q, qd, zeros, work, nle)
     lu, pivots = np.zeros((n, n)), np.zeros(n, dtype=np.int64)
     mass_matrix_into(fk, mass, h, inertia_o, work, lu)
+    for j in range(n):  # the rotors' reflected inertia; constant, so no derivative of its own
+        lu[j, j] += armature[j]
     if not lu_factor(lu, pivots):
         return False, zeros, lu, lu, lu
     qdd = (tau - nle).reshape((n, 1))
@@ -483,7 +485,7 @@ def aba_derivatives(fast, q, qd, tau):
     """Forward dynamics and its derivatives (Pinocchio's ``computeABADerivatives``), rigid terms only.
 
     Args:
-        fast: :class:`~diffsim_ros.dynamics.fast.FastDynamics` (payload included; springs,
+        fast: :class:`~diffsim_ros.dynamics.fast.FastDynamics` (payload and armature included; springs,
             damping and friction are not: see :class:`~diffsim_ros.sim.rigid_fast.FastRigidStep`).
         q, qd, tau: Joint positions [rad or m], velocities and torques [N·m or N], (n,) each.
 
@@ -494,7 +496,7 @@ def aba_derivatives(fast, q, qd, tau):
         ArithmeticError: Singular joint-space inertia.
     """
     ok, qdd, d_q, d_qd, minv = _aba_derivatives(
-        fast.fk, fast.mass, fast.first_moment, fast.inertia_o, fast.up,
+        fast.fk, fast.mass, fast.first_moment, fast.inertia_o, fast.armature, fast.up,
         fast._vector(q), fast._vector(qd), fast._vector(tau),
     )
     if not ok:

@@ -375,6 +375,7 @@ class FastDynamics:
     inertia_o: np.ndarray  # (n, 3, 3) [kg·m²] about body origins
     up: np.ndarray  # (3,) minus gravity [m/s²]
     springs: tuple  # SpringArrays
+    armature: np.ndarray  # (n,) [kg·m² or kg] reflected rotor inertias: M(q) + diag(armature)
 
     @classmethod
     def from_model(cls, model):
@@ -397,6 +398,7 @@ class FastDynamics:
             inertia_o=inertia_o,
             up=-arr(model.gravity),
             springs=spring_arrays(model),
+            armature=arr(p.armature),
         )
 
     @property
@@ -430,14 +432,15 @@ class FastDynamics:
 
     def mass_matrix_diagonal(self, q):
         """Diagonal of the joint-space inertia M(q) [kg·m² or kg], shape (n,): each joint's
-        effective inertia with the other joints locked."""
+        effective inertia with the other joints locked, its armature included."""
         return _mass_matrix_diagonal(
             self.parents, self.origin_rot, self.origin_xyz, self.axis, self.is_revolute,
             self.mass, self.first_moment, self.inertia_o, self._vector(q),
-        )
+        ) + self.armature
 
     def mass_matrix(self, q):
-        """Joint-space inertia M(q) [kg·m² or kg], shape (n, n): column j is the RNEA of a unit
+        """Joint-space inertia M(q) [kg·m² or kg] with the armature on its diagonal, shape (n, n):
+        column j is the RNEA of a unit
         acceleration of joint j at rest, less the gravity term (n + 1 compiled RNEA calls).
 
         Built on :meth:`rnea`, which the impedance controller's model term has already compiled,
@@ -450,9 +453,10 @@ class FastDynamics:
         return np.stack([self.rnea(q, zero, unit) - gravity for unit in np.eye(q.shape[0])], axis=1)
 
     def rnea(self, q, qd, qdd):
-        """Rigid-body inverse dynamics M(q) qdd + C(q, qd) qd + g(q) [N·m], shape (n,)."""
+        """Rigid-body inverse dynamics (M(q) + diag(armature)) qdd + C(q, qd) qd + g(q) [N·m], shape (n,)."""
+        qdd = self._vector(qdd)
         return _rnea(
             self.parents, self.origin_rot, self.origin_xyz, self.axis, self.is_revolute,
             self.mass, self.first_moment, self.inertia_o, self.up,
-            self._vector(q), self._vector(qd), self._vector(qdd),
-        )
+            self._vector(q), self._vector(qd), qdd,
+        ) + self.armature * qdd

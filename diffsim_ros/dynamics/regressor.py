@@ -19,8 +19,9 @@ from diffsim_ros.dynamics.checks import joint_tensor
 from diffsim_ros.dynamics.kinematics import joint_placements, motion_subspace
 from diffsim_ros.dynamics.rnea import body_inertials, body_motions
 from diffsim_ros.dynamics.spatial import skew
+from diffsim_ros.model.inertia import inertia_from_vector
 
-__all__ = ["INERTIAL_PARAMETERS", "inertial_parameters", "joint_torque_regressor", "regressor_torques"]
+__all__ = ["INERTIAL_PARAMETERS", "inertial_parameters", "joint_torque_regressor", "link_parameters", "regressor_torques"]
 
 INERTIAL_PARAMETERS = ("m", "mcx", "mcy", "mcz", "ixx", "ixy", "iyy", "ixz", "iyz", "izz")
 """Names of a body's ten inertial parameters, in the regressor's column order."""
@@ -85,12 +86,32 @@ def joint_torque_regressor(model, q, qd, qdd):
     return y
 
 
+def _ordered(mass, h, inertia_o):
+    """``(m, h, I_o)`` (..., ), (..., 3), (..., 3, 3) -> (..., 10) in :data:`INERTIAL_PARAMETERS` order."""
+    i = inertia_o
+    rotational = torch.stack([i[..., 0, 0], i[..., 0, 1], i[..., 1, 1], i[..., 0, 2], i[..., 1, 2], i[..., 2, 2]], -1)
+    return torch.cat([mass[..., None], h, rotational], -1)
+
+
 def inertial_parameters(model):
     """Every body's ten inertial parameters, payload included, shape (n, 10) (:data:`INERTIAL_PARAMETERS`)."""
-    mass, h, inertia_o = body_inertials(model)
-    i = inertia_o
-    rotational = torch.stack([i[:, 0, 0], i[:, 0, 1], i[:, 1, 1], i[:, 0, 2], i[:, 1, 2], i[:, 2, 2]], -1)
-    return torch.cat([mass[:, None], h, rotational], -1)
+    return _ordered(*body_inertials(model))
+
+
+def link_parameters(mass, com, inertia):
+    """Ten inertial parameters of links given as URDF inertials (differentiable).
+
+    Args:
+        mass: [kg], shape (...,).
+        com: Centre of mass in the link frame [m], shape (..., 3).
+        inertia: Inertia about the COM, link axes [kg·m²], shape (..., 6) ``[ixx ixy ixz iyy iyz izz]``.
+
+    Returns:
+        Shape (..., 10), :data:`INERTIAL_PARAMETERS` order (rotational inertia about the link origin).
+    """
+    eye = torch.eye(3, dtype=com.dtype, device=com.device)
+    shift = mass[..., None, None] * ((com * com).sum(-1)[..., None, None] * eye - com[..., :, None] * com[..., None, :])
+    return _ordered(mass, mass[..., None] * com, inertia_from_vector(inertia) + shift)
 
 
 def regressor_torques(regressor, parameters):

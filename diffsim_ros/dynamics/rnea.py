@@ -124,7 +124,7 @@ def _rnea(model, q, qd, qdd, gravity):
 
 
 def rnea(model, q, qd, qdd):
-    """Rigid-body inverse dynamics ``M(q) qdd + C(q, qd) qd + g(q)``.
+    """Rigid-body inverse dynamics ``(M(q) + diag(armature)) qdd + C(q, qd) qd + g(q)``.
 
     Args:
         model: RobotModel.
@@ -139,7 +139,7 @@ def rnea(model, q, qd, qdd):
     qd = joint_tensor(model, "qd", qd)
     qdd = joint_tensor(model, "qdd", qdd)
     q, qd, qdd = torch.broadcast_tensors(q, qd, qdd)
-    return _rnea(model, q, qd, qdd, model.gravity)
+    return _rnea(model, q, qd, qdd, model.gravity) + model.params.armature * qdd
 
 
 def nonlinear_effects(model, q, qd):

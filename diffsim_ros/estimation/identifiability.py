@@ -53,6 +53,7 @@ _RESOLUTION = {
     "inertia": 1e-3,  # [kg·m²]
     "damping": 0.02,  # [N·m·s/rad]
     "friction": 0.02,  # [N·m]
+    "armature": 0.005,  # [kg·m²] a tenth of a small arm's wrist rotor
     # [N·m] A fifth to a thirtieth of the biases of Baxter's effort sensors (0.5-3 N·m). Measured on an
     # independent MuJoCo arm (RESULTS "Arm calibration on an independent generator with effort nuisances"):
     # with 0.3 N·m of coloured effort noise, an unbiased s1 came out 0.025 +- 0.068.
@@ -79,6 +80,7 @@ _HINTS = {
     "inertia": "fast motion with varied accelerations of this link",
     "damping": "motion of this joint at varied speeds",
     "friction": "motion of this joint in both directions at varied speeds",
+    "armature": "motion with varied accelerations of this joint",
     "efforts.delay": "motion with faster changes of the joint torques",
     "effort_bias": "rest poses or motion over a wider range of configurations (the bias is the torque no pose changes)",
     "spring.stiffness": "motion or rest poses over a wider range of the spring joint",

@@ -26,11 +26,15 @@ from diffsim_ros.dynamics.kinematics import forward_kinematics
 from diffsim_ros.dynamics.spatial import matrix_to_quat, quat_to_matrix
 from diffsim_ros.estimation import identifiability as ident
 from diffsim_ros.estimation import solvers
+from diffsim_ros.estimation.base_parameters import linear_parameter_report
 from diffsim_ros.estimation.data import DataError, UndeterminedError
 from diffsim_ros.estimation.fit_quality import agreement_verdict, torque_agreement
 from diffsim_ros.estimation.parameters import GROUPS, ParameterSpace
 from diffsim_ros.estimation.residuals import (
+    ARMATURE_PRIOR,
+    INERTIA_PRIOR,
     CameraResidual,
+    CoordinatePrior,
     InverseDynamicsResidual,
     RolloutResidual,
     SimulatorDynamicsResidual,
@@ -38,6 +42,7 @@ from diffsim_ros.estimation.residuals import (
     StaticTorqueResidual,
 )
 from diffsim_ros.estimation.time_split import time_split
+from diffsim_ros.model.errors import RobotModelError
 from diffsim_ros.model.plausibility import DEFAULT_BOUNDS, PlausibilityBounds, plausibility_violations
 from diffsim_ros.sim.rigid import RigidBodySimulator
 from diffsim_ros.sim.factory import make_simulator, steps_per_sample
@@ -66,6 +71,7 @@ _NEEDS = {
     "link_lengths": ("static", "trajectories", "camera"),
     "damping": ("trajectories",),
     "friction": ("trajectories",),
+    "armature": ("trajectories",),
     "camera": ("camera",),
     "effort_bias": ("efforts",),
     "effort_delay": ("effort_motion",),
@@ -179,6 +185,12 @@ class IdentificationResult:
             moved, determined or not: what these data alone prefer. For scoring only (the
             online change test asks whether any parameters explain the newest data much
             better); never to apply: undetermined values are noise.
+        combined: Name -> why it is not determined on its own although in ``values`` (link
+            inertials and armatures that the data determine only in combinations, held near
+            the URDF's by the inertial prior); their std is NaN. The model carries them: the
+            determined combinations hold only with every one of them.
+        base_parameters: :class:`~diffsim_ros.estimation.base_parameters.BaseParameters` of
+            the inertia group (None without it).
     """
 
     model: object
@@ -200,6 +212,8 @@ class IdentificationResult:
     poor_fit: str | None = None
     split: object = None
     fitted: tuple | None = None
+    combined: dict = field(default_factory=dict)
+    base_parameters: object = None
 
 
 def camera_initial_guess(model, observations):
@@ -313,6 +327,35 @@ def _blocks(model, dataset, groups, simulator, settings):
     return blocks
 
 
+def _inertial_prior(space, like):
+    """The URDF's link inertials (and the nominal armatures, when fitted) as a prior on their
+    coordinates (:data:`~diffsim_ros.estimation.residuals.INERTIA_PRIOR`)."""
+    index, std, start = [], [], 0
+    armature = "armature" in space.groups
+    for block in space.blocks:
+        if block.kind == "log_cholesky":
+            index += range(start, start + 10)
+            std += INERTIA_PRIOR
+        elif armature and block.names[0].endswith(".armature"):
+            index.append(start)
+            std.append(ARMATURE_PRIOR)
+        start += block.size
+    return CoordinatePrior(index, space.nominal[index], std, like, armature)
+
+
+def _data_rows(blocks):
+    """Rows of the stacked residual that are data (a prior's rows come last)."""
+    return sum(b.scale.numel() for b in blocks if not getattr(b, "prior", False))
+
+
+def _held_by_prior(block, blocks):
+    """Whether a prior holds the parameter block (the data then determine combinations of it)."""
+    prior = next((b for b in blocks if getattr(b, "prior", False)), None)
+    if prior is None:
+        return False
+    return block.kind == "log_cholesky" or (prior.armature and block.names[0].endswith(".armature"))
+
+
 def _finite_differences(block, settings):
     """Whether a block's Jacobian comes from central differences of compiled rollouts."""
     sim = getattr(block, "simulator", None)
@@ -340,7 +383,8 @@ class _Problem:
 
     def residual(self, x):
         candidate, camera = self.space.apply(x)
-        return torch.cat([block(candidate, camera) for block in self.blocks])
+        return torch.cat([block.of_coordinates(x) if getattr(block, "prior", False) else block(candidate, camera)
+                          for block in self.blocks])
 
     def full(self, z, base=None):
         """Coordinates with the free ones set to ``z`` and the others from ``base`` (default x0)."""
@@ -352,6 +396,8 @@ class _Problem:
         return self.residual(self.full(z))
 
     def _block_residual(self, index, z):
+        if getattr(self.blocks[index], "prior", False):
+            return self.blocks[index].of_coordinates(self.full(z))
         candidate, camera = self.space.apply(self.full(z))
         return self.blocks[index](candidate, camera)
 
@@ -360,7 +406,15 @@ class _Problem:
         return self.blocks[index](candidate, camera, rows=rows)
 
     def value_and_jacobian(self, z):
-        """Residual (M,) and Jacobian (M, P_free) at free coordinates ``z``."""
+        """Residual (M,) and Jacobian (M, P_free) at free coordinates ``z``; an infinite residual
+        where ``z`` means no model (a trial step so long that a parameter overflows: the
+        trust-region solver then shortens it)."""
+        try:
+            with torch.no_grad():
+                self.space.apply(self.full(z))
+        except RobotModelError:
+            rows = sum(block.scale.numel() for block in self.blocks)
+            return z.new_full((rows,), torch.inf), z.new_zeros(rows, z.shape[0])
         values, jacobians = [], []
         for index, fd in enumerate(self.fd):
             block = self.blocks[index]
@@ -401,12 +455,13 @@ def _central_differences(fn, z):
 
 
 def _flag_rank_deficient(problem, jac, unidentifiable):
-    """Fix (at nominal) every parameter block with a coordinate the data cannot determine."""
-    flags, singular = ident.rank_flags(jac)
+    """Fix (at nominal) every parameter block with a coordinate the data cannot determine (from
+    the data's rows alone), but those a prior holds: their combinations are reported instead."""
+    flags, singular = ident.rank_flags(jac[: _data_rows(problem.blocks)])
     start = 0
     for block in problem.space.blocks:
         index = slice(start, start + block.size)
-        if flags[index].any():
+        if flags[index].any() and not _held_by_prior(block, problem.blocks):
             for name in block.names:
                 unidentifiable[name] = (f"not determined by the data (no or redundant excitation: rank-deficient "
                                         f"Jacobian); would need {ident.data_hint(name)}")
@@ -446,6 +501,8 @@ def _reweight(problem, residual):
         size = block.scale.numel()
         part = residual[start : start + size].reshape(-1, block.columns)
         start += size
+        if getattr(block, "fixed_noise", False):  # a prior's spread is a statement, not a noise to fit
+            continue
         weight = torch.ones_like(part) if block.weight is None else block.weight.reshape(-1, block.columns)
         factors = []
         for j in range(block.columns):
@@ -558,6 +615,11 @@ def _determine(problem, solution, settings):
     mapped = _physical_map(problem, x, names)
     values, stddev = ident.named_delta_method(*mapped, cov)
     split = time_split(jac, psi, variance, problem.blocks, serial, mapped, settings.policy.resolution)
+    rows = _data_rows(problem.blocks)
+    base, combined = linear_parameter_report(problem.space, problem.free, jac[:rows], x.detach().cpu().numpy(),
+                                             psi[:rows], variance, serial)
+    for name in combined:  # the prior's spread, not the data's: no std to report
+        stddev[name] = np.full(np.shape(stddev[name]), np.nan)
     rejected, refit = {}, set()
     for index, (side, bound, free_value, std) in pinned.items():
         block = int(owner[index])
@@ -574,10 +636,11 @@ def _determine(problem, solution, settings):
         for name in blocks[index].names:
             rejected.setdefault(name, f"kept nominal with {first}, which the data do not determine")
     for name in values:
-        reason = None if name in rejected else ident.imprecise(name, values[name], stddev[name], settings.policy)
+        reason = None if name in rejected or name in combined else ident.imprecise(name, values[name], stddev[name],
+                                                                                   settings.policy)
         if reason:
             rejected[name] = f"{reason}; would need {ident.data_hint(name)}"
-    return values, stddev, rejected, sorted(refit), split
+    return values, stddev, rejected, sorted(refit), split, (combined, base)
 
 
 def _settings(settings, overrides):
@@ -633,8 +696,10 @@ def identify(model, dataset, groups, *, settings=None, simulator=None, camera_gu
     if "camera" in groups and camera_guess is None:
         camera_guess = camera_initial_guess(model, dataset.camera)
     space = ParameterSpace(model, groups, camera_guess, settings.spring_geometry, settings.bounds)
-    blocks = _blocks(model, dataset, groups, simulator, settings)
     like = model.params.mass
+    blocks = _blocks(model, dataset, groups, simulator, settings)
+    if "inertia" in groups:  # last: its rows follow the data's (_data_rows)
+        blocks.append(_inertial_prior(space, like))
     problem = _Problem(space, blocks, torch.as_tensor(space.x0, dtype=like.dtype, device=like.device), settings)
     r0, jac0 = problem.value_and_jacobian(problem.x0)
     if problem.count() < space.size:
@@ -652,7 +717,7 @@ def identify(model, dataset, groups, *, settings=None, simulator=None, camera_gu
     solution = _solve(problem, problem.x0[torch.as_tensor(problem.free)], settings, history, progress)
     if settings.reweight and _reweight(problem, problem.free_residual(solution.z).detach()):
         solution = _solve(problem, solution.z, settings, history, progress)
-    values, stddev, rejected, refit, split = _determine(problem, solution, settings)
+    values, stddev, rejected, refit, split, linear = _determine(problem, solution, settings)
     if refit:
         # Blocks held up by a bound or implausible are fixed at nominal; the rest is solved again.
         held = problem.full(solution.z)
@@ -664,10 +729,10 @@ def identify(model, dataset, groups, *, settings=None, simulator=None, camera_gu
                             + "; ".join(f"{k}: {v}" for k, v in rejected.items()))
         problem.x0 = torch.where(torch.as_tensor(problem.free), held, nominal)
         solution = _solve(problem, problem.x0[torch.as_tensor(problem.free)], settings, history, progress)
-        values, stddev, again, _, split = _determine(problem, solution, settings)
+        values, stddev, again, _, split, linear = _determine(problem, solution, settings)
         rejected = {**again, **rejected}
     return _result(model, problem, solution, values, stddev, {**unidentifiable, **rejected}, before, history, singular,
-                   settings, split)
+                   settings, split, linear)
 
 
 def prediction_errors(candidates, dataset, groups, *, settings=None, simulator=None):
@@ -706,10 +771,13 @@ def prediction_errors(candidates, dataset, groups, *, settings=None, simulator=N
     return scores
 
 
-def _result(nominal, problem, solution, values, stddev, unidentifiable, before, history, singular, settings, split):
-    """The calibrated model holds the determined values only; the rest stay nominal.
+def _result(nominal, problem, solution, values, stddev, unidentifiable, before, history, singular, settings, split,
+            linear=({}, None)):
+    """The calibrated model holds the determined values only (with those determined in
+    combination); the rest stay nominal.
 
-    ``before``: ``(metrics, errors)`` per block at the nominal values; ``split``: TimeSplit or None.
+    ``before``: ``(metrics, errors)`` per block at the nominal values; ``split``: TimeSplit or
+    None; ``linear``: ``(combined, base parameters)`` of :func:`_determine`.
     """
     determined = {k: v for k, v in values.items() if k not in unidentifiable}
     like = nominal.params.mass
@@ -744,4 +812,6 @@ def _result(nominal, problem, solution, values, stddev, unidentifiable, before, 
         poor_fit=agreement_verdict(agreement, nominal.joint_names) or (split.verdict() if split else None),
         split=split,
         fitted=(fitted_model.replace(params=fitted_model.params.detach()), fitted_pose),
+        combined={k: v for k, v in linear[0].items() if k in determined},
+        base_parameters=linear[1],
     )

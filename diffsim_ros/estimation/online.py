@@ -37,9 +37,11 @@ from diffsim_ros.estimation.identification import IdentificationSettings, camera
 from diffsim_ros.estimation.preparation import DatasetOptions, prepare_dataset
 from diffsim_ros.estimation.signals import detect_static_segments, near_limits, segments_away_from
 from diffsim_ros.estimation.streams import JointStateSeries, PoseSeries, RobotStreams, StreamStats, TorqueSeries
-from diffsim_ros.vocabulary import MODELS, TORQUE_SOURCES
+from diffsim_ros.vocabulary import MODELS, ONLINE_METHODS, TORQUE_SOURCES
 
-__all__ = ["OnlineEstimatorConfig", "OnlineUpdate", "OnlineEstimator", "MODELS"]
+__all__ = ["OnlineEstimatorConfig", "OnlineUpdate", "OnlineEstimator", "MODELS", "METHODS", "causal_torques", "configured_bounds_problem"]
+
+METHODS = ONLINE_METHODS
 
 _REST_FILTER_WINDOW = 0.1  # [s] Savitzky-Golay window of the rest detector (as offline)
 _NS = 1_000_000_000
@@ -83,6 +85,21 @@ class OnlineEstimatorConfig:
         rest_outlier: Rests the accepted model misses by more than this are forgotten.
             RMS in units of the rest's own effort noise: something the model does not know
             held the arm (a hand, an obstacle), or the robot changed since.
+        method: ``"batch"`` (this module: a windowed refit every ``update_period``) or
+            ``"streaming"`` (:mod:`~diffsim_ros.estimation.streaming`: accumulated statistics,
+            bounded work per sample, an update every ``refresh_period``; rigid model, groups
+            payload, spring, damping, friction).
+        refresh_period: Streaming: seconds between updates (new samples are filtered, enter the
+            statistics and a validated estimate is refreshed) [s].
+        forget_seconds: Streaming: time constant of the exponential forgetting of the
+            statistics [s] (the batch's ``window_seconds``).
+        validation_seconds: Streaming: the newest motion held back to validate a candidate [s].
+        change_threshold: Streaming: the generalized likelihood ratio (chi-square, in units of the
+            serially correlated noise) above which the newest ``change_window`` seconds of data
+            mean a payload change.
+        change_window: Streaming: newest data [s] scanned for a change.
+        change_min_seconds: Streaming: motion after a change [s] before the estimate is refitted.
+        change_min_mass: Streaming: a change must move the payload's mass by at least this [kg].
     """
 
     groups: tuple = ("payload", "spring")
@@ -109,10 +126,20 @@ class OnlineEstimatorConfig:
     camera_window: int = 300
     torque_window: int = 21
     rest_outlier: float = 10.0
+    method: str = "batch"
+    refresh_period: float = 0.1
+    forget_seconds: float = 20.0
+    validation_seconds: float = 0.3
+    change_threshold: float = 50.0
+    change_window: float = 1.0
+    change_min_seconds: float = 0.5
+    change_min_mass: float = 0.05
 
     def __post_init__(self):
         if self.holdout < 1 or self.min_poses < self.holdout + 2:
             raise ValueError("need holdout >= 1 and min_poses >= holdout + 2")
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
         if self.model not in MODELS:
             raise ValueError(f"model must be one of {MODELS}, got {self.model!r}")
         if not 0 < self.holdout_seconds < self.window_seconds:
@@ -124,6 +151,8 @@ class OnlineEstimatorConfig:
         _check_at_least(self, ("window_poses", "max_iterations", "camera_window"), 1)
         _check_at_least(self, ("torque_window",), 3)  # a quadratic fit
         _check_at_least(self, ("change_ratio",), 1.0, strict=True)
+        _check_at_least(self, ("refresh_period", "forget_seconds", "validation_seconds", "change_threshold",
+                               "change_window", "change_min_seconds", "change_min_mass"), 0.0, strict=True)
         if not self.max_rest_duration >= self.rest_duration:
             raise ValueError(f"max_rest_duration must be >= rest_duration, got {self.max_rest_duration!r}")
         if self.torque_source not in TORQUE_SOURCES:
@@ -175,6 +204,34 @@ class OnlineUpdate:
     cpu_seconds: float = 0.0
     values: dict = field(default_factory=dict)
     stddev: dict = field(default_factory=dict)
+
+
+def configured_bounds_problem(bounds, values):
+    """Why ``values`` (name -> array) break the configured ``bounds`` (name -> (low, high)), or None."""
+    for name, (low, high) in bounds.items():
+        if name in values and not np.all((low <= values[name]) & (values[name] <= high)):
+            return f"{name} = {values[name]} outside the configured bounds [{low}, {high}]"
+    return None
+
+
+def causal_torques(model, recent, samples):
+    """Inverse-dynamics torque at the latest of ``recent`` ``(t [s], q (n,))`` samples [N·m], (n,), or None.
+
+    Positions over the last ``samples`` samples are fitted with a quadratic; its derivatives at
+    the latest time give qd and qdd (no raw differencing of noisy data).
+    """
+    if len(recent) < samples:
+        return None
+    recent = list(recent)[-samples:]
+    times = np.array([s[0] for s in recent])
+    q = np.array([s[1] for s in recent])
+    coeff = np.polyfit(times - times[-1], q, 2)
+    qd, qdd = coeff[1], 2.0 * coeff[0]
+    like = model.params.mass
+    args = [torch.as_tensor(x, dtype=like.dtype, device=like.device) for x in (q[-1], qd, qdd)]
+    with torch.no_grad():
+        tau = rnea(model, *args) - passive_torques(model, args[0], args[1])
+    return tau.cpu().numpy()
 
 
 def _chunks(start, stop, longest):
@@ -284,17 +341,7 @@ class OnlineEstimator:
         Positions over the last ``torque_window`` samples are fitted with a quadratic; its
         derivatives at the latest time give qd and qdd (no raw differencing of noisy data).
         """
-        if len(self._recent) < self.config.torque_window:
-            return None
-        times = np.array([s[0] for s in self._recent])
-        q = np.array([s[1] for s in self._recent])
-        coeff = np.polyfit(times - times[-1], q, 2)
-        qd, qdd = coeff[1], 2.0 * coeff[0]
-        like = self.model.params.mass
-        args = [torch.as_tensor(x, dtype=like.dtype, device=like.device) for x in (q[-1], qd, qdd)]
-        with torch.no_grad():
-            tau = rnea(self.model, *args) - passive_torques(self.model, args[0], args[1])
-        return tau.cpu().numpy()
+        return causal_torques(self.model, self._recent, self.config.torque_window)
 
     def estimates(self):
         """Dict name -> (value, stddev) of the accepted estimates."""
@@ -539,10 +586,7 @@ class OnlineEstimator:
         self._iterations = int(np.clip(self.config.cpu_budget / per_evaluation - 3, 1, self.config.max_iterations))
 
     def _out_of_bounds(self, values):
-        for name, (low, high) in self.config.bounds.items():
-            if name in values and not np.all((low <= values[name]) & (values[name] <= high)):
-                return f"{name} = {values[name]} outside the configured bounds [{low}, {high}]"
-        return None
+        return configured_bounds_problem(self.config.bounds, values)
 
     def _record(self, now, accepted, reason, before, after, poses, motion, cpu):
         update = OnlineUpdate(float(now), accepted, reason, before, after, poses, motion, cpu,

@@ -2,7 +2,8 @@
 
 Groups (issue #4): ``payload`` (payload.mass, payload.com), ``spring`` (every spring
 element: stiffness, rest length or offset, and damping where the law has one; optionally the
-geometry: lever l1, l2, point spring ends), ``damping``, ``friction``, ``inertia``
+geometry: lever l1, l2, point spring ends), ``damping``, ``friction``, ``armature`` (each
+joint's reflected rotor inertia), ``inertia``
 (mass, COM and inertia of every body through the log-Cholesky parametrization, so every
 iterate is physically consistent), ``camera`` (camera frame in the base frame), and
 ``link_lengths`` (joint origin translations).
@@ -158,6 +159,10 @@ class ParameterSpace:
     def _blocks_friction(self, model, spring_geometry, camera_guess):
         for joint in model.joint_names:
             yield self._direct(model, f"{joint}.friction")
+
+    def _blocks_armature(self, model, spring_geometry, camera_guess):
+        for joint in model.joint_names:
+            yield self._direct(model, f"{joint}.armature")
 
     def _blocks_effort_bias(self, model, spring_geometry, camera_guess):
         for joint in model.joint_names:

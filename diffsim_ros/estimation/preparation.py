@@ -40,7 +40,8 @@ from diffsim_ros.estimation.signals import (
 )
 from diffsim_ros.vocabulary import TORQUE_SOURCES
 
-__all__ = ["DatasetOptions", "DatasetSummary", "prepare_dataset", "UNAPPLIED_SIGMAS", "UNAPPLIED_FRACTION"]
+__all__ = ["DatasetOptions", "DatasetSummary", "prepare_dataset", "torque_reading", "consistent_torques", "UNAPPLIED_SIGMAS",
+           "UNAPPLIED_FRACTION"]
 
 # A commanded torque the robot did not apply (a drive at its effort limit, a controller that
 # chatters faster than the recording samples it, a fault) leaves the measured effort far from
@@ -242,6 +243,23 @@ def _consistent_torques(signal, grid, period, options):
     edges_ns = np.round(edges * 1e9).astype(np.int64)
     means = signal.interval_means(grid[:, None] + edges_ns[None, :])  # (T, C, n)
     return np.einsum("tcn,c->tn", means, weights)
+
+
+def consistent_torques(signal, grid_ns, period_ns, options):
+    """Torques (T, n) [N·m] of a :class:`~diffsim_ros.estimation.data.TorqueSignal` at grid stamps (T,)
+    [ns, the signal's clock] filtered like the accelerations of period ``period_ns`` (as offline)."""
+    return _consistent_torques(signal, grid_ns, period_ns, options)
+
+
+def torque_reading(streams, options):
+    """``(source, hold)``: which torques ``prepare_dataset`` reads from ``streams`` and how they act
+    between their samples (``options.torque_hold`` "auto" decided from the data, as offline).
+
+    Raises:
+        DataError: No torques of the requested source.
+    """
+    signal, source, _, _, _ = _torque_signal(streams, options)
+    return source, signal.hold
 
 
 def _torque_rate(tau, period):

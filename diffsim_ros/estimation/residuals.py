@@ -14,6 +14,8 @@ RMS values can be reported in physical units through :meth:`per_joint_rms`.
   simulator compared with measured angles and/or velocities (Liu et al. Eq. 22/26,
   Le Lidec et al., Wang et al.).
 * :class:`CameraResidual` — camera poses of the tracked link.
+* :class:`CoordinatePrior` — the URDF's link inertials as a weak prior: motion determines
+  only combinations of them (base parameters); the prior holds the rest.
 """
 
 import numpy as np
@@ -34,6 +36,9 @@ __all__ = [
     "InverseDynamicsResidual",
     "RolloutResidual",
     "CameraResidual",
+    "ARMATURE_PRIOR",
+    "CoordinatePrior",
+    "INERTIA_PRIOR",
     "ROLLOUT_SCHEMES",
 ]
 
@@ -387,7 +392,7 @@ class InverseDynamicsResidual(_Block):
         return value
 
     def rigid_torques(self, model, rows=slice(None)):
-        """``rnea(model, q, qd, qdd)`` of the samples ``rows`` [N·m], shape (rows, n).
+        """``rnea(model, q, qd, qdd)`` of the samples ``rows`` [N·m], shape (rows, n), armature included.
 
         Inverse dynamics is linear in the inertial parameters: while ``model`` has the
         kinematics the block was built with (masses, COMs, inertias and the payload may
@@ -395,8 +400,9 @@ class InverseDynamicsResidual(_Block):
         inertial parameters, exact, and its forward-mode tangents cost one matrix product.
         Other kinematics (``link_lengths`` being fitted) go through the recursion.
         """
-        if _same_kinematics(model, self._kinematics):
-            return regressor_torques(self._regressor(rows), inertial_parameters(model))
+        if _same_kinematics(model, self._kinematics):  # the armature's torque is linear too: a qdd
+            inertial = regressor_torques(self._regressor(rows), inertial_parameters(model))
+            return inertial + model.params.armature * self.qdd[rows]
         return rnea(model, self.q[rows], self.qd[rows], self.qdd[rows])
 
     chunk_rows = 1024
@@ -584,3 +590,53 @@ class CameraResidual(_Block):
         rotation, position = self.predict(model, camera_pose)
         rot_err = quat_log(matrix_to_quat(self.rotation.transpose(-1, -2) @ rotation))
         return self._finish(torch.cat([position - self.position, rot_err], -1))
+
+
+
+INERTIA_PRIOR = (0.15, 0.3, 0.3, 0.3, 0.3, 0.3, 0.3, 0.05, 0.05, 0.05)
+"""Std of a link's log-Cholesky coordinates ``[alpha, d1, d2, d3, s12, s23, s13, t1, t2, t3]``
+(:func:`~diffsim_ros.model.inertia.inertial_from_log_cholesky`) around the URDF's: how far a
+URDF's inertials may be from the robot's (CAD estimates; cables, motors and gears left out).
+``alpha`` is the log of the mass's square root (0.15: the mass within ~30 %), ``d`` the logs of
+the mass distribution's extent along three axes (~30 %), ``s`` its shears, ``t`` the COM [m]
+(5 cm). Being Gaussian in these coordinates, the prior keeps a link away from a flat or
+needle-like distribution (d -> -inf), which the data alone may drift to in the directions
+they do not determine. Motion determines only combinations of the inertials (base
+parameters): the prior holds each link at the values nearest the URDF's that the data allow,
+and is otherwise far weaker than the data."""
+ARMATURE_PRIOR = 1.0
+"""[kg·m² or kg] Std of an armature around the nominal one (zero: no URDF has one): far weaker
+than the inertials', so that where a joint's armature and its link's inertia about the axis
+act alike, the difference goes to the armature."""
+
+
+class CoordinatePrior(_Block):
+    """``(x[index] - nominal) / std``: a Gaussian prior on some of the fit's coordinates.
+
+    Rows are independent and untimed, their noise is fixed (never re-estimated from the fit),
+    and both sides of a time split share them: a prior says the same before and after a cut.
+    Call :meth:`of_coordinates` (the coordinates, not a model).
+
+    Args:
+        index: Coordinates held, int (K,).
+        nominal: Their prior means, (K,).
+        std: Their prior std, (K,).
+        like: Tensor giving dtype and device.
+        armature: Whether armature coordinates are among them (see :data:`ARMATURE_PRIOR`).
+    """
+
+    name = "inertial prior"
+    unit = "prior std"
+    prior = True
+    fixed_noise = True
+    shared = True
+    columns = 1
+
+    def __init__(self, index, nominal, std, like, armature=False):
+        self.index = torch.as_tensor(np.asarray(index, dtype=np.int64), device=like.device)
+        self.nominal = _tensor(nominal, like)
+        self.scale = _tensor(std, like).clone()
+        self.armature = bool(armature)
+
+    def of_coordinates(self, x):
+        return self._finish(x[self.index] - self.nominal)

@@ -98,7 +98,8 @@ def _fmt(value):
 def time_parts(blocks, fraction=0.5, untimed=SHARED):
     """Part of every stacked residual row: 0 up to the cut (the ``fraction`` quantile of the
     timed samples' stamps), 1 after it, ``untimed`` (:data:`SHARED` or :data:`UNUSED`) for rows
-    without times. Returns ``(parts (R,), cut_ns)``, or ``(None, None)`` without timed rows."""
+    without times, :data:`SHARED` for the rows of blocks that say the same of every part (a
+    prior). Returns ``(parts (R,), cut_ns)``, or ``(None, None)`` without timed rows."""
     stamps = [b.sample_ns for b in blocks if b.sample_ns is not None]
     if not stamps:
         return None, None
@@ -106,7 +107,9 @@ def time_parts(blocks, fraction=0.5, untimed=SHARED):
     parts = []
     for block in blocks:
         size = block.scale.numel()
-        if block.sample_ns is None:
+        if getattr(block, "shared", False):
+            parts.append(np.full(size, SHARED))
+        elif block.sample_ns is None:
             parts.append(np.full(size, untimed))
         else:
             parts.append(np.repeat((block.sample_ns > cut).astype(int), size // len(block.sample_ns)))

@@ -14,6 +14,13 @@ Format::
       payload.mass: 0.0005
     unidentifiable:        # requested but not determined by the data (kept nominal)
       left_w2.damping: "..."
+    combined:              # under 'parameters' (std .nan), yet determined only in combinations:
+      left_upper_elbow.inertia: "..."   # link inertials (and armatures) of base parameters
+    base_parameters:       # the combinations the data determine (group inertia)
+      - expression: "left_upper_elbow.izz + 0.91 left_lower_elbow.m + ..."
+        value: 0.123
+        std: 0.001
+        terms: [[1.0, left_upper_elbow.izz], [0.91, left_lower_elbow.m], ...]
     metrics:               # per residual block, per joint in the model's order
       static torques:
         before: [0.01, ...]     # residual RMS at the nominal values [N·m]
@@ -73,6 +80,9 @@ class Calibration:
         stddev: Name -> standard deviation (same shapes).
         groups: Parameter groups that were requested.
         unidentifiable: Name -> reason it was not estimated.
+        combined: Name -> why it is under ``parameters`` though the data determine it only in
+            combinations (:attr:`base_parameters`): each value is needed for them to hold.
+        base_parameters: The determined combinations, ``[{expression, value, std, terms}]``.
         metrics: Residual block -> {"before": {column: rms}, "after": {...}}.
         created: ISO-8601 time stamp.
     """
@@ -84,6 +94,8 @@ class Calibration:
     unidentifiable: dict = field(default_factory=dict)
     metrics: dict = field(default_factory=dict)
     created: str = ""
+    combined: dict = field(default_factory=dict)
+    base_parameters: list = field(default_factory=list)
 
     @property
     def camera_pose(self):
@@ -114,6 +126,8 @@ def _to_yaml(calibration):
         "parameters": {k: _plain(v) for k, v in calibration.parameters.items()},
         "stddev": {k: _plain(v) for k, v in calibration.stddev.items()},
         "unidentifiable": dict(calibration.unidentifiable),
+        **({"combined": dict(calibration.combined)} if calibration.combined else {}),
+        **({"base_parameters": list(calibration.base_parameters)} if calibration.base_parameters else {}),
         "metrics": calibration.metrics,
     }
 
@@ -183,9 +197,11 @@ def load_calibration(path):
     groups = raw.get("groups") or []
     if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
         raise CalibrationError(f"{path}: 'groups' must be a list of group names, got {groups!r}")
-    for key in ("unidentifiable", "metrics"):
+    for key in ("unidentifiable", "metrics", "combined"):
         if not isinstance(raw.get(key) or {}, dict):
             raise CalibrationError(f"{path}: '{key}' must be a mapping, got {raw.get(key)!r}")
+    if not isinstance(raw.get("base_parameters") or [], list):
+        raise CalibrationError(f"{path}: 'base_parameters' must be a list, got {raw.get('base_parameters')!r}")
     return Calibration(
         robot=robot or "",
         parameters=_values(raw, "parameters", path),
@@ -194,6 +210,8 @@ def load_calibration(path):
         unidentifiable=dict(raw.get("unidentifiable") or {}),
         metrics=dict(raw.get("metrics") or {}),
         created=str(raw.get("created", "")),
+        combined=dict(raw.get("combined") or {}),
+        base_parameters=list(raw.get("base_parameters") or []),
     )
 
 

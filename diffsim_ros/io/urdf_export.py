@@ -6,6 +6,10 @@ and everything else stay as in the source:
 * a body whose mass, COM or inertia changed gets the calibrated merged inertial on its own
   link, and the links merged into it lose theirs (their mass is part of the merged value);
 * joint ``<dynamics damping friction>`` and changed joint origins are updated;
+* a joint's armature (reflected rotor inertia), which URDF has no field for, is written as
+  Drake's extension: ``<drake:rotor_inertia value="a"/>`` with ``<drake:gear_ratio value="1.0"/>``
+  in the ``<actuator>`` of the joint's ``<transmission>`` (one is added where the joint has
+  none), which :func:`~diffsim_ros.model.urdf.read_armatures` reads back;
 * a payload becomes a link welded to the payload frame (a 1 mm solid sphere, i.e. a point
   mass for every practical purpose, since URDF inertias must be positive definite);
 * spring elements (lever, torsion and point springs), which URDF cannot express (its
@@ -20,6 +24,7 @@ from lxml import etree
 
 from diffsim_ros.io.calibration import _atomic_write_text
 from diffsim_ros.model.inertia import inertia_from_vector
+from diffsim_ros.model.urdf import DRAKE_NAMESPACE
 
 __all__ = ["export_calibrated_urdf", "PAYLOAD_RADIUS"]
 
@@ -87,6 +92,48 @@ def _update_joints(root, model, nominal):
             origin.set("xyz", _numbers(local))
 
 
+def _actuator_of(root, joint):
+    """The ``<actuator>`` of ``joint``'s single-joint transmission, added when there is none."""
+    for transmission in root.findall("transmission"):
+        if [j.get("name") for j in transmission.findall("joint")] == [joint] and transmission.find("actuator") is not None:
+            return transmission.find("actuator")
+    transmission = etree.SubElement(root, "transmission", name=f"{joint}_rotor")
+    etree.SubElement(transmission, "type").text = "transmission_interface/SimpleTransmission"
+    etree.SubElement(transmission, "joint", name=joint)
+    return etree.SubElement(transmission, "actuator", name=f"{joint}_motor")
+
+
+def _update_armatures(root, model, nominal):
+    """Write each changed or nonzero armature as Drake's rotor inertia (gear ratio 1).
+
+    Returns:
+        Whether any was written (the document then needs the ``drake`` namespace).
+    """
+    written = False
+    for name, value, before in zip(model.joint_names, _numpy(model.params.armature), _numpy(nominal.params.armature)):
+        if value == 0.0 and not _changed(value, before):
+            continue
+        actuator = _actuator_of(root, name)
+        for key, number in (("rotor_inertia", value), ("gear_ratio", 1.0)):
+            element = actuator.find(f"{{{DRAKE_NAMESPACE}}}{key}")
+            if element is None:
+                element = etree.SubElement(actuator, f"{{{DRAKE_NAMESPACE}}}{key}")
+            element.set("value", repr(float(number)))
+        written = True
+    return written
+
+
+def _with_drake_namespace(root):
+    """``root`` declaring the ``drake`` prefix (lxml cannot add one to an existing element)."""
+    if root.nsmap.get("drake") == DRAKE_NAMESPACE:
+        return root
+    out = etree.Element(root.tag, attrib=dict(root.attrib), nsmap={**root.nsmap, "drake": DRAKE_NAMESPACE})
+    out.text = root.text
+    out.extend(list(root))
+    etree.cleanup_namespaces(out)
+    return out
+
+
 def _add_payload(root, model):
     mass = float(model.params.payload_mass)
     if mass <= 0.0:
@@ -128,6 +175,8 @@ def export_calibrated_urdf(model, nominal, source_urdf, path):
     _update_inertials(root, model, nominal)
     _update_joints(root, model, nominal)
     _add_payload(root, model)
+    if _update_armatures(root, model, nominal):
+        root = _with_drake_namespace(root)
     if model.has_springs:
         root.insert(0, _spring_comment(model))
     text = etree.tostring(root, pretty_print=True, xml_declaration=True, encoding="utf-8").decode()

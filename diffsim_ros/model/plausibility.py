@@ -15,6 +15,7 @@ parameter                  plausible when
 ``<link>.inertia``         positive-definite principal moments obeying the triangle inequality
 ``<joint>.damping``        0 <= b <= ``damping_max``
 ``<joint>.friction``       0 <= mu <= ``friction_max``
+``<joint>.armature``       0 <= a <= ``armature_max``
 ``*.spring.stiffness``     0 < k <= ``stiffness_max``
 ``*.spring.offset``        |offset| <= ``spring_offset_max``
 ``*.spring.l1`` / ``l2``   0 < l <= ``spring_length_max`` (also ``rest_length``)
@@ -61,6 +62,8 @@ class PlausibilityBounds:
     """[N·m·s/rad] viscous damping."""
     friction_max: float = 500.0
     """[N·m] Coulomb friction."""
+    armature_max: float = 50.0
+    """[kg·m² or kg] reflected rotor inertia (a 1e-4 kg·m² rotor behind a 160:1 gear reflects 2.6)."""
     stiffness_max: float = 1e7
     """[N/m or N·m/rad] spring stiffness."""
     spring_offset_max: float = math.pi
@@ -107,7 +110,7 @@ def parameter_kind(name):
         return name
     for suffix in ("spring.stiffness", "spring.offset", "spring.alpha1", "spring.l1", "spring.l2",
                    "spring.rest_length", "spring.damping", "spring.point_a", "spring.point_b", "origin.xyz",
-                   "damping", "friction", "effort_bias", "mass", "com", "inertia"):
+                   "damping", "friction", "armature", "effort_bias", "mass", "com", "inertia"):
         if name.endswith("." + suffix):
             return suffix
     return None
@@ -126,6 +129,7 @@ def scalar_bounds(name, bounds=DEFAULT_BOUNDS):
         "mass": (0.0, bounds.body_mass_max),
         "damping": (0.0, bounds.damping_max),
         "friction": (0.0, bounds.friction_max),
+        "armature": (0.0, bounds.armature_max),
         "spring.stiffness": (0.0, bounds.stiffness_max),
         "spring.offset": (-bounds.spring_offset_max, bounds.spring_offset_max),
         "spring.alpha1": (-math.pi, math.pi),
@@ -170,7 +174,7 @@ def _camera_reason(value, bounds):
     return _radius_reason(value[:3], bounds.camera_radius, "camera")
 
 
-_UNITS = {"payload.mass": "kg", "efforts.delay": "s", "mass": "kg", "damping": "N·m·s/rad", "friction": "N·m", "spring.stiffness": "N/m or N·m/rad",
+_UNITS = {"payload.mass": "kg", "efforts.delay": "s", "mass": "kg", "damping": "N·m·s/rad", "friction": "N·m", "armature": "kg·m² or kg", "spring.stiffness": "N/m or N·m/rad",
           "spring.offset": "rad", "spring.alpha1": "rad", "spring.l1": "m", "spring.l2": "m", "spring.rest_length": "m",
           "spring.damping": "N·s/m or N·m·s/rad"}
 _STRICT = {"mass", "spring.stiffness", "spring.l1", "spring.l2"}

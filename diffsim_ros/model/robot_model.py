@@ -13,6 +13,10 @@ files and logs:
 ``<joint>.origin.xyz``           joint origin translation in the parent body frame [m], (3,)
 ``<joint>.damping``              viscous damping [N·m·s/rad or N·s/m]
 ``<joint>.friction``             Coulomb friction [N·m or N]
+``<joint>.armature``             reflected rotor inertia [kg·m² or kg], added to M(q)'s diagonal
+                                 (MuJoCo's ``dof_armature``, Pinocchio's ``model.armature``);
+                                 URDF has no field: read from and written to a Drake-style
+                                 ``<transmission>`` (``drake:rotor_inertia`` x ``drake:gear_ratio``²)
 ``<joint>.effort_bias``          constant offset of the joint's measured effort [N·m or N]: a
                                  torque sensor's bias (effort = joint torque + bias); no
                                  dynamics algorithm uses it, only comparisons with efforts
@@ -56,7 +60,7 @@ from diffsim_ros.model.springs import (
     TorsionSpring,
     valid_spring_name,
 )
-from diffsim_ros.model.urdf import PRISMATIC, REVOLUTE, describe_tree, read_urdf
+from diffsim_ros.model.urdf import PRISMATIC, REVOLUTE, describe_tree, read_armatures, read_urdf
 
 __all__ = [
     "REVOLUTE",
@@ -88,6 +92,8 @@ class RobotParams:
     """Joint viscous damping [N·m·s/rad], shape (n,)."""
     friction: torch.Tensor
     """Joint Coulomb friction [N·m], shape (n,)."""
+    armature: torch.Tensor
+    """Reflected rotor inertia of each joint [kg·m² or kg], shape (n,): ``M(q) + diag(armature)``."""
     effort_bias: torch.Tensor
     """Offset of each joint's measured effort from its torque [N·m], shape (n,) (a sensor's
     bias: estimation subtracts it from measured efforts; dynamics never see it)."""
@@ -140,7 +146,7 @@ class RobotParams:
 # parameter-name suffix -> (RobotParams field, indexed by 'body' | 'joint' | 'spring' | None)
 _BODY_FIELDS = {"mass": "mass", "com": "com", "inertia": "inertia"}
 _JOINT_FIELDS = {"origin.xyz": "joint_origin_xyz", "damping": "damping", "friction": "friction",
-                 "effort_bias": "effort_bias"}
+                 "armature": "armature", "effort_bias": "effort_bias"}
 _PAYLOAD_FIELDS = {"payload.mass": "payload_mass", "payload.com": "payload_com", "efforts.delay": "effort_delay"}
 
 
@@ -233,7 +239,7 @@ class RobotModel:
         Raises:
             RobotModelError: Any problem with the file, the tree, the inertials or the arguments.
         """
-        desc = describe_tree(read_urdf(path_or_xml), base_link, tip_link)
+        desc = describe_tree(read_urdf(path_or_xml), base_link, tip_link, read_armatures(path_or_xml))
         if not desc.joints:
             raise RobotModelError(
                 f"no actuated joints between base_link '{desc.base_link}' and tip_link '{tip_link}'"
@@ -262,6 +268,7 @@ class RobotModel:
             joint_origin_xyz=tensor([j.origin[:3, 3] for j in joints]),
             damping=tensor([j.damping for j in joints]),
             friction=tensor([j.friction for j in joints]),
+            armature=tensor([j.armature for j in joints]),
             effort_bias=tensor([0.0] * len(joints)),
             **_spring_tensors(springs.elements, dtype, device),
             payload_mass=tensor(0.0),
@@ -333,6 +340,11 @@ class RobotModel:
             for s, e in enumerate(self.point_springs)
         ]
         return tuple(out)
+
+    @property
+    def has_armature(self):
+        """Whether any joint has a nonzero armature (reflected rotor inertia)."""
+        return bool((self.params.armature != 0).any())
 
     @property
     def has_springs(self):

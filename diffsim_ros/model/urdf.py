@@ -24,7 +24,8 @@ from diffsim_ros.model.errors import RobotModelError
 from diffsim_ros.model.inertia import combine_inertials, is_physically_consistent
 from diffsim_ros.resources import describe_path
 
-__all__ = ["JointDescription", "FrameDescription", "TreeDescription", "read_urdf", "describe_tree"]
+__all__ = ["DRAKE_NAMESPACE", "JointDescription", "FrameDescription", "TreeDescription", "read_armatures", "read_urdf",
+           "describe_tree"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -54,6 +55,7 @@ class JointDescription:
     com: np.ndarray = field(default_factory=lambda: np.zeros(3))
     inertia: np.ndarray = field(default_factory=lambda: np.zeros((3, 3)))
     merged_links: list = field(default_factory=list)
+    armature: float = 0.0  # [kg·m² or kg] reflected rotor inertia (read_armatures)
 
 
 @dataclass
@@ -76,20 +78,12 @@ class TreeDescription:
     frames: dict
 
 
-def read_urdf(path_or_xml):
-    """Parse a URDF file path or XML string with yourdfpy (meshes never loaded).
-
-    Args:
-        path_or_xml: Path to a ``.urdf`` file, or the URDF XML itself as a string or bytes.
-
-    Returns:
-        ``yourdfpy.URDF`` without scene graph or meshes.
+def _urdf_document(path_or_xml):
+    """``(text bytes, source name, lxml root)`` of a URDF path or XML string, parsed strictly.
 
     Raises:
         RobotModelError: Missing file, malformed XML, or a document that is not a URDF robot.
     """
-    import yourdfpy  # imported here: it pulls trimesh, only needed when parsing
-
     if isinstance(path_or_xml, bytes):
         text, source = path_or_xml, "<URDF string>"
     elif isinstance(path_or_xml, str) and path_or_xml.lstrip().startswith("<"):
@@ -107,6 +101,24 @@ def read_urdf(path_or_xml):
         raise RobotModelError(f"malformed URDF XML in {source}: {err}") from None
     if root.tag != "robot":
         raise RobotModelError(f"{source} is not a URDF: root element is <{root.tag}>, not <robot>")
+    return text, source, root
+
+
+def read_urdf(path_or_xml):
+    """Parse a URDF file path or XML string with yourdfpy (meshes never loaded).
+
+    Args:
+        path_or_xml: Path to a ``.urdf`` file, or the URDF XML itself as a string or bytes.
+
+    Returns:
+        ``yourdfpy.URDF`` without scene graph or meshes.
+
+    Raises:
+        RobotModelError: Missing file, malformed XML, or a document that is not a URDF robot.
+    """
+    import yourdfpy  # imported here: it pulls trimesh, only needed when parsing
+
+    text, source, _ = _urdf_document(path_or_xml)
     try:
         return yourdfpy.URDF.load(
             io.BytesIO(text),
@@ -117,6 +129,55 @@ def read_urdf(path_or_xml):
         )
     except Exception as err:  # yourdfpy raises assorted types on bad attribute values
         raise RobotModelError(f"invalid URDF in {source}: {err}") from None
+
+
+DRAKE_NAMESPACE = "http://drake.mit.edu"
+"""Namespace of Drake's URDF extensions; its ``drake:rotor_inertia`` and ``drake:gear_ratio``
+(in a ``<transmission>``'s ``<actuator>``) carry the armature URDF itself has no field for."""
+
+
+def _drake_value(actuator, key, where):
+    element = actuator.find(f"{{{DRAKE_NAMESPACE}}}{key}")
+    if element is None:
+        return None
+    try:
+        value = float(element.get("value"))
+    except (TypeError, ValueError):
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise RobotModelError(f"{where}: drake:{key} value must be a finite number >= 0, got {element.get('value')!r}")
+    return value
+
+
+def read_armatures(path_or_xml):
+    """Armature (reflected rotor inertia) per joint from Drake's transmission extension.
+
+    A ``<transmission>`` naming one joint whose ``<actuator>`` has ``<drake:rotor_inertia
+    value="I"/>`` (and optionally ``<drake:gear_ratio value="G"/>``, default 1) gives the joint
+    ``I G²`` [kg·m² or kg], as Drake reflects it.
+
+    Returns:
+        Dict joint name -> armature; joints without one are absent.
+
+    Raises:
+        RobotModelError: A malformed value, or two armatures for one joint.
+    """
+    _, source, root = _urdf_document(path_or_xml)
+    out = {}
+    for transmission in root.findall("transmission"):
+        joints = [j.get("name") for j in transmission.findall("joint")]
+        for actuator in transmission.findall("actuator"):
+            where = f"{source}: transmission '{transmission.get('name')}'"
+            inertia = _drake_value(actuator, "rotor_inertia", where)
+            if inertia is None:
+                continue
+            if len(joints) != 1:
+                raise RobotModelError(f"{where}: a drake:rotor_inertia needs exactly one joint, got {joints}")
+            if joints[0] in out:
+                raise RobotModelError(f"{where}: joint '{joints[0]}' has two rotor inertias")
+            ratio = _drake_value(actuator, "gear_ratio", where)
+            out[joints[0]] = inertia * (1.0 if ratio is None else ratio) ** 2
+    return out
 
 
 def _link_inertial(link):
@@ -270,13 +331,15 @@ def _actuated_description(joint, parent, origin):
     )
 
 
-def describe_tree(urdf, base_link=None, tip_link=None):
+def describe_tree(urdf, base_link=None, tip_link=None, armatures=None):
     """Reduce a parsed URDF to actuated joints and merged bodies.
 
     Args:
         urdf: ``yourdfpy.URDF`` from :func:`read_urdf`.
         base_link: Link fixed to the world; default the URDF root.
         tip_link: Last link of a serial sub-chain; default: the whole tree below ``base_link``.
+        armatures: Joint name -> armature (:func:`read_armatures`); those of joints the model
+            locks or drops are left out (a locked joint's rotor never accelerates).
 
     Returns:
         TreeDescription.
@@ -320,7 +383,13 @@ def describe_tree(urdf, base_link=None, tip_link=None):
         stack.extend(reversed(pending))
 
     _merge_inertials(tree, joints, frames)
+    _set_armatures(joints, armatures or {})
     return TreeDescription(urdf.robot.name, base, tip_link, joints, frames)
+
+
+def _set_armatures(joints, armatures):
+    for joint in joints:
+        joint.armature = float(armatures.get(joint.name, 0.0))
 
 
 def _merge_inertials(tree, joints, frames):

@@ -3,7 +3,9 @@
 Joint states, commanded torques and camera poses stream into an
 :class:`~diffsim_ros.estimation.online.OnlineEstimator`: the offline identification engine on
 a sliding window of motion and rests, through the rigid-body or the PBD model, with bounded,
-validated updates and change detection. Accepted estimates are published with their standard deviations, the
+validated updates and change detection; or, with ``method: streaming``, into a
+:class:`~diffsim_ros.estimation.streaming.StreamingEstimator` (rigid model: accumulated
+statistics, a validated refresh every ``refresh_period``). Accepted estimates are published with their standard deviations, the
 joint torques are estimated through the simulator at the joint-state rate (Liu et al. §V-D), and
 the estimates are saved as a ``calibration.yaml`` on request and on shutdown.
 
@@ -24,7 +26,8 @@ Topics:
 * serves ``~/reset`` (std_srvs/srv/Trigger): forget the rests and estimates and start again
   from the start-up model;
 * publishes ``/diagnostics`` (diagnostic_msgs/msg/DiagnosticArray) every second: input rates,
-  drops and watchdogs, the estimator's health (poses, last update and its outcome), and the
+  drops and watchdogs, the estimator's health (poses, last update and its outcome, its CPU
+  share of a core over the last updates: ``estimator CPU [% of a core]``), and the
   kernel warm-up (``<node>: kernels``, :mod:`diffsim_ros.runtime.warmup`: until the compiled
   torque step is loaded, the torques come from the inverse dynamics; no PBD update runs);
 * publishes ``~/estimates`` (std_msgs/msg/Float64MultiArray, LATCHED_QOS) after every
@@ -55,7 +58,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from diffsim_ros.control import JointStateBounds
-from diffsim_ros.estimation.online import OnlineEstimator, OnlineEstimatorConfig
+from diffsim_ros.estimation.online import OnlineEstimatorConfig
+from diffsim_ros.estimation.online_estimators import cpu_share, make_online_estimator, refresh_period
 from diffsim_ros.estimation.torque_estimation import StreamingTorqueEstimator
 from diffsim_ros.io.calibration import Calibration, check_output_path, write_calibration
 from diffsim_ros.io.ros_messages import NS_PER_S, JointNameMap, MessageConversionError, float64_multi_array_to_array, \
@@ -77,6 +81,7 @@ from diffsim_ros.runtime.warmup import KernelWarmup, PlainJointStateBounds
 
 __all__ = ["EstimatorNode", "EstimatorNodeConfig", "main", "rejection_kind"]
 
+_CPU_UPDATES = 50  # the estimator's CPU on /diagnostics: over its last this many updates
 _UPDATE_CHECK_PERIOD = 0.25  # [s] how often the node asks the estimator whether an update is due
 _DIAGNOSTICS_PERIOD = 1.0  # [s]
 _TORQUE_ESTIMATES = ("simulator", "inverse_dynamics", "off")
@@ -210,7 +215,8 @@ class EstimatorNode:
         handle.create_timer(_DIAGNOSTICS_PERIOD, self._publish_diagnostics)
         self.estimates = handle.create_publisher(FLOAT64_MULTI_ARRAY, "~/estimates", LATCHED_QOS)
         self.torques = handle.create_publisher(JOINT_STATE, "~/estimated_torques", SENSOR_QOS)
-        handle.create_timer(_UPDATE_CHECK_PERIOD, self._update)
+        # The streaming estimator refreshes every refresh_period (0.1 s): asked at least that often.
+        handle.create_timer(min(_UPDATE_CHECK_PERIOD, refresh_period(cfg.estimation)), self._update)
         self.torque_estimator = None
         if cfg.torque_estimate == "simulator":
             self.torque_estimator = StreamingTorqueEstimator(self.robot.model, max_period=cfg.torque_max_period)
@@ -239,7 +245,7 @@ class EstimatorNode:
             estimator.add(0.5 * self.config.torque_max_period, q, qd)
 
     def _new_estimator(self):
-        return OnlineEstimator(self.robot.model, self.config.estimator_config(), camera_frame=self._camera_frame)
+        return make_online_estimator(self.robot.model, self.config.estimator_config(), camera_frame=self._camera_frame)
 
     # ------------------------------------------------------------------ inputs
     def _feed(self, method, *args):
@@ -422,6 +428,8 @@ class EstimatorNode:
                   "estimates published": self.published, "queued samples": len(self._pending)}
         if not self.busy:
             values["rest poses"] = self.estimator.pose_count
+            share = cpu_share(self.estimator.updates, _CPU_UPDATES)
+            values["estimator CPU [% of a core]"] = f"{100 * share:.1f}" if share == share else "n/a"
         if last is None:
             return status(WARN if not self.published else OK, f"{node_label(self.handle)}: estimator",
                           "no update yet (collecting rests)", values)

@@ -10,7 +10,7 @@ Its derivatives come from the implicit function ``F = RNEA(q, qd, qdd) + h B qdd
 tau_passive = 0``: ``dqdd/dx = -(M + h B)^-1 dF/dx`` (Carpentier & Mansard's ABA
 derivatives with an armature; :mod:`~diffsim_ros.dynamics.derivatives`), for x the state,
 the torque and the model parameters that identification fits (payload, body inertials,
-joint damping and friction, every spring parameter: :mod:`~diffsim_ros.dynamics.spring_derivatives`).
+joint damping, friction and armature (M(q) holds each joint's armature), every spring parameter: :mod:`~diffsim_ros.dynamics.spring_derivatives`).
 Substeps chain by the product rule.
 
 A :class:`FastRigidStep` is an explicit float64 snapshot of a model (rebuild it when the
@@ -43,10 +43,10 @@ from diffsim_ros.model.springs import SPRING_LAWS
 
 __all__ = ["PARAMETER_GROUPS", "FastRigidStep", "StepJacobians", "step_into", "step_work", "unpack_model"]
 
-PARAMETER_GROUPS = ("payload", "inertia", "damping", "friction", "spring")
+PARAMETER_GROUPS = ("payload", "inertia", "damping", "friction", "armature", "spring")
 """Parameter groups the compiled step differentiates (the identification groups without geometry)."""
 
-_INERTIAL, _DAMPING, _FRICTION, _SPRING = 0, 1, 2, 3
+_INERTIAL, _DAMPING, _FRICTION, _SPRING, _ARMATURE = 0, 1, 2, 3, 4
 _HEADER = 8  # ints: n, lever s, torsion t, point c, columns P, inertial columns, substeps, passive
 
 StepJacobians = namedtuple("StepJacobians", ["q", "qd", "d_state", "d_torque", "d_parameters"])
@@ -99,7 +99,7 @@ def _inertial_increments(model, fast, groups):
                 di = np.zeros((3, 3))
                 di[r, s] = di[s, r] = 1.0
                 inertial(f"{link}.inertia[{k}]", b, 0.0, np.zeros(3), di)
-    for group, kind in (("damping", _DAMPING), ("friction", _FRICTION)):
+    for group, kind in (("damping", _DAMPING), ("friction", _FRICTION), ("armature", _ARMATURE)):
         if group in groups:
             for j, joint in enumerate(model.joint_names):
                 names.append(f"{joint}.{group}")
@@ -151,13 +151,13 @@ def _pack(model, dt, substeps, passive, groups):
     p = model.params
     floats = [
         fast.origin_rot, fast.origin_xyz, fast.axis, fast.mass, fast.first_moment, fast.inertia_o, fast.up,
-        _f64(p.damping), _f64(p.friction), [DEFAULT_FRICTION_VELOCITY_SCALE, float(dt)],
+        _f64(p.damping), _f64(p.friction), _f64(p.armature), [DEFAULT_FRICTION_VELOCITY_SCALE, float(dt)],
         sp.lever_stiffness, sp.lever_offset, sp.lever_alpha1, sp.lever_l1, sp.lever_l2, sp.lever_rest_length,
         sp.torsion_stiffness, sp.torsion_offset, sp.torsion_damping,
         sp.point_a, sp.point_b, sp.point_stiffness, sp.point_rest_length, sp.point_damping, _anchor_rotations(model),
         in_dm, in_dh, in_di,
     ]
-    dt_index = sum(np.size(x) for x in floats[:9]) + 1  # the period inside the constants pair
+    dt_index = sum(np.size(x) for x in floats[:10]) + 1  # the period inside the constants pair
     floats = np.concatenate([np.asarray(x, dtype=np.float64).reshape(-1) for x in floats])
     assert floats[dt_index] == float(dt)
     return floats, ints, names, dt_index
@@ -173,7 +173,7 @@ def unpack_model(floats, ints):
     """The model tuple the compiled kernels take, as views into the two buffers of a :class:`FastRigidStep`.
 
     Returns:
-        ``(fk, inertials, up, springs, anchor_rot, joint (damping, friction), constants
+        ``(fk, inertials, up, springs, anchor_rot, joint (damping, friction, armature), constants
         (friction velocity scale, dt), options (substeps, passive), columns (kinds, indices,
         inertial bodies, d_mass, d_h, d_inertia))``.
     """
@@ -199,6 +199,7 @@ def unpack_model(floats, ints):
     up, o = _take(floats, o, 3)
     damping, o = _take(floats, o, n)
     friction, o = _take(floats, o, n)
+    armature, o = _take(floats, o, n)
     consts, o = _take(floats, o, 2)
     lever = []
     for _ in range(6):
@@ -223,7 +224,8 @@ def unpack_model(floats, ints):
     )
     inertials = (mass, h.reshape((n, 3)), inertia_o.reshape((n, 3, 3)))
     columns = (kinds, indices, in_body, in_dm, in_dh.reshape((nin, 3)), in_di.reshape((nin, 3, 3)))
-    return (fk, inertials, up, springs, anchor_rot.reshape((c, 2, 3, 3)), (damping, friction), consts, (substeps, passive), columns)
+    return (fk, inertials, up, springs, anchor_rot.reshape((c, 2, 3, 3)), (damping, friction, armature), consts,
+            (substeps, passive), columns)
 
 
 # ---------------------------------------------------------------- the step
@@ -258,7 +260,7 @@ def _substep(model, work, q, qd, tau, h, jacobians, parameters, q_out, qd_out):
     for j in range(n):
         tau_p[j], slope[j], tanh_v[j] = 0.0, 0.0, 0.0
     if passive:
-        damping, friction = model[5]
+        damping, friction = model[5][0], model[5][1]
         vs = model[6][0]
         elastic, de_dq, cmat, dcv_dq, ddiag_dq, de_dp, dcv_dp, ddiag_dp = work[2]
         spring_derivatives_into(model[3], model[4], fk, q, qd, rw.rot_world, rw.pos_world, work[1],
@@ -271,8 +273,9 @@ def _substep(model, work, q, qd, tau, h, jacobians, parameters, q_out, qd_out):
             for k in range(n):
                 acc -= cmat[j, k] * qd[k]
             tau_p[j] = acc
-    for j in range(n):
-        a_mat[j, j] += h * slope[j]
+    armature = model[5][2]
+    for j in range(n):  # M + diag(armature) + h B
+        a_mat[j, j] += armature[j] + h * slope[j]
         qdd[j] = tau[j] + tau_p[j] - nle[j]
     if not lu_factor(a_mat, pivots):
         return False
@@ -301,7 +304,7 @@ def _substep(model, work, q, qd, tau, h, jacobians, parameters, q_out, qd_out):
 @njit(cache=True)
 def _passive_rhs(model, work, h, rhs):
     """Add the passive terms' ``-dF/d(q, qd)`` to ``rhs`` (springs, damping, smoothed friction)."""
-    (damping, friction), vs = model[5], model[6][0]
+    damping, friction, vs = model[5][0], model[5][1], model[6][0]
     _, de_dq, cmat, dcv_dq, ddiag_dq, _, _, _ = work[2]
     qdd, tanh_v = work[3][4], work[3][6]
     n = qdd.shape[0]
@@ -325,6 +328,8 @@ def _parameter_rhs(model, work, qd, h, rhs, first, passive):
             inertial_columns_into(fk, in_body[index], in_dm[index], in_dh[index], in_di[index], rw, rhs, col)
             for j in range(n):
                 rhs[j, col] = -rhs[j, col]
+        elif kind == _ARMATURE:  # F holds armature * qdd
+            rhs[index, col] = -qdd[index]
         elif not passive:
             continue
         elif kind == _DAMPING:

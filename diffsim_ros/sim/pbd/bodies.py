@@ -238,9 +238,13 @@ def build_system(model, base=None):
         PBDSystem.
 
     Raises:
-        PBDError: A body without positive mass or positive-definite inertia, or an
-            unsupported joint type.
+        PBDError: A body without positive mass or positive-definite inertia, an
+            unsupported joint type, or joint armature (not modelled here).
     """
+    if model.has_armature:  # a rotor inertia is joint-space; the bodies here would silently lose it
+        joints = [j for j, a in zip(model.joint_names, model.params.armature.tolist()) if a != 0]
+        raise PBDError(f"the PBD simulator does not model joint armature (rotor inertia), which joints {joints} have; "
+                       "use the rigid-body model (kind='rigid', --model rigid), which does")
     bodies = _bodies(model, base)
     fixed = base is None
     return PBDSystem(bodies=bodies, joints=_joints(model, bodies.com, fixed), gravity=model.gravity, fixed_base=fixed)
