@@ -109,16 +109,18 @@ def summary_table(run):
 
 def _base_note(run):
     """What the data determine of the link inertials: how many combinations, the strongest few."""
+    from diffsim_ros.estimation.base_parameters import expression
+
     base = run.calibration.base_parameters
     if not base or run.poor_fit:
         return
-    linear = {term[1] for record in base for term in record["terms"]} | set()
+    linear = {term[1] for record in base for term in record["terms"]}
     print(f"inertia: the motion determines {len(base)} combinations (base parameters) of the link inertials"
           f"{' and armatures' if any(n.endswith('.armature') for n in linear) else ''}, not each link's; "
           f"{len(run.calibration.combined)} parameter(s) above are held at the values nearest the URDF's that "
           "reproduce them (calibration.yaml lists every combination under base_parameters). The most precise:")
     for record in sorted(base, key=lambda r: r["std"] / max(abs(r["value"]), 1e-12))[:5]:
-        print(f"  {record['expression'][:100]} = {record['value']:.5g} +- {record['std']:.2g}")
+        print(f"  {expression(record['terms'], limit=4)} = {record['value']:.5g} +- {record['std']:.2g}")
 
 
 def _check_arguments(args):

@@ -21,7 +21,8 @@ from diffsim_ros.dynamics.rnea import body_inertials, body_motions
 from diffsim_ros.dynamics.spatial import skew
 from diffsim_ros.model.inertia import inertia_from_vector
 
-__all__ = ["INERTIAL_PARAMETERS", "inertial_parameters", "joint_torque_regressor", "link_parameters", "regressor_torques"]
+__all__ = ["INERTIAL_PARAMETERS", "inertial_parameters", "joint_torque_regressor", "link_parameters", "regressor_rnea",
+           "regressor_torques"]
 
 INERTIAL_PARAMETERS = ("m", "mcx", "mcy", "mcz", "ixx", "ixy", "iyy", "ixz", "iyz", "izz")
 """Names of a body's ten inertial parameters, in the regressor's column order."""
@@ -121,3 +122,9 @@ def regressor_torques(regressor, parameters):
     """
     flat = regressor.reshape(regressor.shape[:-2] + (-1,))
     return flat @ parameters.reshape(-1)
+
+
+def regressor_rnea(regressor, model, qdd):
+    """``rnea(model, q, qd, qdd)`` [N·m or N], shape (..., n), from the samples' regressor (..., n, n, 10):
+    the inertial part ``Y pi`` and the joints' armature ``armature * qdd`` (linear too)."""
+    return regressor_torques(regressor, inertial_parameters(model)) + model.params.armature * qdd

@@ -24,7 +24,7 @@ from diffsim_ros.estimation.identifiability import CONDITION_LIMIT, serial_covar
 from diffsim_ros.estimation.solvers import forward_jacobian
 from diffsim_ros.model.inertia import inertial_from_log_cholesky
 
-__all__ = ["INDIVIDUAL_PARTICIPATION", "BaseParameters", "base_parameters", "inertial_parameter_names",
+__all__ = ["INDIVIDUAL_PARTICIPATION", "BaseParameters", "base_parameters", "expression", "inertial_parameter_names",
            "linear_parameter_report"]
 
 INDIVIDUAL_PARTICIPATION = 1e-3
@@ -61,17 +61,23 @@ class BaseParameters:
         return len(self.terms)
 
     def expression(self, index, limit=6):
-        """``"panda_link3.mcy + 0.0833 panda_link4.m + ..."`` of base parameter ``index`` (first ``limit`` terms)."""
-        terms = self.terms[index]
-        text = terms[0][1]
-        for coefficient, name in terms[1:limit]:
-            text += f" {'-' if coefficient < 0 else '+'} {abs(coefficient):.4g} {name}"
-        return text + (f" + ... ({len(terms) - limit} more)" if len(terms) > limit else "")
+        """:func:`expression` of base parameter ``index``."""
+        return expression(self.terms[index], limit)
 
     def records(self):
         """YAML-friendly list: one ``{expression, value, std, terms}`` per base parameter."""
         return [{"expression": self.expression(i, limit=len(t)), "value": float(self.values[i]), "std": float(self.std[i]),
                  "terms": [[float(c), n] for c, n in t]} for i, t in enumerate(self.terms)]
+
+
+def expression(terms, limit=6):
+    """``"panda_link3.mcy + 0.0833 panda_link4.m + ..."``: a base parameter's ``((coefficient, name), ...)``,
+    its first ``limit`` terms."""
+    text = terms[0][1]
+    for coefficient, name in terms[1:limit]:
+        size = "" if abs(abs(coefficient) - 1.0) < 1e-9 else f"{abs(coefficient):.4g} "
+        text += f" {'-' if coefficient < 0 else '+'} {size}{name}"
+    return text + (f" + ... ({len(terms) - limit} more)" if len(terms) > limit else "")
 
 
 def inertial_parameter_names(links):

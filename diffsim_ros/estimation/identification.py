@@ -434,7 +434,8 @@ class _Problem:
         return self.space.lower[self.free], self.space.upper[self.free]
 
     def count(self):
-        return sum(block.active for block in self.blocks)
+        """Data residuals that count (a prior's rows are not data)."""
+        return sum(block.active for block in self.blocks if not getattr(block, "prior", False))
 
 
 FD_RELATIVE_STEP = 1e-6

@@ -24,7 +24,7 @@ import torch
 from diffsim_ros.dynamics.crba import mass_matrix
 from diffsim_ros.dynamics.kinematics import forward_kinematics
 from diffsim_ros.dynamics.passive import passive_torques
-from diffsim_ros.dynamics.regressor import inertial_parameters, joint_torque_regressor, regressor_torques
+from diffsim_ros.dynamics.regressor import joint_torque_regressor, regressor_rnea
 from diffsim_ros.dynamics.rnea import gravity_torques, rnea
 from diffsim_ros.dynamics.spatial import matrix_to_quat, matvec, quat_log, quat_to_matrix
 from diffsim_ros.dynamics.springs import spring_torques
@@ -400,9 +400,8 @@ class InverseDynamicsResidual(_Block):
         inertial parameters, exact, and its forward-mode tangents cost one matrix product.
         Other kinematics (``link_lengths`` being fitted) go through the recursion.
         """
-        if _same_kinematics(model, self._kinematics):  # the armature's torque is linear too: a qdd
-            inertial = regressor_torques(self._regressor(rows), inertial_parameters(model))
-            return inertial + model.params.armature * self.qdd[rows]
+        if _same_kinematics(model, self._kinematics):
+            return regressor_rnea(self._regressor(rows), model, self.qdd[rows])
         return rnea(model, self.q[rows], self.qd[rows], self.qdd[rows])
 
     chunk_rows = 1024

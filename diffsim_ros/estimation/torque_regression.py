@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from diffsim_ros.dynamics.passive import DEFAULT_FRICTION_VELOCITY_SCALE, passive_torques
-from diffsim_ros.dynamics.regressor import inertial_parameters, joint_torque_regressor, regressor_torques
+from diffsim_ros.dynamics.regressor import joint_torque_regressor, regressor_rnea
 from diffsim_ros.dynamics.springs import spring_torques
 from diffsim_ros.estimation.parameters import PAYLOAD_MIN_MASS, PAYLOAD_START_MASS
 from diffsim_ros.model.plausibility import DEFAULT_BOUNDS, scalar_bounds
@@ -299,7 +299,7 @@ class TorqueRegression:
         q_t, qd_t, qdd_t = (torch.as_tensor(x, dtype=like.dtype, device=like.device) for x in (q, qd, qdd))
         with torch.inference_mode():
             y = joint_torque_regressor(base, q_t, qd_t, qdd_t)
-            full = regressor_torques(y, inertial_parameters(base)) - passive_torques(base, q_t, qd_t)
+            full = regressor_rnea(y, base, qdd_t) - passive_torques(base, q_t, qd_t)
             payload_columns = y[:, :, self._payload[0], :].cpu().numpy()
         a = np.zeros(q.shape + (self.phi_size,))
         for b in self.blocks:
