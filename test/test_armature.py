@@ -22,7 +22,7 @@ from diffsim_ros.sim.rigid_fast import FastRigidStep
 from oracles import EXAMPLE_ARMS, PinocchioOracle, example_robot_urdf, mujoco_model
 
 PIN_TOL = 1e-9  # [N·m], [kg·m²], [rad/s²]: the same algorithms, float64 rounding only
-MUJOCO_TOL = 1e-8  # MuJoCo's own inertia from the URDF's (fused) inertials
+MUJOCO_TOL = 1e-9  # MuJoCo's mass matrix from the same URDF inertials (measured 3e-15)
 STEP_TOL = 1e-9  # compiled step against the torch step, one 10 ms step
 FD_TOL = 1e-6  # relative error of a derivative against central differences
 ARMATURE = np.array([0.31, 0.27, 0.19, 0.15, 0.08, 0.05, 0.02])  # [kg·m²] a geared 7-joint arm's order of size
