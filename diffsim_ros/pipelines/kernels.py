@@ -145,8 +145,8 @@ def _compile(name, only_stale=False):
 
     start = time.process_time()
     with family_lock(name):
-        stale = stale_families([name])  # fixes this process's stamp before the family imports its kernels:
-        if stale or not only_stale:  # sources edited meanwhile leave the marker stale, not falsely current
+        stale = stale_families([name])  # the fingerprints are fixed when first computed (here or at import), before
+        if stale or not only_stale:  # any compile: sources edited meanwhile leave the marker stale, not falsely current
             FAMILIES[name]()
             mark_current(name)
     return name, time.process_time() - start
