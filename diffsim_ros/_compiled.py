@@ -3,9 +3,12 @@
 numba's on-disk cache (``cache=True``) is checked against the kernel's own source file only:
 a kernel that calls another file's kernel, or reads a constant it imports from another module,
 keeps its stale machine code when only that other file changes (numba's documented limit).
-``njit`` here therefore stamps every cache directory it uses with a fingerprint of the
-package's kernel modules and of the package modules they import, and empties the directory's
-cached kernels when the stamp differs, before any kernel is loaded from it.
+``njit`` here therefore stamps the cached kernels of every kernel module (a module importing
+this ``njit``) with a fingerprint of that module and of the package modules it imports,
+transitively, and empties that module's cached kernels when the stamp differs, before any of
+them is loaded. Each module has its own stamp beside its cache files
+(``<module>.diffsim_kernels.fingerprint`` in the cache directory): editing one kernel module
+recompiles it and the kernel modules importing it, not every kernel of the package.
 """
 
 import functools
@@ -15,9 +18,10 @@ import re
 import sys
 from pathlib import Path
 
-__all__ = ["njit", "prange", "kernel_fingerprint", "refresh_cache_directory"]
+__all__ = ["njit", "prange", "module_fingerprint", "module_dependencies", "refresh_cache_files", "used_kernel_modules",
+           "STAMP_SUFFIX"]
 
-STAMP = "diffsim_kernels.fingerprint"
+STAMP_SUFFIX = ".diffsim_kernels.fingerprint"  # <module stem> + this, in the module's cache directory
 KERNEL_MARK = "_compiled import"  # how a kernel module gets its njit
 
 
@@ -29,8 +33,8 @@ def _imported_files(path, root):
     """Files of the package at ``root`` that the module at ``path`` imports (one level).
 
     Import statements are read with regular expressions, not parsed (``ast`` costs half a
-    second per process for the kernel modules); imports inside strings count too, which only
-    widens the fingerprint.
+    second per process for the kernel modules); imports inside strings or functions count too,
+    which only widens the fingerprint.
     """
     parts = path.relative_to(root.parent).with_suffix("").parts
     text = path.read_text()
@@ -55,41 +59,65 @@ def _imported_files(path, root):
     return found
 
 
-@functools.cache
-def kernel_fingerprint(root):
-    """Hex digest of the kernel modules under the package directory ``root`` and what they import.
+@functools.lru_cache(maxsize=None)
+def _imported_files_of(path, root, version):
+    """:func:`_imported_files`, kept per process for each ``version`` (modification time, size) of the file."""
+    return frozenset(_imported_files(path, root))
 
-    Kernel modules are those importing this module's ``njit``; with them, every module of the
-    same package they import (constants and called kernels live there).
+
+def module_dependencies(path, root):
+    """The module at ``path`` and every file of the package at ``root`` it imports, transitively.
+
+    A kernel reads the globals of its own module (called kernels, constants); those come from
+    the module's imports, and a called kernel reads its own module's imports in turn.
     """
-    root = Path(root)
-    kernels = sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts and KERNEL_MARK in p.read_text())
-    files = set(kernels)
-    for path in kernels:
-        files |= _imported_files(path, root)
+    path, root = Path(path).resolve(), Path(root).resolve()
+    found, pending = set(), [path]
+    while pending:
+        current = pending.pop()
+        if current not in found:
+            found.add(current)
+            status = current.stat()
+            pending.extend(_imported_files_of(current, root, (status.st_mtime_ns, status.st_size)) - found)
+    return found
+
+
+@functools.cache
+def module_fingerprint(path, root):
+    """Hex digest of the module at ``path`` and of the package modules (``root``: the package
+    directory) it imports transitively (:func:`module_dependencies`).
+
+    Cached per process: the stamp a process checks its cache against is fixed at its first
+    use, so sources edited while it compiles leave the stamp stale, never falsely current.
+    """
+    root = Path(root).resolve()
     digest = hashlib.sha256()
-    for path in sorted(files):
-        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    for file in sorted(module_dependencies(path, root)):
+        digest.update(str(file.relative_to(root)).encode() + b"\0" + file.read_bytes() + b"\0")
     return digest.hexdigest()
 
 
-def refresh_cache_directory(directory, fingerprint):
-    """Delete the numba cache files of ``directory`` unless it is stamped with ``fingerprint``.
+def refresh_cache_files(directory, stem, fingerprint):
+    """Delete the numba cache files of module ``stem`` in ``directory`` unless they are stamped with ``fingerprint``.
+
+    numba names a module's cache files ``<stem>.<function>-<line>.pyXY.nbi`` (and ``.nbc``);
+    those of the other modules in the directory are kept.
 
     Returns:
-        True when the directory was stamped anew (its cached kernels, if any, were removed).
+        True when the module was stamped anew (its cached kernels, if any, were removed).
     """
-    directory, stamp = Path(directory), Path(directory) / STAMP
+    directory = Path(directory)
+    stamp = directory / f"{stem}{STAMP_SUFFIX}"
     try:
         if stamp.read_text() == fingerprint:
             return False
     except OSError:
         pass
     try:
-        for path in list(directory.glob("*.nbi")) + list(directory.glob("*.nbc")):
+        for path in list(directory.glob(f"{stem}.*.nbi")) + list(directory.glob(f"{stem}.*.nbc")):
             path.unlink(missing_ok=True)
         directory.mkdir(parents=True, exist_ok=True)
-        partial = directory / f"{STAMP}.{os.getpid()}"
+        partial = directory / f"{stamp.name}.{os.getpid()}"
         partial.write_text(fingerprint)
         partial.replace(stamp)
     except OSError:  # a read-only cache: numba itself then compiles in memory
@@ -97,7 +125,8 @@ def refresh_cache_directory(directory, fingerprint):
     return True
 
 
-_checked = set()
+_checked = set()  # (cache directory, module file) checked in this process
+_dispatchers = []  # (module file, package root, dispatcher) of every kernel made here
 
 
 def _package_root(fn):
@@ -107,14 +136,24 @@ def _package_root(fn):
 
 
 def _fresh(dispatcher):
-    """Check the dispatcher's cache directory once per process (before any kernel loads)."""
+    """Check the cache files of the dispatcher's module once per process (before any kernel loads)."""
     cache = getattr(dispatcher, "_cache", None)
     directory = getattr(cache, "_cache_path", None)
     root = _package_root(dispatcher.py_func)
-    if directory is not None and root is not None and directory not in _checked:
-        _checked.add(directory)
-        refresh_cache_directory(directory, kernel_fingerprint(root))
+    source = getattr(dispatcher.py_func, "__code__", None)
+    if directory is not None and root is not None and source is not None:
+        source = Path(source.co_filename).resolve()
+        _dispatchers.append((source, root, dispatcher))
+        if (directory, source) not in _checked:
+            _checked.add((directory, source))
+            refresh_cache_files(directory, source.stem, module_fingerprint(source, root))
     return dispatcher
+
+
+def used_kernel_modules():
+    """``{module file: (package root, fingerprint)}`` of the kernel modules with a kernel compiled or
+    loaded in this process (what a kernel family that ran here needs)."""
+    return {source: (root, module_fingerprint(source, root)) for source, root, d in _dispatchers if d.overloads}
 
 
 try:

@@ -72,6 +72,37 @@ def test_family_markers_follow_numba_cache_dir_and_the_fingerprint(tmp_path):
         ["['control']"]
 
 
+def test_a_family_is_current_iff_every_kernel_module_it_used_still_has_its_fingerprint(tmp_path):
+    """The marker lists the kernel modules whose kernels ran (here dynamics/fast.py, with what it
+    imports) and their fingerprints; another fingerprint or a module gone makes the family stale."""
+    env = _cold_env(tmp_path)
+    out = _run("""
+        import numpy as np
+        from diffsim_ros.dynamics.fast import placements_into
+        from diffsim_ros.runtime.warmup import mark_current, stale_families
+        eye, zero = np.eye(3)[None], np.zeros((1, 3))
+        placements_into(np.array([-1]), eye, zero, np.array([[0.0, 0.0, 1.0]]), np.array([True]), np.zeros(1),
+                        eye.copy(), zero.copy(), eye.copy(), zero.copy())
+        mark_current("control")
+        print(",".join(stale_families(["control", "rigid"])) or "none")
+    """, env)
+    assert out == ["rigid"]
+    marker = next((tmp_path / "numba_cache").rglob("diffsim_kernels.family.control"))
+    text = marker.read_text()
+    modules = dict(line.split("\t") for line in text.splitlines() if "\t" in line)
+    assert list(modules) == ["dynamics/fast.py"], modules
+
+    def stale_with(content):
+        marker.write_text(content)
+        return _run("from diffsim_ros.runtime.warmup import stale_families; print(stale_families(['control']))", env)
+
+    fingerprint = modules["dynamics/fast.py"]
+    assert stale_with(text.replace(fingerprint, fingerprint[::-1])) == ["['control']"]  # an edited module
+    assert stale_with(text + "sim/no_such_module.py\t" + fingerprint + "\n") == ["['control']"]  # a module gone
+    assert stale_with(text.replace("families ", "families 0")) == ["['control']"]  # another pipelines/kernels.py
+    assert stale_with(text) == ["[]"]
+
+
 def test_the_numpy_bounds_check_matches_the_compiled_one():
     bounds = JointStateBounds(load_robot(DEFAULT_ROBOT_CONFIG).model)
     plain = PlainJointStateBounds(bounds)

@@ -43,12 +43,15 @@ def _start(model):
 
 
 def _pbd():
-    """The compiled PBD rollout (real arithmetic; batched, threads over the batch)."""
+    """The compiled PBD rollout (batched) on one thread, the default of the nodes and the command line
+    (``threads.py``); its kernel with one rollout per thread compiles at its first call with more."""
     import numpy as np
     import torch
 
     from diffsim_ros.sim import make_simulator
+    from diffsim_ros.threads import set_threads
 
+    set_threads(1)
     model = _baxter()
     q, qd, tau = (torch.from_numpy(np.tile(x, (2, 1))) for x in _start(model))
     with torch.no_grad():
@@ -134,8 +137,8 @@ def _control():
 
 FAMILIES = {"pbd_mpc": _pbd_mpc, "pbd": _pbd, "contact": _contact, "rigid": _rigid, "large_step": _large_step,
             "control": _control}
-"""Kernel families, the costliest first (they are handed out in this order; CPU on a cold cache:
-~230, 125, 110, 60, 30 and 10 s)."""
+"""Kernel families, the costliest first (they are handed out in this order; CPU on a cold cache,
+each alone under load, benchmarks/bench_compile.py: ~390, 210, 170, 140, 120 and 30 s)."""
 
 
 def _compile(name, only_stale=False):
@@ -145,8 +148,8 @@ def _compile(name, only_stale=False):
 
     start = time.process_time()
     with family_lock(name):
-        stale = stale_families([name])  # fixes this process's stamp before the family imports its kernels:
-        if stale or not only_stale:  # sources edited meanwhile leave the marker stale, not falsely current
+        stale = stale_families([name])  # the fingerprints are fixed when first computed (here or at import), before
+        if stale or not only_stale:  # any compile: sources edited meanwhile leave the marker stale, not falsely current
             FAMILIES[name]()
             mark_current(name)
     return name, time.process_time() - start

@@ -14,9 +14,12 @@ process therefore starts with a :class:`KernelWarmup`:
 * until then the node publishes nothing that would need a kernel (see the nodes) and
   ``/diagnostics`` says ``warming up: compiling kernels (family ...)`` at WARN.
 
-Whether a family is current is kept in a marker file per family, written once the family ran,
-holding the kernel fingerprint of :mod:`diffsim_ros._compiled` (the same one that empties a
-stale cache directory) and the numba and Python versions. The markers live where numba caches
+Whether a family is current is kept in a marker file per family, written once the family ran:
+the numba and Python versions, a digest of the families' module, and every kernel module whose
+kernels the family compiled or loaded, each with its fingerprint (:mod:`diffsim_ros._compiled`,
+the same stamp that empties the module's stale cached kernels). A family is current iff all of
+them still match: an edit to a kernel module, or to what it imports, makes stale exactly the
+families that use it. The markers live where numba caches
 this file's kernels would (``NUMBA_CACHE_DIR`` when set, else ``__pycache__`` beside this file,
 else numba's user-wide cache), so they follow the cache they describe. A lock file per family
 keeps two nodes from compiling the same family at once: the second waits, then finds it current.
@@ -26,6 +29,8 @@ the nodes (``pipelines``); a process boundary, not an import.
 """
 
 import contextlib
+import functools
+import hashlib
 import os
 import subprocess
 import sys
@@ -45,7 +50,7 @@ __all__ = ["KernelWarmup", "PlainJointStateBounds", "WARMUP_MODULE", "family_loc
 WARMUP_MODULE = "diffsim_ros.pipelines.kernels"  # run as ``python -m``: its --warm-up mode
 WARMUP_NICENESS = 5  # the child yields to control and drivers, but still finishes on a busy machine
 _MARK = "diffsim_kernels.family."
-_PACKAGE = Path(__file__).resolve().parents[1]
+_PACKAGE = Path(__file__).resolve().parents[1]  # the package directory
 _CHILD_EXIT_WAIT_S = 0.5  # [s] after SIGTERM, before SIGKILL (the node must exit within 2 s)
 
 
@@ -60,24 +65,43 @@ def marker_directory():
     return Path(FunctionCache(_marker_anchor)._cache_path)
 
 
-def _stamp():
+_FAMILIES_FILE = _PACKAGE / "pipelines" / "kernels.py"  # read, not imported: it lives above this layer
+
+
+@functools.cache
+def _header():
+    """The marker's first lines: the numba and Python versions, the families' module digest."""
     import numba
 
-    from diffsim_ros._compiled import kernel_fingerprint
-
-    return f"{kernel_fingerprint(_PACKAGE)} numba {numba.__version__} python {sys.version.split()[0]}"
+    families = hashlib.sha256(_FAMILIES_FILE.read_bytes()).hexdigest() if _FAMILIES_FILE.is_file() else "none"
+    return f"diffsim kernels: numba {numba.__version__} python {sys.version.split()[0]}\nfamilies {families}\n"
 
 
 def _marker(name):
     return marker_directory() / f"{_MARK}{name}"
 
 
+def _current(text):
+    """Whether a marker's text matches the versions, the families and every kernel module it lists."""
+    from diffsim_ros._compiled import module_fingerprint
+
+    header = _header()
+    if not text.startswith(header):
+        return False
+    for line in text[len(header):].splitlines():
+        relative, _, fingerprint = line.partition("\t")
+        path = _PACKAGE / relative
+        if not (fingerprint and path.is_file() and module_fingerprint(path, _PACKAGE) == fingerprint):
+            return False
+    return True
+
+
 def stale_families(families):
     """The families of ``families`` (in their order) not compiled for the current kernels and numba."""
-    stamp, stale = _stamp(), []
+    stale = []
     for name in families:
         try:
-            current = _marker(name).read_text() == stamp
+            current = _current(_marker(name).read_text())
         except OSError:
             current = False
         if not current:
@@ -86,12 +110,17 @@ def stale_families(families):
 
 
 def mark_current(name):
-    """Record that family ``name`` ran with the current kernels (its kernels are in the cache)."""
+    """Record that family ``name`` ran with the current kernels: those this process compiled or
+    loaded are in the cache (the fingerprints were fixed when their modules were imported)."""
+    from diffsim_ros._compiled import used_kernel_modules
+
+    modules = sorted(str(path.relative_to(_PACKAGE)) + "\t" + fingerprint
+                     for path, (root, fingerprint) in used_kernel_modules().items() if root == _PACKAGE)
     path = _marker(name)
     partial = path.with_name(f"{path.name}.{os.getpid()}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial.write_text(_stamp())
+        partial.write_text(_header() + "".join(line + "\n" for line in modules))
         partial.replace(path)
     except OSError:  # a read-only cache: numba compiles in memory, nothing to record
         pass

@@ -3,9 +3,9 @@
 The torch implementation pays a tensor dispatch per small operation: at batch 1024 a step
 of the Baxter arm is ~100 tensor operations on 6x6 and 3x3 blocks, bound by memory traffic
 and kernel overhead. Rollouts that need no gradient (sampling, torque maps, Monte Carlo,
-speed) run the very same XPBD step here as plain loops compiled by numba, one rollout per
-thread (``prange`` over the batch), every intermediate in registers or a small per-rollout
-work area.
+speed) run the very same XPBD step here as plain loops compiled by numba, one rollout after
+another, or one per thread of numba's pool when it has more than one (``prange`` over the
+batch), every intermediate in registers or a small per-rollout work area.
 
 Scope: fixed-base serial chains of revolute joints with the direct solver (every arm this
 package targets; :func:`fast_rollout_supported` says why another setup is not), with spring
@@ -33,10 +33,14 @@ import torch
 from diffsim_ros._compiled import njit, prange
 
 try:
+    from numba import get_num_threads as _numba_threads
     from numba import types as _types
     from numba.extending import overload as _overload
 except ImportError:  # pragma: no cover - numba is a declared dependency
     _overload = None
+
+    def _numba_threads():
+        return 1
 from diffsim_ros.dynamics.fast import FastDynamics, placements_into, spring_torques_into
 from diffsim_ros.dynamics.passive import DEFAULT_FRICTION_VELOCITY_SCALE
 from diffsim_ros.model.robot_model import REVOLUTE
@@ -557,7 +561,14 @@ def _scale_rows(axis, sigma, out):
             out[3 + r, c] += (sigma - 1.0) * axis[r] * along
 
 
-@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
+# The compliant joints' path (compliance > 0; rigid joints, the default, take _factor_rigid and
+# _solve_rigid): compiled once and called, not inlined into every step kernel beside the rigid
+# path (cold compile of _integrate, benchmarks/bench_compile.py: 145 s of CPU with it inlined, 111 s
+# without). A call passes the work area's ~60 arrays, small beside a 6x6 block factorization per joint.
+_compliant_path = njit(cache=True, error_model="numpy", fastmath=FASTMATH, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+
+
+@_compliant_path
 def _factor_blocks(phys, w, alpha):
     """Block-tridiagonal factors of the chain's joint system (projection._factor_chain).
 
@@ -601,7 +612,7 @@ def _factor_blocks(phys, w, alpha):
             _lu_solve_columns(w.diagonal[j], w.pivots[j], w.inv_diagonal[j], w.reduced[j])
 
 
-@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
+@_compliant_path
 def _solve_blocks(w, b, x):
     """``x`` (n, 6, m) = the solutions for the right-hand sides ``b`` (n, 6, m) with the factors of
     :func:`_factor_blocks` (projection._solve_chain)."""
@@ -1047,29 +1058,46 @@ def _joint_state(w, q, q_out, qd_out):
         qd_out[j] = _rate(w, w.omega, j)
 
 
-@njit(cache=True, error_model="numpy", fastmath=FASTMATH, parallel=True)
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
+def _rollout_one(fk, phys, springs, settings, q0, qd0, tau, out_q, out_qd, residual):
+    """One joint-space rollout from ``q0``, ``qd0`` (n,) under ``tau`` (T, n): fills ``out_q``, ``out_qd``
+    (T, n) and the worst constraint residual of every joint over it, ``residual`` (n,) [m or rad]."""
+    steps, n = tau.shape
+    w = work_area(n, q0)
+    targets = np.full(n, np.nan)
+    q, qd = q0.copy(), qd0.copy()
+    for t in range(steps):
+        joint_step_into(fk, phys, springs, settings, w, targets, q, qd, tau[t], out_q[t], out_qd[t])
+        for j in range(n):
+            a, c, e = w.axis_p[j], w.axis_c[j], w.anchor[j]
+            h0, h1, h2 = a[1] * c[2] - a[2] * c[1], a[2] * c[0] - a[0] * c[2], a[0] * c[1] - a[1] * c[0]
+            worst = max(math.sqrt(e[0] * e[0] + e[1] * e[1] + e[2] * e[2]), math.sqrt(h0 * h0 + h1 * h1 + h2 * h2))
+            if residual[j] == residual[j] and not worst <= residual[j]:  # a NaN sticks
+                residual[j] = worst
+        q[:] = out_q[t]
+        qd[:] = out_qd[t]
+
+
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH)
 def _rollout(fk, phys, springs, settings, q0, qd0, tau, out_q, out_qd, residual):
-    """Joint-space rollouts: every step rebuilds the particles from (q, qd) (PBDSimulator.joint_step).
+    """Joint-space rollouts one after another: every step rebuilds the particles from (q, qd) (PBDSimulator.joint_step).
 
     Args:
         q0, qd0: (B, n); tau: (B, T, n). Fills ``out_q``, ``out_qd`` (B, T, n) and the worst
         constraint residual of every joint over the rollout, ``residual`` (B, n) [m or rad].
     """
-    batch, steps, n = tau.shape
-    for b in prange(batch):
-        w = work_area(n, q0)
-        targets = np.full(n, np.nan)
-        q, qd = q0[b].copy(), qd0[b].copy()
-        for t in range(steps):
-            joint_step_into(fk, phys, springs, settings, w, targets, q, qd, tau[b, t], out_q[b, t], out_qd[b, t])
-            for j in range(n):
-                a, c, e = w.axis_p[j], w.axis_c[j], w.anchor[j]
-                h0, h1, h2 = a[1] * c[2] - a[2] * c[1], a[2] * c[0] - a[0] * c[2], a[0] * c[1] - a[1] * c[0]
-                worst = max(math.sqrt(e[0] * e[0] + e[1] * e[1] + e[2] * e[2]), math.sqrt(h0 * h0 + h1 * h1 + h2 * h2))
-                if residual[b, j] == residual[b, j] and not worst <= residual[b, j]:  # a NaN sticks
-                    residual[b, j] = worst
-            q[:] = out_q[b, t]
-            qd[:] = out_qd[b, t]
+    for b in range(tau.shape[0]):
+        _rollout_one(fk, phys, springs, settings, q0[b], qd0[b], tau[b], out_q[b], out_qd[b], residual[b])
+
+
+# A separate kernel, compiled at its first call only: numba's parallel lowering of the batch loop
+# made the rollout kernel's cold compile 47 s of CPU against 13 s for the serial loop
+# (benchmarks/bench_compile.py), and one thread per process is the default (diffsim_ros/threads.py).
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH, parallel=True)
+def _rollout_threads(fk, phys, springs, settings, q0, qd0, tau, out_q, out_qd, residual):
+    """:func:`_rollout` with one rollout per thread of numba's pool (``prange`` over the batch)."""
+    for b in prange(tau.shape[0]):
+        _rollout_one(fk, phys, springs, settings, q0[b], qd0[b], tau[b], out_q[b], out_qd[b], residual[b])
 
 
 # ---------------------------------------------------------------- snapshot
@@ -1153,6 +1181,7 @@ class FastPBD:
         q, qd = np.empty_like(tau_seq), np.empty_like(tau_seq)
         residual = np.zeros((batch, n))
         options = kernel_options(dt, settings)
+        kernel = _rollout_threads if batch > 1 and _numba_threads() > 1 else _rollout
         with keep_torch_threads():
-            _rollout(self.fk, self.phys, self.springs, options, q0, qd0, tau_seq, q, qd, residual)
+            kernel(self.fk, self.phys, self.springs, options, q0, qd0, tau_seq, q, qd, residual)
         return q, qd, residual
