@@ -44,18 +44,12 @@ def feed(streams):
     from diffsim_ros.estimation.online import OnlineEstimatorConfig
     from diffsim_ros.estimation.streaming import StreamingEstimator
     from diffsim_ros.model import load_robot_config
+    from motion_recordings import play_streams
     from oracles import BAXTER_LEFT
 
     estimator = StreamingEstimator(load_robot_config(BAXTER_LEFT).build_model(),
                                    OnlineEstimatorConfig(groups=GROUPS, method="streaming"))
-    c = 0
-    for ns, q, effort in zip(streams.joint_ns, streams.q, streams.effort):
-        while c < len(streams.command_ns) and streams.command_ns[c] <= ns:
-            estimator.add_commanded_torque(streams.command_ns[c] * 1e-9, streams.command[c])
-            c += 1
-        estimator.add_joint_state(ns * 1e-9, q, effort=effort)
-        estimator.update(ns * 1e-9)
-    return estimator
+    return play_streams(estimator, streams)
 
 
 def _worst(updates, truth):

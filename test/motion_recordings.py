@@ -26,7 +26,7 @@ import numpy as np
 
 from oracles import BAXTER_URDF
 
-__all__ = ["ARM", "MotionSpec", "MotionTruth", "MotionStreams", "random_truth", "simulate", "decimate", "write_motion_bag",
+__all__ = ["ARM", "play_streams", "MotionSpec", "MotionTruth", "MotionStreams", "random_truth", "simulate", "decimate", "write_motion_bag",
            "record_motion_bag", "write_robot_config", "NOMINAL_SPRING", "TOPICS"]
 
 ARM = ("left_s0", "left_s1", "left_e0", "left_e1", "left_w0", "left_w1", "left_w2")
@@ -460,3 +460,16 @@ def record_payload_step_bag(path, seed, *, duration=90.0, masses=(1.0, 1.9), rat
     if rate is not None:
         streams = decimate(streams, rate, camera_rate=min(rate, spec.camera_rate) if camera else None, command_rate=rate)
     return write_motion_bag(streams, path, storage), truth, streams
+
+
+def play_streams(estimator, streams):
+    """Feed an online estimator every sample of ``streams`` in time order: the commands up to each joint
+    state, the joint state (with its effort), then an update at its time. Returns the estimator."""
+    c = 0
+    for ns, q, effort in zip(streams.joint_ns, streams.q, streams.effort):
+        while c < len(streams.command_ns) and streams.command_ns[c] <= ns:
+            estimator.add_commanded_torque(streams.command_ns[c] * 1e-9, streams.command[c])
+            c += 1
+        estimator.add_joint_state(ns * 1e-9, q, effort=effort)
+        estimator.update(ns * 1e-9)
+    return estimator

@@ -16,7 +16,7 @@ from diffsim_ros.estimation.preparation import prepare_dataset
 from diffsim_ros.estimation.streaming import StreamingEstimator
 from diffsim_ros.estimation.torque_regression import TorqueRegression
 from diffsim_ros.model import load_robot_config
-from motion_recordings import ARM, MotionSpec, random_truth, simulate
+from motion_recordings import ARM, MotionSpec, play_streams, random_truth, simulate
 from oracles import BAXTER_LEFT
 
 REGRESSION_TOL = 1e-5  # [N·m] rows vs rnea - passive (second-order offset expansion, offsets 0.01 rad away)
@@ -44,14 +44,7 @@ def _streams(seed=0, **spec):
 def _run(model, streams, **config):
     """Feed the streams in time order to a streaming estimator; returns it."""
     estimator = StreamingEstimator(model, OnlineEstimatorConfig(groups=GROUPS, method="streaming", **config))
-    c = 0
-    for ns, q, effort in zip(streams.joint_ns, streams.q, streams.effort):
-        while c < len(streams.command_ns) and streams.command_ns[c] <= ns:
-            estimator.add_commanded_torque(streams.command_ns[c] * 1e-9, streams.command[c])
-            c += 1
-        estimator.add_joint_state(ns * 1e-9, q, effort=effort)
-        estimator.update(ns * 1e-9)
-    return estimator
+    return play_streams(estimator, streams)
 
 
 def _changes(estimator):
