@@ -26,8 +26,8 @@ import threading
 import uuid
 from pathlib import Path
 
-__all__ = ["OutputPathError", "atomic_directory", "atomic_file", "check_interrupted", "check_output_path",
-           "clean_stale_siblings", "record_interrupts"]
+__all__ = ["OutputPathError", "atomic_directory", "atomic_file", "atomic_write_text", "check_interrupted",
+           "check_output_path", "clean_stale_siblings", "record_interrupts"]
 
 
 class OutputPathError(ValueError):
@@ -203,6 +203,12 @@ def atomic_file(path, mode="w"):
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_text(path, text):
+    """Write the string ``text`` to ``path`` atomically (:func:`atomic_file` in text mode)."""
+    with atomic_file(path, "w") as handle:
+        handle.write(text)
 
 
 class atomic_directory:

@@ -25,6 +25,7 @@ import numpy as np
 
 from diffsim_ros._compiled import njit
 from diffsim_ros.dynamics.fast import placements_into
+from diffsim_ros.dynamics.vec3 import add3, cross3, dot3, mat3_vec, put3, row3, scale3, sub3
 
 __all__ = [
     "RneaWork",
@@ -36,6 +37,7 @@ __all__ = [
     "rnea_derivatives_into",
     "rnea_values_into",
     "rnea_work",
+    "supports",
 ]
 
 RneaWork = namedtuple(
@@ -69,67 +71,19 @@ def rnea_work(n):
     )
 
 
-# ---------------------------------------------------------------- 3-vectors as tuples
-
-
-@njit(cache=True)
-def _row(a, i):
-    return (a[i, 0], a[i, 1], a[i, 2])
-
-
-@njit(cache=True)
-def _put(a, i, x):
-    a[i, 0], a[i, 1], a[i, 2] = x[0], x[1], x[2]
-
-
-@njit(cache=True)
-def _cross(a, b):
-    return (a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0])
-
-
-@njit(cache=True)
-def _add(a, b):
-    return (a[0] + b[0], a[1] + b[1], a[2] + b[2])
-
-
-@njit(cache=True)
-def _sub(a, b):
-    return (a[0] - b[0], a[1] - b[1], a[2] - b[2])
-
-
-@njit(cache=True)
-def _scale(a, s):
-    return (a[0] * s, a[1] * s, a[2] * s)
-
-
-@njit(cache=True)
-def _dot(a, b):
-    return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
-
-
-@njit(cache=True)
-def _mv(m, a):
-    """``m @ a`` for m (3, 3)."""
-    return (
-        m[0, 0] * a[0] + m[0, 1] * a[1] + m[0, 2] * a[2],
-        m[1, 0] * a[0] + m[1, 1] * a[1] + m[1, 2] * a[2],
-        m[2, 0] * a[0] + m[2, 1] * a[1] + m[2, 2] * a[2],
-    )
-
-
 @njit(cache=True)
 def _mtv(m, a):
     """``m.T @ a`` for m (3, 3) (a transposed view: no copy)."""
-    return _mv(m.T, a)
+    return mat3_vec(m.T, a)
 
 
 @njit(cache=True)
 def _body_wrench(m, h, inertia, w, v, al, a):
     """Body torque and force of inertial ``(m, h, I_o)`` moving with ``(w, v, al, a)`` (fast._rnea)."""
-    n_v = _add(_mv(inertia, w), _cross(h, v))
-    f_v = _sub(_scale(v, m), _cross(h, w))
-    torque = _add(_add(_mv(inertia, al), _cross(h, a)), _add(_cross(w, n_v), _cross(v, f_v)))
-    force = _add(_sub(_scale(a, m), _cross(h, al)), _cross(w, f_v))
+    n_v = add3(mat3_vec(inertia, w), cross3(h, v))
+    f_v = sub3(scale3(v, m), cross3(h, w))
+    torque = add3(add3(mat3_vec(inertia, al), cross3(h, a)), add3(cross3(w, n_v), cross3(v, f_v)))
+    force = add3(sub3(scale3(a, m), cross3(h, al)), cross3(w, f_v))
     return torque, force, n_v, f_v
 
 
@@ -142,7 +96,7 @@ def _parent_motion(work, p, up):
     if p < 0:
         zero = (0.0, 0.0, 0.0)
         return zero, zero, zero, (up[0], up[1], up[2])
-    return _row(work.omega, p), _row(work.vel, p), _row(work.alpha, p), _row(work.acc, p)
+    return row3(work.omega, p), row3(work.vel, p), row3(work.alpha, p), row3(work.acc, p)
 
 
 @njit(cache=True)
@@ -162,44 +116,44 @@ def rnea_values_into(fk, mass, h, inertia_o, up, q, qd, qdd, work, tau):
     placements_into(parents, origin_rot, origin_xyz, axis, is_revolute, q, work.rot_local, work.pos_local, work.rot_world, work.pos_world)
     zero = (0.0, 0.0, 0.0)
     for i in range(n):
-        e, r, p = work.rot_local[i], _row(work.pos_local, i), parents[i]
+        e, r, p = work.rot_local[i], row3(work.pos_local, i), parents[i]
         w_p, v_p, al_p, a_p = _parent_motion(work, p, up)
-        ax = _row(axis, i)
+        ax = row3(axis, i)
         if is_revolute[i]:
-            sa, sl, sa_dd, sl_dd = _scale(ax, qd[i]), zero, _scale(ax, qdd[i]), zero
+            sa, sl, sa_dd, sl_dd = scale3(ax, qd[i]), zero, scale3(ax, qdd[i]), zero
         else:
-            sa, sl, sa_dd, sl_dd = zero, _scale(ax, qd[i]), zero, _scale(ax, qdd[i])
-        w = _add(_mtv(e, w_p), sa)
-        v = _add(_mtv(e, _add(v_p, _cross(w_p, r))), sl)
-        al = _add(_add(_mtv(e, al_p), sa_dd), _cross(w, sa))
-        a = _add(_add(_mtv(e, _add(a_p, _cross(al_p, r))), sl_dd), _add(_cross(w, sl), _cross(v, sa)))
-        torque, force, n_v, f_v = _body_wrench(mass[i], _row(h, i), inertia_o[i], w, v, al, a)
-        _put(work.omega, i, w)
-        _put(work.vel, i, v)
-        _put(work.alpha, i, al)
-        _put(work.acc, i, a)
-        _put(work.torque, i, torque)
-        _put(work.force, i, force)
-        _put(work.n_v, i, n_v)
-        _put(work.f_v, i, f_v)
+            sa, sl, sa_dd, sl_dd = zero, scale3(ax, qd[i]), zero, scale3(ax, qdd[i])
+        w = add3(_mtv(e, w_p), sa)
+        v = add3(_mtv(e, add3(v_p, cross3(w_p, r))), sl)
+        al = add3(add3(_mtv(e, al_p), sa_dd), cross3(w, sa))
+        a = add3(add3(_mtv(e, add3(a_p, cross3(al_p, r))), sl_dd), add3(cross3(w, sl), cross3(v, sa)))
+        torque, force, n_v, f_v = _body_wrench(mass[i], row3(h, i), inertia_o[i], w, v, al, a)
+        put3(work.omega, i, w)
+        put3(work.vel, i, v)
+        put3(work.alpha, i, al)
+        put3(work.acc, i, a)
+        put3(work.torque, i, torque)
+        put3(work.force, i, force)
+        put3(work.n_v, i, n_v)
+        put3(work.f_v, i, f_v)
     # the backward sweep accumulates in copies so the body wrenches stay available
     acc_t, acc_f = work.acc_torque, work.acc_force
     acc_t[:, :] = work.torque
     acc_f[:, :] = work.force
     for i in range(n - 1, -1, -1):
-        ax = _row(axis, i)
-        tau[i] = _dot(ax, _row(acc_t, i)) if is_revolute[i] else _dot(ax, _row(acc_f, i))
+        ax = row3(axis, i)
+        tau[i] = dot3(ax, row3(acc_t, i)) if is_revolute[i] else dot3(ax, row3(acc_f, i))
         p = parents[i]
         if p >= 0:
             rot = work.rot_local[i]
-            f_par = _mv(rot, _row(acc_f, i))
-            _put(acc_f, p, _add(_row(acc_f, p), f_par))
-            t_par = _add(_mv(rot, _row(acc_t, i)), _cross(_row(work.pos_local, i), f_par))
-            _put(acc_t, p, _add(_row(acc_t, p), t_par))
+            f_par = mat3_vec(rot, row3(acc_f, i))
+            put3(acc_f, p, add3(row3(acc_f, p), f_par))
+            t_par = add3(mat3_vec(rot, row3(acc_t, i)), cross3(row3(work.pos_local, i), f_par))
+            put3(acc_t, p, add3(row3(acc_t, p), t_par))
 
 
 @njit(cache=True)
-def _supports(parents, j, i):
+def supports(parents, j, i):
     """Whether joint j is body i or one of its ancestors."""
     while i > j:
         i = parents[i]
@@ -226,54 +180,54 @@ def rnea_derivatives_into(fk, mass, h, inertia_o, up, qd, work, dtau_dq, dtau_dq
     dt[:, :, :] = 0.0
     df[:, :, :] = 0.0
     for i in range(n):
-        e, r, p = work.rot_local[i], _row(work.pos_local, i), parents[i]
+        e, r, p = work.rot_local[i], row3(work.pos_local, i), parents[i]
         w_p, v_p, al_p, a_p = _parent_motion(work, p, up)
-        ax, rev = _row(axis, i), is_revolute[i]
-        w, v = _row(work.omega, i), _row(work.vel, i)
-        sa = _scale(ax, qd[i]) if rev else zero
-        sl = zero if rev else _scale(ax, qd[i])
-        m_i, h_i, inertia = mass[i], _row(h, i), inertia_o[i]
-        n_v, f_v = _row(work.n_v, i), _row(work.f_v, i)
+        ax, rev = row3(axis, i), is_revolute[i]
+        w, v = row3(work.omega, i), row3(work.vel, i)
+        sa = scale3(ax, qd[i]) if rev else zero
+        sl = zero if rev else scale3(ax, qd[i])
+        m_i, h_i, inertia = mass[i], row3(h, i), inertia_o[i]
+        n_v, f_v = row3(work.n_v, i), row3(work.f_v, i)
         for j in range(i + 1):
-            if not _supports(parents, j, i):
+            if not supports(parents, j, i):
                 continue
             for kind in range(2):  # 0: q_j, 1: qd_j
                 k = j + kind * n
                 if j == i:
                     d_wp, d_vp, d_alp, d_ap = zero, zero, zero, zero
                 else:
-                    d_wp, d_vp, d_alp, d_ap = _row(dw[p], k), _row(dv[p], k), _row(dal[p], k), _row(da[p], k)
+                    d_wp, d_vp, d_alp, d_ap = row3(dw[p], k), row3(dv[p], k), row3(dal[p], k), row3(da[p], k)
                 s_w, s_v, s_al, s_a, d_r = zero, zero, zero, zero, zero
                 if j == i:
                     if kind == 0 and rev:  # de x = -(axis x (e x))
-                        s_w = _scale(_cross(ax, _mtv(e, w_p)), -1.0)
-                        s_v = _scale(_cross(ax, _mtv(e, _add(v_p, _cross(w_p, r)))), -1.0)
-                        s_al = _scale(_cross(ax, _mtv(e, al_p)), -1.0)
-                        s_a = _scale(_cross(ax, _mtv(e, _add(a_p, _cross(al_p, r)))), -1.0)
+                        s_w = scale3(cross3(ax, _mtv(e, w_p)), -1.0)
+                        s_v = scale3(cross3(ax, _mtv(e, add3(v_p, cross3(w_p, r)))), -1.0)
+                        s_al = scale3(cross3(ax, _mtv(e, al_p)), -1.0)
+                        s_a = scale3(cross3(ax, _mtv(e, add3(a_p, cross3(al_p, r)))), -1.0)
                     elif kind == 0:  # prismatic: the origin slides along origin_rot @ axis
-                        d_r = _mv(origin_rot[i], ax)
+                        d_r = mat3_vec(origin_rot[i], ax)
                     elif rev:
-                        s_w, s_al, s_a = ax, _cross(w, ax), _cross(v, ax)
+                        s_w, s_al, s_a = ax, cross3(w, ax), cross3(v, ax)
                     else:
-                        s_v, s_a = ax, _cross(w, ax)
-                d_w = _add(_mtv(e, d_wp), s_w)
-                d_v = _add(_mtv(e, _add(_add(d_vp, _cross(d_wp, r)), _cross(w_p, d_r))), s_v)
-                d_al = _add(_add(_mtv(e, d_alp), _cross(d_w, sa)), s_al)
-                d_t2 = _add(_add(d_ap, _cross(d_alp, r)), _cross(al_p, d_r))
-                d_a = _add(_add(_mtv(e, d_t2), _cross(d_w, sl)), _add(_cross(d_v, sa), s_a))
-                _put(dw[i], k, d_w)
-                _put(dv[i], k, d_v)
-                _put(dal[i], k, d_al)
-                _put(da[i], k, d_a)
-                d_nv = _add(_mv(inertia, d_w), _cross(h_i, d_v))
-                d_fv = _sub(_scale(d_v, m_i), _cross(h_i, d_w))
-                d_torque = _add(
-                    _add(_mv(inertia, d_al), _cross(h_i, d_a)),
-                    _add(_add(_cross(d_w, n_v), _cross(w, d_nv)), _add(_cross(d_v, f_v), _cross(v, d_fv))),
+                        s_v, s_a = ax, cross3(w, ax)
+                d_w = add3(_mtv(e, d_wp), s_w)
+                d_v = add3(_mtv(e, add3(add3(d_vp, cross3(d_wp, r)), cross3(w_p, d_r))), s_v)
+                d_al = add3(add3(_mtv(e, d_alp), cross3(d_w, sa)), s_al)
+                d_t2 = add3(add3(d_ap, cross3(d_alp, r)), cross3(al_p, d_r))
+                d_a = add3(add3(_mtv(e, d_t2), cross3(d_w, sl)), add3(cross3(d_v, sa), s_a))
+                put3(dw[i], k, d_w)
+                put3(dv[i], k, d_v)
+                put3(dal[i], k, d_al)
+                put3(da[i], k, d_a)
+                d_nv = add3(mat3_vec(inertia, d_w), cross3(h_i, d_v))
+                d_fv = sub3(scale3(d_v, m_i), cross3(h_i, d_w))
+                d_torque = add3(
+                    add3(mat3_vec(inertia, d_al), cross3(h_i, d_a)),
+                    add3(add3(cross3(d_w, n_v), cross3(w, d_nv)), add3(cross3(d_v, f_v), cross3(v, d_fv))),
                 )
-                d_force = _add(_sub(_scale(d_a, m_i), _cross(h_i, d_al)), _add(_cross(d_w, f_v), _cross(w, d_fv)))
-                _put(dt[i], k, d_torque)
-                _put(df[i], k, d_force)
+                d_force = add3(sub3(scale3(d_a, m_i), cross3(h_i, d_al)), add3(cross3(d_w, f_v), cross3(w, d_fv)))
+                put3(dt[i], k, d_torque)
+                put3(df[i], k, d_force)
     _backward_tangents(parents, origin_rot, axis, is_revolute, work, dtau_dq, dtau_dqd)
 
 
@@ -286,9 +240,9 @@ def _backward_tangents(parents, origin_rot, axis, is_revolute, work, dtau_dq, dt
     acc_t[:, :] = work.torque
     acc_f[:, :] = work.force
     for i in range(n - 1, -1, -1):
-        ax, rev = _row(axis, i), is_revolute[i]
+        ax, rev = row3(axis, i), is_revolute[i]
         for k in range(2 * n):
-            value = _dot(ax, _row(dt[i], k)) if rev else _dot(ax, _row(df[i], k))
+            value = dot3(ax, row3(dt[i], k)) if rev else dot3(ax, row3(df[i], k))
             if k < n:
                 dtau_dq[i, k] = value
             else:
@@ -296,22 +250,22 @@ def _backward_tangents(parents, origin_rot, axis, is_revolute, work, dtau_dq, dt
         p = parents[i]
         if p < 0:
             continue
-        rot, r = work.rot_local[i], _row(work.pos_local, i)
-        force_i, torque_i = _row(acc_f, i), _row(acc_t, i)
-        f_par = _mv(rot, force_i)
+        rot, r = work.rot_local[i], row3(work.pos_local, i)
+        force_i, torque_i = row3(acc_f, i), row3(acc_t, i)
+        f_par = mat3_vec(rot, force_i)
         for k in range(2 * n):
-            d_fpar = _mv(rot, _row(df[i], k))
-            d_tpar = _mv(rot, _row(dt[i], k))
+            d_fpar = mat3_vec(rot, row3(df[i], k))
+            d_tpar = mat3_vec(rot, row3(dt[i], k))
             if k == i and rev:  # d rot_local / dq_i = rot_local [axis]x
-                d_fpar = _add(d_fpar, _mv(rot, _cross(ax, force_i)))
-                d_tpar = _add(d_tpar, _mv(rot, _cross(ax, torque_i)))
-            d_tpar = _add(d_tpar, _cross(r, d_fpar))
+                d_fpar = add3(d_fpar, mat3_vec(rot, cross3(ax, force_i)))
+                d_tpar = add3(d_tpar, mat3_vec(rot, cross3(ax, torque_i)))
+            d_tpar = add3(d_tpar, cross3(r, d_fpar))
             if k == i and not rev:
-                d_tpar = _add(d_tpar, _cross(_mv(origin_rot[i], ax), f_par))
-            _put(df[p], k, _add(_row(df[p], k), d_fpar))
-            _put(dt[p], k, _add(_row(dt[p], k), d_tpar))
-        _put(acc_f, p, _add(_row(acc_f, p), f_par))
-        _put(acc_t, p, _add(_add(_row(acc_t, p), _mv(rot, torque_i)), _cross(r, f_par)))
+                d_tpar = add3(d_tpar, cross3(mat3_vec(origin_rot[i], ax), f_par))
+            put3(df[p], k, add3(row3(df[p], k), d_fpar))
+            put3(dt[p], k, add3(row3(dt[p], k), d_tpar))
+        put3(acc_f, p, add3(row3(acc_f, p), f_par))
+        put3(acc_t, p, add3(add3(row3(acc_t, p), mat3_vec(rot, torque_i)), cross3(r, f_par)))
 
 
 # ---------------------------------------------------------------- inertial regressor columns
@@ -328,16 +282,16 @@ def inertial_columns_into(fk, body, d_mass, d_h, d_inertia, work, out, column):
     i = body
     torque, force, _, _ = _body_wrench(
         d_mass, (d_h[0], d_h[1], d_h[2]), d_inertia,
-        _row(work.omega, i), _row(work.vel, i), _row(work.alpha, i), _row(work.acc, i),
+        row3(work.omega, i), row3(work.vel, i), row3(work.alpha, i), row3(work.acc, i),
     )
     while i >= 0:
-        ax = _row(axis, i)
-        out[i, column] += _dot(ax, torque) if is_revolute[i] else _dot(ax, force)
+        ax = row3(axis, i)
+        out[i, column] += dot3(ax, torque) if is_revolute[i] else dot3(ax, force)
         p = parents[i]
         if p >= 0:
             rot = work.rot_local[i]
-            force = _mv(rot, force)
-            torque = _add(_mv(rot, torque), _cross(_row(work.pos_local, i), force))
+            force = mat3_vec(rot, force)
+            torque = add3(mat3_vec(rot, torque), cross3(row3(work.pos_local, i), force))
         i = p
 
 
@@ -352,10 +306,10 @@ def mass_matrix_into(fk, mass, h, inertia_o, work, out):
     rw, pw = work.rot_world, work.pos_world
     cm, ch, ci = work.c_mass, work.c_h, work.c_inertia
     for k in range(n):  # each body's inertial about the world origin, world axes
-        pos, rot = _row(pw, k), rw[k]
-        hw = _mv(rot, _row(h, k))
+        pos, rot = row3(pw, k), rw[k]
+        hw = mat3_vec(rot, row3(h, k))
         cm[k] = mass[k]
-        _put(ch, k, _add(_scale(pos, mass[k]), hw))
+        put3(ch, k, add3(scale3(pos, mass[k]), hw))
         for r in range(3):
             for c in range(3):
                 acc = 0.0
@@ -363,7 +317,7 @@ def mass_matrix_into(fk, mass, h, inertia_o, work, out):
                     acc += rot[r, s] * (inertia_o[k, s, 0] * rot[c, 0] + inertia_o[k, s, 1] * rot[c, 1] + inertia_o[k, s, 2] * rot[c, 2])
                 ci[k, r, c] = acc
         # -m [p]x[p]x - [p]x[hw]x - [hw]x[p]x = m (|p|^2 1 - p p^T) + 2 (p . hw) 1 - p hw^T - hw p^T
-        pp, ph = _dot(pos, pos), _dot(pos, hw)
+        pp, ph = dot3(pos, pos), dot3(pos, hw)
         for r in range(3):
             for c in range(3):
                 ci[k, r, c] += -mass[k] * pos[r] * pos[c] - pos[r] * hw[c] - hw[r] * pos[c]
@@ -372,32 +326,32 @@ def mass_matrix_into(fk, mass, h, inertia_o, work, out):
         p = parents[k]
         if p >= 0:
             cm[p] += cm[k]
-            _put(ch, p, _add(_row(ch, p), _row(ch, k)))
+            put3(ch, p, add3(row3(ch, p), row3(ch, k)))
             for r in range(3):
                 for c in range(3):
                     ci[p, r, c] += ci[k, r, c]
     for i in range(n):
-        z_i, o_i = _mv(rw[i], _row(axis, i)), _row(pw, i)
+        z_i, o_i = mat3_vec(rw[i], row3(axis, i)), row3(pw, i)
         if is_revolute[i]:
-            om, lin = z_i, _cross(o_i, z_i)  # spatial motion at the world origin
+            om, lin = z_i, cross3(o_i, z_i)  # spatial motion at the world origin
         else:
             om, lin = (0.0, 0.0, 0.0), z_i
-        hc = _row(ch, i)
-        mom_ang = _add(_mv(ci[i], om), _cross(hc, lin))  # momentum of subtree i under joint i's motion
-        mom_lin = _add(_scale(lin, cm[i]), _cross(om, hc))
+        hc = row3(ch, i)
+        mom_ang = add3(mat3_vec(ci[i], om), cross3(hc, lin))  # momentum of subtree i under joint i's motion
+        mom_lin = add3(scale3(lin, cm[i]), cross3(om, hc))
         j = i
         while j >= 0:
-            z_j, o_j = _mv(rw[j], _row(axis, j)), _row(pw, j)
+            z_j, o_j = mat3_vec(rw[j], row3(axis, j)), row3(pw, j)
             if is_revolute[j]:
-                value = _dot(z_j, mom_ang) + _dot(_cross(o_j, z_j), mom_lin)
+                value = dot3(z_j, mom_ang) + dot3(cross3(o_j, z_j), mom_lin)
             else:
-                value = _dot(z_j, mom_lin)
+                value = dot3(z_j, mom_lin)
             out[i, j] = value
             out[j, i] = value
             j = parents[j]
     for i in range(n):  # entries of joints on different branches
         for j in range(i):
-            if not _supports(parents, j, i) and not _supports(parents, i, j):
+            if not supports(parents, j, i) and not supports(parents, i, j):
                 out[i, j] = 0.0
                 out[j, i] = 0.0
 

@@ -25,7 +25,8 @@ from diffsim_ros.dynamics.rnea import body_inertials
 from diffsim_ros._compiled import njit
 
 
-__all__ = ["FastDynamics", "SpringArrays", "placements_into", "spring_arrays", "spring_torques_into"]
+__all__ = ["add_length_gradient", "FastDynamics", "placements_into", "point_end", "spring_arrays",
+           "spring_torques_into", "SpringArrays"]
 
 
 @njit(cache=True)
@@ -274,7 +275,7 @@ def _springs(springs, fk, q, qd):
 
 
 @njit(cache=True)
-def _point_end(springs, side, s, rot_w, pos_w, out):
+def point_end(springs, side, s, rot_w, pos_w, out):
     """World position of end ``side`` (0: a, 1: b) of point spring ``s`` into ``out`` (3,)."""
     body = springs.point_body_a[s] if side == 0 else springs.point_body_b[s]
     local = springs.point_a[s] if side == 0 else springs.point_b[s]
@@ -286,7 +287,7 @@ def _point_end(springs, side, s, rot_w, pos_w, out):
 
 
 @njit(cache=True)
-def _add_length_gradient(fk, body, sign, end, unit, rot_w, pos_w, grad):
+def add_length_gradient(fk, body, sign, end, unit, rot_w, pos_w, grad):
     """``grad += sign * d(u . end)/dq`` over the joints that move ``body`` (dynamics.springs._point_geometry)."""
     parents, _, _, axis, is_revolute = fk
     j = body
@@ -337,8 +338,8 @@ def spring_torques_into(springs, fk, q, qd, tau, slope, placements, grad):
     placements_into(parents, origin_rot, origin_xyz, axis, is_revolute, q, rot_local, pos_local, rot_w, pos_w)
     end_a, end_b, unit = np.empty(3, tau.dtype), np.empty(3, tau.dtype), np.empty(3, tau.dtype)
     for s in range(springs.point_body_a.shape[0]):
-        _point_end(springs, 0, s, rot_w, pos_w, end_a)
-        _point_end(springs, 1, s, rot_w, pos_w, end_b)
+        point_end(springs, 0, s, rot_w, pos_w, end_a)
+        point_end(springs, 1, s, rot_w, pos_w, end_b)
         length = np.sqrt((end_b[0] - end_a[0]) ** 2 + (end_b[1] - end_a[1]) ** 2 + (end_b[2] - end_a[2]) ** 2)
         stretch = length - springs.point_rest_length[s]
         if springs.point_tension_only[s] and not stretch.real > 0.0:
@@ -346,8 +347,8 @@ def spring_torques_into(springs, fk, q, qd, tau, slope, placements, grad):
         for r in range(3):
             unit[r] = (end_b[r] - end_a[r]) / length
         grad[:] = 0.0
-        _add_length_gradient(fk, springs.point_body_b[s], 1.0, end_b, unit, rot_w, pos_w, grad)
-        _add_length_gradient(fk, springs.point_body_a[s], -1.0, end_a, unit, rot_w, pos_w, grad)
+        add_length_gradient(fk, springs.point_body_b[s], 1.0, end_b, unit, rot_w, pos_w, grad)
+        add_length_gradient(fk, springs.point_body_a[s], -1.0, end_a, unit, rot_w, pos_w, grad)
         rate = 0.0
         for j in range(q.shape[0]):
             rate += grad[j] * qd[j]

@@ -22,7 +22,8 @@ import math
 import numpy as np
 
 from diffsim_ros._compiled import njit
-from diffsim_ros.dynamics.derivatives import _cross, _dot, _mv, _row, _supports
+from diffsim_ros.dynamics.derivatives import supports
+from diffsim_ros.dynamics.vec3 import cross3, dot3, mat3_vec, row3
 
 __all__ = ["SPRING_COLUMNS", "spring_columns", "spring_derivatives_into"]
 
@@ -85,9 +86,9 @@ def _end_jacobian(fk, body, end, rot_w, pos_w, jac):
     jac[:, :] = 0.0
     j = body
     while j >= 0:
-        z = _mv(rot_w[j], _row(axis, j))
+        z = mat3_vec(rot_w[j], row3(axis, j))
         if is_revolute[j]:
-            z = _cross(z, (end[0] - pos_w[j, 0], end[1] - pos_w[j, 1], end[2] - pos_w[j, 2]))
+            z = cross3(z, (end[0] - pos_w[j, 0], end[1] - pos_w[j, 1], end[2] - pos_w[j, 2]))
         jac[j, 0], jac[j, 1], jac[j, 2] = z[0], z[1], z[2]
         j = parents[j]
 
@@ -98,12 +99,12 @@ def _turn(fk, rot_w, body, jac, j, k):
     parents, _, _, axis, is_revolute = fk
     if body < 0:
         return (0.0, 0.0, 0.0)
-    if _supports(parents, j, body) and _supports(parents, k, j):
+    if supports(parents, j, body) and supports(parents, k, j):
         if is_revolute[k]:
-            return _cross(_mv(rot_w[k], _row(axis, k)), _row(jac, j))
-    elif k != j and _supports(parents, j, k) and _supports(parents, k, body):
+            return cross3(mat3_vec(rot_w[k], row3(axis, k)), row3(jac, j))
+    elif k != j and supports(parents, j, k) and supports(parents, k, body):
         if is_revolute[j]:
-            return _cross(_mv(rot_w[j], _row(axis, j)), _row(jac, k))
+            return cross3(mat3_vec(rot_w[j], row3(axis, j)), row3(jac, k))
     return (0.0, 0.0, 0.0)
 
 
@@ -124,7 +125,7 @@ def _point_into(springs, anchor_rot, fk, q, qd, rot_w, pos_w, scratch, elastic, 
                 out[r] = local[r] if body < 0 else pos_w[body, r] + rot_w[body, r, 0] * local[0] + rot_w[body, r, 1] * local[1] + rot_w[body, r, 2] * local[2]
             _end_jacobian(fk, body, out, rot_w, pos_w, jac_a if side == 0 else jac_b)
         diff = (end_b[0] - end_a[0], end_b[1] - end_a[1], end_b[2] - end_a[2])
-        length = math.sqrt(_dot(diff, diff))
+        length = math.sqrt(dot3(diff, diff))
         stretch = length - springs.point_rest_length[s]
         if springs.point_tension_only[s] and not stretch > 0.0:
             continue  # a slack cable: no force, no derivatives
@@ -132,7 +133,7 @@ def _point_into(springs, anchor_rot, fk, q, qd, rot_w, pos_w, scratch, elastic, 
         for j in range(n):
             for r in range(3):
                 delta[j, r] = jac_b[j, r] - jac_a[j, r]
-            g[j] = _dot(u, _row(delta, j))
+            g[j] = dot3(u, row3(delta, j))
         rate = 0.0
         for j in range(n):
             rate += g[j] * qd[j]
@@ -140,7 +141,7 @@ def _point_into(springs, anchor_rot, fk, q, qd, rot_w, pos_w, scratch, elastic, 
             for k in range(n):
                 tb, ta = _turn(fk, rot_w, body_b, jac_b, j, k), _turn(fk, rot_w, body_a, jac_a, j, k)
                 turn = (tb[0] - ta[0], tb[1] - ta[1], tb[2] - ta[2])
-                hess[j, k] = (_dot(_row(delta, j), _row(delta, k)) - g[j] * g[k]) / length + _dot(u, turn)
+                hess[j, k] = (dot3(row3(delta, j), row3(delta, k)) - g[j] * g[k]) / length + dot3(u, turn)
         k_s, c = springs.point_stiffness[s], springs.point_damping[s]
         for j in range(n):
             hv = 0.0
@@ -176,14 +177,14 @@ def _anchor_columns(springs, anchor_rot, fk, s, rot_w, u, length, stretch, rate,
             if body < 0:
                 dp = (anchor_rot[s, side, 0, m], anchor_rot[s, side, 1, m], anchor_rot[s, side, 2, m])
             else:
-                dp = _mv(rot_w[body], (anchor_rot[s, side, 0, m], anchor_rot[s, side, 1, m], anchor_rot[s, side, 2, m]))
-            dlen = sign * _dot(u, dp)
+                dp = mat3_vec(rot_w[body], (anchor_rot[s, side, 0, m], anchor_rot[s, side, 1, m], anchor_rot[s, side, 2, m]))
+            dlen = sign * dot3(u, dp)
             gv = 0.0
             for j in range(n):
                 radial = (delta[j, 0] - g[j] * u[0], delta[j, 1] - g[j] * u[1], delta[j, 2] - g[j] * u[2])
-                value = sign * _dot(radial, dp) / length
-                if body >= 0 and is_revolute[j] and _supports(parents, j, body):
-                    value += sign * _dot(_cross(u, _mv(rot_w[j], _row(axis, j))), dp)
+                value = sign * dot3(radial, dp) / length
+                if body >= 0 and is_revolute[j] and supports(parents, j, body):
+                    value += sign * dot3(cross3(u, mat3_vec(rot_w[j], row3(axis, j))), dp)
                 dg[j] = value
                 gv += value * qd[j]
             column = col + 3 + 3 * side + m

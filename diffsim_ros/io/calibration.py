@@ -48,7 +48,7 @@ import yaml
 
 from diffsim_ros.model.errors import RobotModelError
 from diffsim_ros.model.plausibility import DEFAULT_BOUNDS, describe_violations, plausibility_violations
-from diffsim_ros.outputs import OutputPathError, atomic_directory, atomic_file, check_output_path
+from diffsim_ros.outputs import OutputPathError, atomic_directory, atomic_file, atomic_write_text, check_output_path
 from diffsim_ros.resources import describe_path
 
 __all__ = [
@@ -132,15 +132,9 @@ def _to_yaml(calibration):
     }
 
 
-def _atomic_write_text(path, text):
-    """Write a text file atomically (also used by the URDF export)."""
-    with atomic_file(path, "w") as handle:
-        handle.write(text)
-
-
 def write_calibration(path, calibration):
     """Write ``calibration.yaml`` atomically (a reader never sees a partial file)."""
-    _atomic_write_text(path, yaml.safe_dump(_to_yaml(calibration), sort_keys=False, default_flow_style=None))
+    atomic_write_text(path, yaml.safe_dump(_to_yaml(calibration), sort_keys=False, default_flow_style=None))
     return Path(path)
 
 

@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 from lxml import etree
 
-from diffsim_ros.io.calibration import _atomic_write_text
 from diffsim_ros.model.inertia import inertia_from_vector
 from diffsim_ros.model.urdf import DRAKE_NAMESPACE
+from diffsim_ros.outputs import atomic_write_text
 
 __all__ = ["export_calibrated_urdf", "PAYLOAD_RADIUS"]
 
@@ -180,5 +180,5 @@ def export_calibrated_urdf(model, nominal, source_urdf, path):
     if model.has_springs:
         root.insert(0, _spring_comment(model))
     text = etree.tostring(root, pretty_print=True, xml_declaration=True, encoding="utf-8").decode()
-    _atomic_write_text(path, text)
+    atomic_write_text(path, text)
     return Path(path)

@@ -30,7 +30,7 @@ from diffsim_ros.model import RobotModel, RobotModelError, load_robot_config
 from diffsim_ros.model.config import controller_order
 from diffsim_ros.model.config_schema import default_value
 from diffsim_ros.model.urdf import read_urdf
-from diffsim_ros.outputs import atomic_file
+from diffsim_ros.outputs import atomic_write_text
 
 __all__ = ["BagStreams", "ChainProposal", "bag_streams", "check_controller_joints", "config_text", "controllers_joints",
            "propose_chain", "write_config"]
@@ -363,8 +363,7 @@ def write_config(text, out, bag=None):
         RobotModelError, BagError: The config does not load, or does not read the bag.
     """
     _validate(text, out, bag)
-    with atomic_file(out) as handle:
-        handle.write(text)
+    atomic_write_text(out, text)
     config = load_robot_config(out)
     return config, config.build_model()
 

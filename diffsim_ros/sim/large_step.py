@@ -22,7 +22,7 @@ import numpy as np
 
 from diffsim_ros._compiled import njit
 from diffsim_ros.dynamics.derivatives import lu_factor, lu_solve_columns
-from diffsim_ros.sim.rigid_fast import FastRigidStep, _substep, step_work, unpack_model
+from diffsim_ros.sim.rigid_fast import FastRigidStep, implicit_substep, step_work, unpack_model
 
 __all__ = ["SDIRKStep"]
 
@@ -36,7 +36,7 @@ def _residual(model, work, b_q, b_v, tau, c, v, q, jacobians, out, scratch):
     q_out, qd_out = scratch[0], scratch[1]
     for j in range(n):
         q[j] = b_q[j] + c * v[j]
-    if not _substep(model, work, q, v, tau, 0.0, jacobians, n < 0, q_out, qd_out):  # no parameters (a runtime False)
+    if not implicit_substep(model, work, q, v, tau, 0.0, jacobians, n < 0, q_out, qd_out):  # no parameters (a runtime False)
         return -1.0
     acc, largest = work[3][4], 0.0
     for j in range(n):

@@ -41,7 +41,8 @@ from diffsim_ros.dynamics.passive import DEFAULT_FRICTION_VELOCITY_SCALE
 from diffsim_ros.dynamics.spring_derivatives import spring_columns, spring_derivatives_into
 from diffsim_ros.model.springs import SPRING_LAWS
 
-__all__ = ["PARAMETER_GROUPS", "FastRigidStep", "StepJacobians", "step_into", "step_work", "unpack_model"]
+__all__ = ["FastRigidStep", "implicit_substep", "PARAMETER_GROUPS", "step_into", "step_work", "StepJacobians",
+           "unpack_model"]
 
 PARAMETER_GROUPS = ("payload", "inertia", "damping", "friction", "armature", "spring")
 """Parameter groups the compiled step differentiates (the identification groups without geometry)."""
@@ -243,7 +244,7 @@ def step_work(n, n_spring_columns, n_columns):
 
 
 @njit(cache=True)
-def _substep(model, work, q, qd, tau, h, jacobians, parameters, q_out, qd_out):
+def implicit_substep(model, work, q, qd, tau, h, jacobians, parameters, q_out, qd_out):
     """One implicit-Euler substep into ``q_out``, ``qd_out``; with ``jacobians`` the solved
     ``dqdd/d(q, qd, tau, theta)`` are left in ``solve[2]`` (n, 3n + P). Returns False when
     ``M + h B`` is singular."""
@@ -370,7 +371,7 @@ def step_into(model, work, q, qd, tau, jacobians, parameters, q_out, qd_out, d_s
     cols = acc_p.shape[1] if parameters else 0
     qs, qds = q.copy(), qd.copy()
     for index in range(substeps):
-        if not _substep(model, work, qs, qds, tau, h, jacobians, parameters, q_out, qd_out):
+        if not implicit_substep(model, work, qs, qds, tau, h, jacobians, parameters, q_out, qd_out):
             return False
         if jacobians:
             _substep_jacobians(n, h, work[3][2], cols, jx, jup)

@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from diffsim_ros._compiled import njit
-from diffsim_ros.dynamics.derivatives import _add, _cross, _dot, _scale, _sub  # tuple 3-vectors
+from diffsim_ros.dynamics.vec3 import add3, cross3, dot3, scale3, sub3
 from diffsim_ros.sim.contact.detection import EDGE_PREFERENCE, PARALLEL_SINE, SLOTS
 from diffsim_ros.sim.contact.frames import DEGENERATE_NORM
 
@@ -65,7 +65,7 @@ def _ratio(num, d_num, den, d_den):
 
 
 @njit(cache=True)
-def _put(out, row, v):
+def put3(out, row, v):
     out[row, 0], out[row, 1], out[row, 2] = v[0], v[1], v[2]
 
 
@@ -75,7 +75,7 @@ def _put(out, row, v):
 @njit(cache=True)
 def _projection(rot, half, axis):
     """Half-length of a box's projection on a unit axis [m]: ``sum_i |rot[:, i] · axis| h_i``."""
-    return abs(_dot(_col(rot, 0), axis)) * half[0] + abs(_dot(_col(rot, 1), axis)) * half[1] + abs(_dot(_col(rot, 2), axis)) * half[2]
+    return abs(dot3(_col(rot, 0), axis)) * half[0] + abs(dot3(_col(rot, 1), axis)) * half[1] + abs(dot3(_col(rot, 2), axis)) * half[2]
 
 
 @njit(cache=True)
@@ -85,19 +85,19 @@ def _axis(rot_a, rot_b, index):
         return _col(rot_a, index)
     if index < 6:
         return _col(rot_b, index - 3)
-    return _cross(_col(rot_a, (index - 6) // 3), _col(rot_b, (index - 6) % 3))
+    return cross3(_col(rot_a, (index - 6) // 3), _col(rot_b, (index - 6) % 3))
 
 
 @njit(cache=True)
 def _separation(rot_a, pos_a, h_a, rot_b, pos_b, h_b, index):
     """Separation of the boxes along candidate axis ``index`` [m] (-inf for a vanishing edge cross)."""
     raw = _axis(rot_a, rot_b, index)
-    length = math.sqrt(max(_dot(raw, raw), DEGENERATE_NORM**2))
+    length = math.sqrt(max(dot3(raw, raw), DEGENERATE_NORM**2))
     if not length > _USABLE_AXIS:
         return -math.inf
     axis = (raw[0] / length, raw[1] / length, raw[2] / length)
-    d = _sub(_vec(pos_a), _vec(pos_b))
-    return abs(_dot(axis, d)) - _projection(rot_a, h_a, axis) - _projection(rot_b, h_b, axis)
+    d = sub3(_vec(pos_a), _vec(pos_b))
+    return abs(dot3(axis, d)) - _projection(rot_a, h_a, axis) - _projection(rot_b, h_b, axis)
 
 
 @njit(cache=True)
@@ -121,13 +121,13 @@ def _separations(rot_a, pos_a, h_a, rot_b, pos_b, h_b):
 def boxes_separated(rot_a, pos_a, h_a, rot_b, pos_b, h_b, margin):
     """:func:`~diffsim_ros.sim.contact.detection.boxes_apart` for one pair: a face axis
     separates the boxes by more than ``margin`` (+1e-9 of slack), so no slot can be active."""
-    d = _sub(_vec(pos_a), _vec(pos_b))
+    d = sub3(_vec(pos_a), _vec(pos_b))
     worst = -math.inf
     for ax in range(6):
         raw = _axis(rot_a, rot_b, ax)
-        length = math.sqrt(max(_dot(raw, raw), DEGENERATE_NORM**2))
+        length = math.sqrt(max(dot3(raw, raw), DEGENERATE_NORM**2))
         axis = (raw[0] / length, raw[1] / length, raw[2] / length)
-        worst = max(worst, abs(_dot(axis, d)) - _projection(rot_a, h_a, axis) - _projection(rot_b, h_b, axis))
+        worst = max(worst, abs(dot3(axis, d)) - _projection(rot_a, h_a, axis) - _projection(rot_b, h_b, axis))
     return worst > margin + 1e-9
 
 
@@ -139,9 +139,9 @@ def _reference_face(rot, pos, half, axis, sign, d_rot, d_pos):
     """Reference face: ``((n, e_u, e_v, c), (dn, de_u, de_v, dc), (h_u, h_v))``: its outward normal,
     in-plane axes and centre [m] with their tangents, and its half sizes [m]."""
     u, v = (axis + 1) % 3, (axis + 2) % 3
-    n, dn = _scale(_col(rot, axis), sign), _scale(_col(d_rot, axis), sign)
-    c = _add(_vec(pos), _scale(n, half[axis]))
-    dc = _add(_vec(d_pos), _scale(dn, half[axis]))
+    n, dn = scale3(_col(rot, axis), sign), scale3(_col(d_rot, axis), sign)
+    c = add3(_vec(pos), scale3(n, half[axis]))
+    dc = add3(_vec(d_pos), scale3(dn, half[axis]))
     return (n, _col(rot, u), _col(rot, v), c), (dn, _col(d_rot, u), _col(d_rot, v), dc), (half[u], half[v])
 
 
@@ -152,16 +152,16 @@ def _incident_face(rot, pos, half, n_ref, d_rot, d_pos):
     k, best = 0, -1.0
     along = 0.0
     for c in range(3):
-        value = _dot(_col(rot, c), n_ref)
+        value = dot3(_col(rot, c), n_ref)
         if abs(value) > best:
             k, best, along = c, abs(value), value
     s = -_sign(along)
     s = 1.0 if s == 0.0 else s
     k1, k2 = (k + 1) % 3, (k + 2) % 3
-    n, dn = _scale(_col(rot, k), s), _scale(_col(d_rot, k), s)
-    e1, de1 = _scale(_col(rot, k1), half[k1]), _scale(_col(d_rot, k1), half[k1])
-    e2, de2 = _scale(_col(rot, k2), half[k2]), _scale(_col(d_rot, k2), half[k2])
-    c, dc = _add(_vec(pos), _scale(n, half[k])), _add(_vec(d_pos), _scale(dn, half[k]))
+    n, dn = scale3(_col(rot, k), s), scale3(_col(d_rot, k), s)
+    e1, de1 = scale3(_col(rot, k1), half[k1]), scale3(_col(d_rot, k1), half[k1])
+    e2, de2 = scale3(_col(rot, k2), half[k2]), scale3(_col(d_rot, k2), half[k2])
+    c, dc = add3(_vec(pos), scale3(n, half[k])), add3(_vec(d_pos), scale3(dn, half[k]))
     return (n, e1, e2, c), (dn, de1, de2, dc)
 
 
@@ -170,9 +170,9 @@ def _plane_coordinates(p, dp, ref, d_ref):
     """In-plane coordinates ``(x, y)``, height along the reference normal [m], and their tangents."""
     n, e_u, e_v, c = ref
     dn, de_u, de_v, dc = d_ref
-    rel, d_rel = _sub(p, c), _sub(dp, dc)
-    values = (_dot(rel, e_u), _dot(rel, e_v), _dot(rel, n))
-    tangents = (_dot(d_rel, e_u) + _dot(rel, de_u), _dot(d_rel, e_v) + _dot(rel, de_v), _dot(d_rel, n) + _dot(rel, dn))
+    rel, d_rel = sub3(p, c), sub3(dp, dc)
+    values = (dot3(rel, e_u), dot3(rel, e_v), dot3(rel, n))
+    tangents = (dot3(d_rel, e_u) + dot3(rel, de_u), dot3(d_rel, e_v) + dot3(rel, de_v), dot3(d_rel, n) + dot3(rel, dn))
     return values, tangents
 
 
@@ -197,13 +197,13 @@ def _incident_candidates(inc, d_inc, ref, d_ref, sizes, points, gaps, valid, d_p
     h_u, h_v = sizes
     tol = 1e-9 * (h_u + h_v)
     for q in range(4):
-        p = _add(_add(c, _scale(e1, _QUAD[q][0])), _scale(e2, _QUAD[q][1]))
-        dp = _add(_add(dc, _scale(de1, _QUAD[q][0])), _scale(de2, _QUAD[q][1]))
+        p = add3(add3(c, scale3(e1, _QUAD[q][0])), scale3(e2, _QUAD[q][1]))
+        dp = add3(add3(dc, scale3(de1, _QUAD[q][0])), scale3(de2, _QUAD[q][1]))
         values, tangents = _plane_coordinates(p, dp, ref, d_ref)
-        _put(points, q, p)
-        _put(d_points, q, dp)
-        _put(vertices, q, p)
-        _put(d_vertices, q, dp)
+        put3(points, q, p)
+        put3(d_points, q, dp)
+        put3(vertices, q, p)
+        put3(d_vertices, q, dp)
         flat[q, 0], flat[q, 1], d_flat[q, 0], d_flat[q, 1] = values[0], values[1], tangents[0], tangents[1]
         gaps[q], d_gaps[q] = values[2], tangents[2]
         valid[q] = abs(values[0]) <= h_u + tol and abs(values[1]) <= h_v + tol
@@ -219,19 +219,19 @@ def _reference_candidates(inc, d_inc, ref, d_ref, sizes, flat, points, gaps, val
     dn, de_u, de_v, dc = d_ref
     h_u, h_v = sizes
     scale = h_u + h_v
-    cos = _dot(n, n_inc)
-    d_cos = _dot(dn, n_inc) + _dot(n, dn_inc)
+    cos = dot3(n, n_inc)
+    d_cos = dot3(dn, n_inc) + dot3(n, dn_inc)
     if not abs(cos) > 1e-12:
         cos, d_cos = 1.0, 0.0
     for q in range(4):
         a, b = _QUAD[q][0] * h_u, _QUAD[q][1] * h_v
-        vertex = _add(_add(c, _scale(e_u, a)), _scale(e_v, b))
-        d_vertex = _add(_add(dc, _scale(de_u, a)), _scale(de_v, b))
+        vertex = add3(add3(c, scale3(e_u, a)), scale3(e_v, b))
+        d_vertex = add3(add3(dc, scale3(de_u, a)), scale3(de_v, b))
         values, _ = _plane_coordinates(vertex, d_vertex, ref, d_ref)
-        rel, d_rel = _sub(c_inc, vertex), _sub(dc_inc, d_vertex)
-        lift, d_lift = _ratio(_dot(rel, n_inc), _dot(d_rel, n_inc) + _dot(rel, dn_inc), cos, d_cos)
-        _put(points, 4 + q, _add(vertex, _scale(n, lift)))
-        _put(d_points, 4 + q, _add(_add(d_vertex, _scale(dn, lift)), _scale(n, d_lift)))
+        rel, d_rel = sub3(c_inc, vertex), sub3(dc_inc, d_vertex)
+        lift, d_lift = _ratio(dot3(rel, n_inc), dot3(d_rel, n_inc) + dot3(rel, dn_inc), cos, d_cos)
+        put3(points, 4 + q, add3(vertex, scale3(n, lift)))
+        put3(d_points, 4 + q, add3(add3(d_vertex, scale3(dn, lift)), scale3(n, d_lift)))
         gaps[4 + q], d_gaps[4 + q] = lift, d_lift
         valid[4 + q] = _inside_polygon(flat, values[0], values[1], 1e-9 * scale * scale)
 
@@ -258,12 +258,12 @@ def _edge_candidates(ref, d_ref, sizes, flat, d_flat, vertices, d_vertices, poin
                 valid[slot] = ok and s >= 0.0 and s <= 1.0 and abs(other) <= other_bound + tol
                 s, ds = _clamp(s, ds, 0.0, 1.0)
                 start, d_start = _vec(vertices[q]), _vec(d_vertices[q])
-                span, d_span = _sub(_vec(vertices[r]), start), _sub(_vec(d_vertices[r]), d_start)
-                p = _add(start, _scale(span, s))
-                dp = _add(_add(d_start, _scale(d_span, s)), _scale(span, ds))
+                span, d_span = sub3(_vec(vertices[r]), start), sub3(_vec(d_vertices[r]), d_start)
+                p = add3(start, scale3(span, s))
+                dp = add3(add3(d_start, scale3(d_span, s)), scale3(span, ds))
                 values, tangents = _plane_coordinates(p, dp, ref, d_ref)
-                _put(points, slot, p)
-                _put(d_points, slot, dp)
+                put3(points, slot, p)
+                put3(d_points, slot, dp)
                 gaps[slot], d_gaps[slot] = values[2], tangents[2]
                 slot += 1
 
@@ -319,12 +319,12 @@ def _compact(points, valid, scale):
 def _segment_segment(p1, d1, p2, d2, dp1, dd1, dp2, dd2):
     """detection._segment_segment with tangents: ``(s, t, ds, dt)`` of the closest points of the
     segments p1 + s d1 and p2 + t d2 (its branches and clamps, on the values)."""
-    r, dr = _sub(p1, p2), _sub(dp1, dp2)
-    a, da = _dot(d1, d1), 2.0 * _dot(d1, dd1)
-    e, de = _dot(d2, d2), 2.0 * _dot(d2, dd2)
-    f, df = _dot(d2, r), _dot(dd2, r) + _dot(d2, dr)
-    c, dc = _dot(d1, r), _dot(dd1, r) + _dot(d1, dr)
-    b, db = _dot(d1, d2), _dot(dd1, d2) + _dot(d1, dd2)
+    r, dr = sub3(p1, p2), sub3(dp1, dp2)
+    a, da = dot3(d1, d1), 2.0 * dot3(d1, dd1)
+    e, de = dot3(d2, d2), 2.0 * dot3(d2, dd2)
+    f, df = dot3(d2, r), dot3(dd2, r) + dot3(d2, dr)
+    c, dc = dot3(d1, r), dot3(dd1, r) + dot3(d1, dr)
+    b, db = dot3(d1, d2), dot3(dd1, d2) + dot3(d1, dd2)
     denom = a * e - b * b
     if denom <= (PARALLEL_SINE**2) * a * e + _TINY:
         s, ds = 0.0, 0.0
@@ -350,35 +350,35 @@ def _supporting_edge(rot, pos, half, index, direction, d_rot, d_pos):
     centre, d_centre = _vec(pos), _vec(d_pos)
     for i in range(3):
         if i != index:
-            side = _sign(_dot(_col(rot, i), direction)) * half[i]
-            centre = _add(centre, _scale(_col(rot, i), side))
-            d_centre = _add(d_centre, _scale(_col(d_rot, i), side))
-    along, d_along = _scale(_col(rot, index), half[index]), _scale(_col(d_rot, index), half[index])
-    return _sub(centre, along), _scale(along, 2.0), _sub(d_centre, d_along), _scale(d_along, 2.0)
+            side = _sign(dot3(_col(rot, i), direction)) * half[i]
+            centre = add3(centre, scale3(_col(rot, i), side))
+            d_centre = add3(d_centre, scale3(_col(d_rot, i), side))
+    along, d_along = scale3(_col(rot, index), half[index]), scale3(_col(d_rot, index), half[index])
+    return sub3(centre, along), scale3(along, 2.0), sub3(d_centre, d_along), scale3(d_along, 2.0)
 
 
 @njit(cache=True)
 def _edge_contact(rot_a, pos_a, h_a, rot_b, pos_b, h_b, edge, d_rot_a, d_pos_a, d_rot_b, d_pos_b):
     """The edge-edge contact: ``(point, normal (b -> a), gap, d_point, d_normal, d_gap)``."""
     i, j = edge // 3, edge % 3
-    raw = _cross(_col(rot_a, i), _col(rot_b, j))
-    d_raw = _add(_cross(_col(d_rot_a, i), _col(rot_b, j)), _cross(_col(rot_a, i), _col(d_rot_b, j)))
-    norm = math.sqrt(max(_dot(raw, raw), DEGENERATE_NORM**2))
+    raw = cross3(_col(rot_a, i), _col(rot_b, j))
+    d_raw = add3(cross3(_col(d_rot_a, i), _col(rot_b, j)), cross3(_col(rot_a, i), _col(d_rot_b, j)))
+    norm = math.sqrt(max(dot3(raw, raw), DEGENERATE_NORM**2))
     if norm <= DEGENERATE_NORM:
         axis, d_axis = (0.0, 0.0, 1.0), (0.0, 0.0, 0.0)
     else:
         axis = (raw[0] / norm, raw[1] / norm, raw[2] / norm)
-        d_axis = _scale(_sub(d_raw, _scale(axis, _dot(axis, d_raw))), 1.0 / norm)
-    if _dot(axis, _sub(_vec(pos_a), _vec(pos_b))) < 0.0:
-        axis, d_axis = _scale(axis, -1.0), _scale(d_axis, -1.0)
-    p1, d1, dp1, dd1 = _supporting_edge(rot_a, pos_a, h_a, i, _scale(axis, -1.0), d_rot_a, d_pos_a)
+        d_axis = scale3(sub3(d_raw, scale3(axis, dot3(axis, d_raw))), 1.0 / norm)
+    if dot3(axis, sub3(_vec(pos_a), _vec(pos_b))) < 0.0:
+        axis, d_axis = scale3(axis, -1.0), scale3(d_axis, -1.0)
+    p1, d1, dp1, dd1 = _supporting_edge(rot_a, pos_a, h_a, i, scale3(axis, -1.0), d_rot_a, d_pos_a)
     p2, d2, dp2, dd2 = _supporting_edge(rot_b, pos_b, h_b, j, axis, d_rot_b, d_pos_b)
     s, t, ds, dt = _segment_segment(p1, d1, p2, d2, dp1, dd1, dp2, dd2)
-    on_a, d_on_a = _add(p1, _scale(d1, s)), _add(_add(dp1, _scale(dd1, s)), _scale(d1, ds))
-    on_b, d_on_b = _add(p2, _scale(d2, t)), _add(_add(dp2, _scale(dd2, t)), _scale(d2, dt))
-    rel, d_rel = _sub(on_a, on_b), _sub(d_on_a, d_on_b)
-    gap, d_gap = _dot(rel, axis), _dot(d_rel, axis) + _dot(rel, d_axis)
-    return _scale(_add(on_a, on_b), 0.5), axis, gap, _scale(_add(d_on_a, d_on_b), 0.5), d_axis, d_gap
+    on_a, d_on_a = add3(p1, scale3(d1, s)), add3(add3(dp1, scale3(dd1, s)), scale3(d1, ds))
+    on_b, d_on_b = add3(p2, scale3(d2, t)), add3(add3(dp2, scale3(dd2, t)), scale3(d2, dt))
+    rel, d_rel = sub3(on_a, on_b), sub3(d_on_a, d_on_b)
+    gap, d_gap = dot3(rel, axis), dot3(d_rel, axis) + dot3(rel, d_axis)
+    return scale3(add3(on_a, on_b), 0.5), axis, gap, scale3(add3(d_on_a, d_on_b), 0.5), d_axis, d_gap
 
 
 # ---------------------------------------------------------------- the pair
@@ -388,26 +388,26 @@ def _edge_contact(rot_a, pos_a, h_a, rot_b, pos_b, h_b, edge, d_rot_a, d_pos_a, 
 def _face_slots(rot_a, pos_a, h_a, rot_b, pos_b, h_b, margin, face_axis, tangents, point, gap, valid, d_point, d_gap):
     """The face case into point (8, 3), gap (8,), valid (8,) and tangents; returns the normal (b -> a) and its tangent."""
     d_rot_a, d_pos_a, d_rot_b, d_pos_b = tangents
-    d = _sub(_vec(pos_a), _vec(pos_b))
+    d = sub3(_vec(pos_a), _vec(pos_b))
     points, d_points = np.empty((24, 3)), np.empty((24, 3))
     gaps, d_gaps, flags = np.empty(24), np.empty(24), np.empty(24, dtype=np.bool_)
     if face_axis >= 3:
-        sign = _sign(_dot(_col(rot_b, face_axis - 3), d))
+        sign = _sign(dot3(_col(rot_b, face_axis - 3), d))
         n_ref, dn_ref = _face_clip(rot_b, pos_b, h_b, face_axis - 3, 1.0 if sign == 0.0 else sign, rot_a, pos_a, h_a,
                                    margin, d_rot_b, d_pos_b, d_rot_a, d_pos_a, points, gaps, flags, d_points, d_gaps)
         normal, d_normal = n_ref, dn_ref
     else:
-        sign = -_sign(_dot(_col(rot_a, face_axis), d))
+        sign = -_sign(dot3(_col(rot_a, face_axis), d))
         n_ref, dn_ref = _face_clip(rot_a, pos_a, h_a, face_axis, -1.0 if sign == 0.0 else sign, rot_b, pos_b, h_b,
                                    margin, d_rot_a, d_pos_a, d_rot_b, d_pos_b, points, gaps, flags, d_points, d_gaps)
-        normal, d_normal = _scale(n_ref, -1.0), _scale(dn_ref, -1.0)
+        normal, d_normal = scale3(n_ref, -1.0), scale3(dn_ref, -1.0)
     order, picked = _compact(points, flags, h_a[0] + h_a[1] + h_a[2] + h_b[0] + h_b[1] + h_b[2])
     for slot in range(BOX_BOX_SLOTS):
         o = order[slot]
         gap[slot], d_gap[slot], valid[slot] = gaps[o], d_gaps[o], picked[slot]
-        _put(point, slot, _sub(_vec(points[o]), _scale(n_ref, 0.5 * gaps[o])))
-        shift = _add(_scale(dn_ref, 0.5 * gaps[o]), _scale(n_ref, 0.5 * d_gaps[o]))
-        _put(d_point, slot, _sub(_vec(d_points[o]), shift))
+        put3(point, slot, sub3(_vec(points[o]), scale3(n_ref, 0.5 * gaps[o])))
+        shift = add3(scale3(dn_ref, 0.5 * gaps[o]), scale3(n_ref, 0.5 * d_gaps[o]))
+        put3(d_point, slot, sub3(_vec(d_points[o]), shift))
     return normal, d_normal
 
 
@@ -431,14 +431,14 @@ def box_box_slots(rot_a, pos_a, h_a, rot_b, pos_b, h_b, margin, tangents, point,
                                              gap, active, d_point, d_gap)
     for slot in range(BOX_BOX_SLOTS):
         active[slot] = active[slot] and reach and not use_edge
-        _put(normal, slot, face_normal)
-        _put(d_normal, slot, d_face_normal)
+        put3(normal, slot, face_normal)
+        put3(d_normal, slot, d_face_normal)
     if use_edge:
         d_rot_a, d_pos_a, d_rot_b, d_pos_b = tangents
         p, n, g, dp, dn, dg = _edge_contact(rot_a, pos_a, h_a, rot_b, pos_b, h_b, edge_axis, d_rot_a, d_pos_a, d_rot_b, d_pos_b)
-        _put(point, 0, p)
-        _put(d_point, 0, dp)
+        put3(point, 0, p)
+        put3(d_point, 0, dp)
         gap[0], d_gap[0], active[0] = g, dg, g < margin and reach
         for slot in range(BOX_BOX_SLOTS):
-            _put(normal, slot, n)
-            _put(d_normal, slot, dn)
+            put3(normal, slot, n)
+            put3(d_normal, slot, dn)

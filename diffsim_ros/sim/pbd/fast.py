@@ -46,10 +46,15 @@ from diffsim_ros.dynamics.passive import DEFAULT_FRICTION_VELOCITY_SCALE
 from diffsim_ros.model.robot_model import REVOLUTE
 from diffsim_ros.sim.pbd.bodies import build_system
 
-__all__ = ["FASTMATH", "FastPBD", "fast_rollout_supported", "joint_step_into", "keep_torch_threads", "kernel_options", "work_area"]
+__all__ = ["accelerate_bodies", "apply_impulses", "close_substep", "factor_system", "fast_rollout_supported",
+           "FASTMATH", "FastPBD", "frames_into", "joint_load", "joint_step_into", "keep_torch_threads",
+           "kernel_options", "KICK_FINISH", "KICK_FULL", "KICK_START", "limit_targets", "predict_positions",
+           "row_blocks", "row_rhs", "set_spin", "SMALL_ANGLE_SQUARED", "so3_exp_into", "solve_system",
+           "solve_system_columns", "state_from_joints", "turn_poses", "velocity_rhs", "work_area",
+           "write_joint_state"]
 
-_SMALL_ANGLE_SQUARED = 1e-8  # as dynamics.spatial.so3_exp: Taylor series below it
-_KICK_START, _KICK_FULL, _KICK_FINISH = 0, 1, 2
+SMALL_ANGLE_SQUARED = 1e-8  # as dynamics.spatial.so3_exp: Taylor series below it
+KICK_START, KICK_FULL, KICK_FINISH = 0, 1, 2
 # Contraction and reassociation only: "nnan"/"ninf" would let LLVM drop the NaN checks.
 FASTMATH = {"contract", "reassoc", "nsz", "arcp"}
 
@@ -170,10 +175,10 @@ def _rotate(rot, local, k, out):
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH)
-def _so3_exp(phi, out):
+def so3_exp_into(phi, out):
     """Rotation matrix of the rotation vector ``phi`` (3,) into ``out`` (3, 3) (Rodrigues)."""
     theta2 = phi[0] * phi[0] + phi[1] * phi[1] + phi[2] * phi[2]
-    if theta2.real < _SMALL_ANGLE_SQUARED:
+    if theta2.real < SMALL_ANGLE_SQUARED:
         a, b = 1.0 - theta2 / 6.0, 0.5 - theta2 / 24.0
     else:
         a, b = _rodrigues(theta2)
@@ -293,7 +298,7 @@ def _matvec6_sub(mat, x, out):
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH)
-def _state_from_joints(fk, com, q, qd, pos, rot, vel, omega, z_ang, origin, placements):
+def state_from_joints(fk, com, q, qd, pos, rot, vel, omega, z_ang, origin, placements):
     """Particles at joint positions ``q`` moving with ``qd`` (mapping.state_from_joints).
 
     Particle 0 is the fixed base; particle k + 1 is body k, at its COM.
@@ -330,7 +335,7 @@ def _state_from_joints(fk, com, q, qd, pos, rot, vel, omega, z_ang, origin, plac
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
-def _frames(local_parent, local_child, pos, rot, w):
+def frames_into(local_parent, local_child, pos, rot, w):
     """Joint frames: world ``[lever, axis, reference]`` of both sides of every joint.
 
     Fills ``w.lever_p`` (parent COM to its anchor), ``w.lever_c``, ``w.axis_p``,
@@ -436,7 +441,7 @@ def work_area(n, like):
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
-def _accelerate(phys, fk, springs, w, tau, h, phase, limits):
+def accelerate_bodies(phys, fk, springs, w, tau, h, phase, limits):
     """Explicit forces and kicks (solver._accelerate for revolute joints without drives).
 
     Reads the frames at the current poses and ``w.spin``; updates ``w.vel``, ``w.omega``,
@@ -448,7 +453,7 @@ def _accelerate(phys, fk, springs, w, tau, h, phase, limits):
     inertia, inv_inertia, dynamic, gravity = phys.inertia, phys.inv_inertia, phys.dynamic, phys.gravity
     arrays = springs
     n = w.q.shape[0]
-    kick = 1.0 if phase == _KICK_FULL else 0.5
+    kick = 1.0 if phase == KICK_FULL else 0.5
     for i in range(n + 1):
         _congruence(w.rot[i], inertia[i], w.inertia_w[i])
         _congruence(w.rot[i], inv_inertia[i], w.inv_inertia_w[i])
@@ -466,7 +471,7 @@ def _accelerate(phys, fk, springs, w, tau, h, phase, limits):
         w.spin_rate[j] = _rate(w, w.spin, j)  # a point spring's damping coupling: rates at the state's time
     spring_torques_into(arrays, fk, w.q, w.spin_rate, w.spring, w.spring_slope, w.placements, w.spring_grad)
     for j in range(n):
-        torque, damping, _, _ = _joint_load(phys, w, tau, j, phase)
+        torque, damping, _, _ = joint_load(phys, w, tau, j, phase)
         w.damping[j] = 0.5 * damping
         for r in range(3):
             w.torque[j + 1, r] += torque * w.axis_c[j, r]
@@ -486,7 +491,7 @@ def _accelerate(phys, fk, springs, w, tau, h, phase, limits):
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
-def _joint_load(phys, w, tau, j, phase):
+def joint_load(phys, w, tau, j, phase):
     """Joint ``j``'s torque on its bodies [N·m] and implicit damping [N·m·s/rad] at the rate ``w.rate[j]``.
 
     Smoothed Coulomb friction is linearized at the rate (forces.friction_split): returns
@@ -501,7 +506,7 @@ def _joint_load(phys, w, tau, j, phase):
         damping += slope
         torque += slope * rate - coulomb * t
     damping += w.spring_slope[j]
-    if phase == _KICK_FULL:
+    if phase == KICK_FULL:
         torque -= 0.5 * damping * rate
     return torque, damping, t, slope
 
@@ -510,7 +515,7 @@ def _joint_load(phys, w, tau, j, phase):
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
-def _blocks(phys, w, h, limits, active_targets):
+def row_blocks(phys, w, h, limits, active_targets):
     """Per-substep row constants at the current (substep start) poses (constraints.joint_blocks).
 
     ``active_targets`` (n,) holds the displacement onto the limit of joints held on a
@@ -714,7 +719,7 @@ def _apply_k_inverse_columns(phys, w, v, out, u):
 def _factor_rigid(phys, w):
     """The joint-space inertia H of the particles and the LU of diag(sigma) + R H."""
     n = w.q.shape[0]
-    # w.inertia_w is the world inertia at these poses (from _accelerate). Moments about joint 0's anchor (not the world origin) keep the sums small.
+    # w.inertia_w is the world inertia at these poses (from accelerate_bodies). Moments about joint 0's anchor (not the world origin) keep the sums small.
     b0, b1, b2 = w.pos[1, 0] + w.lever_child[0, 0], w.pos[1, 1] + w.lever_child[0, 1], w.pos[1, 2] + w.lever_child[0, 2]
     for k in range(n):
         w.anchor0[k, 0] = w.pos[k + 1, 0] + w.lever_child[k, 0] - b0
@@ -811,7 +816,7 @@ def _solve_rigid_columns(phys, w, b, x, u, correction, z):
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
-def _factor(phys, w, alpha):
+def factor_system(phys, w, alpha):
     """Factors of the joint system at the current poses and row constants."""
     if alpha == 0.0:
         _factor_rigid(phys, w)
@@ -820,11 +825,11 @@ def _factor(phys, w, alpha):
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
-def _solve(phys, w, alpha):
+def solve_system(phys, w, alpha):
     """``w.solution`` = the joint system's solution for ``w.rhs`` (``w.rhs`` is overwritten).
 
     One right-hand side: the rigid path, the rollout's hot path, has its own single-vector
-    solve (:func:`_solve_columns` with one column made a 10-substep step about 1.6x slower).
+    solve (:func:`solve_system_columns` with one column made a 10-substep step about 1.6x slower).
     """
     if alpha == 0.0:
         _solve_rigid(phys, w)
@@ -834,10 +839,10 @@ def _solve(phys, w, alpha):
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
-def _solve_columns(phys, w, alpha, b, x, scratch):
+def solve_system_columns(phys, w, alpha, b, x, scratch):
     """``x`` (n, 6, m) = the joint system's solutions for the right-hand sides ``b`` (n, 6, m, overwritten).
 
-    With the factors in ``w`` (:func:`_factor`); ``scratch``: arrays of shapes (N, 6, m),
+    With the factors in ``w`` (:func:`factor_system`); ``scratch``: arrays of shapes (N, 6, m),
     (n, 6, m) and (n, m) (the rigid path's displacements, correction and reduced right-hand side).
     """
     if alpha == 0.0:
@@ -847,7 +852,7 @@ def _solve_columns(phys, w, alpha, b, x, scratch):
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
-def _apply(phys, w, step_sign, linear, angular):
+def apply_impulses(phys, w, step_sign, linear, angular):
     """Move both particles of every joint by the response to impulses ``step_sign * w.solution``."""
     inv_mass = phys.inv_mass
     n = w.q.shape[0]
@@ -869,15 +874,15 @@ def _apply(phys, w, step_sign, linear, angular):
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
-def _turn_poses(w):
+def turn_poses(w):
     """Orientations ``rot = exp(phi) rot0`` of every particle (the substep's current poses)."""
     for i in range(w.rot.shape[0]):
-        _so3_exp(w.phi[i], w.t1)
+        so3_exp_into(w.phi[i], w.t1)
         _mul3(w.t1, w.rot0[i], w.rot[i])
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
-def _row_rhs(w, alpha):
+def row_rhs(w, alpha):
     """``w.rhs`` of the projection at the current frames and multipliers (constraints.row_rhs).
 
     Rigid errors [anchor, a_p x a_c], the free row's scaled displacement since the substep
@@ -903,18 +908,18 @@ def _project(phys, w, alpha, iterations):
     n = w.q.shape[0]
     w.lam[:, :] = 0.0
     for _ in range(iterations):
-        _turn_poses(w)
-        _frames(phys.local_parent, phys.local_child, w.pos, w.rot, w)
-        _row_rhs(w, alpha)
-        _solve(phys, w, alpha)
+        turn_poses(w)
+        frames_into(phys.local_parent, phys.local_child, w.pos, w.rot, w)
+        row_rhs(w, alpha)
+        solve_system(phys, w, alpha)
         for j in range(n):
             for r in range(6):
                 w.lam[j, r] -= w.solution[j, r]
-        _apply(phys, w, -1.0, w.pos, w.phi)
+        apply_impulses(phys, w, -1.0, w.pos, w.phi)
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
-def _limit_targets(phys, w, h, out):
+def limit_targets(phys, w, h, out):
     """Displacement onto the limit for joints predicted beyond it, NaN elsewhere (solver._active_limits)."""
     lower, upper = phys.lower, phys.upper
     for j in range(w.q.shape[0]):
@@ -930,19 +935,19 @@ def _limit_targets(phys, w, h, out):
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _substep(phys, fk, springs, w, tau, h, phase, iterations, alpha, limits, targets):
     """One substep from ``w.pos/rot/vel/omega`` (solver.substep); velocities become chords."""
-    _frames(phys.local_parent, phys.local_child, w.pos, w.rot, w)
-    _accelerate(phys, fk, springs, w, tau, h, phase, limits)
+    frames_into(phys.local_parent, phys.local_child, w.pos, w.rot, w)
+    accelerate_bodies(phys, fk, springs, w, tau, h, phase, limits)
     if limits:
-        _limit_targets(phys, w, h, targets)
-    _blocks(phys, w, h, limits, targets)
-    _factor(phys, w, alpha)
-    _predict(w, h)
+        limit_targets(phys, w, h, targets)
+    row_blocks(phys, w, h, limits, targets)
+    factor_system(phys, w, alpha)
+    predict_positions(w, h)
     _project(phys, w, alpha, iterations)
-    _close_substep(w, h)
+    close_substep(w, h)
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
-def _predict(w, h):
+def predict_positions(w, h):
     """Keep the substep's start poses and move every particle by ``h`` x its velocity (``phi``: the turn)."""
     for i in range(w.pos.shape[0]):
         for r in range(3):
@@ -954,9 +959,9 @@ def _predict(w, h):
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
-def _close_substep(w, h):
+def close_substep(w, h):
     """Final orientations of the substep; the velocities become the chords."""
-    _turn_poses(w)
+    turn_poses(w)
     for i in range(w.pos.shape[0]):
         for r in range(3):
             w.vel[i, r] = (w.pos[i, r] - w.pos0[i, r]) / h
@@ -964,7 +969,7 @@ def _close_substep(w, h):
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
-def _set_spin(w, chords):
+def set_spin(w, chords):
     """``w.spin``: angular velocity at the current time from the start velocity and the chords (solver._spin)."""
     for i in range(w.spin.shape[0]):
         for r in range(3):
@@ -983,17 +988,17 @@ def _set_spin(w, chords):
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _finish(phys, fk, springs, w, tau, h, targets):
     """Closing half kick and velocity projection (solver.finish_velocities)."""
-    _frames(phys.local_parent, phys.local_child, w.pos, w.rot, w)
-    _accelerate(phys, fk, springs, w, tau, h, _KICK_FINISH, False)
-    _blocks(phys, w, h, False, targets)
-    _factor(phys, w, 0.0)
-    _velocity_rhs(w)
-    _solve(phys, w, 0.0)
-    _apply(phys, w, -1.0, w.vel, w.omega)
+    frames_into(phys.local_parent, phys.local_child, w.pos, w.rot, w)
+    accelerate_bodies(phys, fk, springs, w, tau, h, KICK_FINISH, False)
+    row_blocks(phys, w, h, False, targets)
+    factor_system(phys, w, 0.0)
+    velocity_rhs(w)
+    solve_system(phys, w, 0.0)
+    apply_impulses(phys, w, -1.0, w.vel, w.omega)
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
-def _velocity_rhs(w):
+def velocity_rhs(w):
     """``w.rhs``: row velocities J_c (v_c, w_c) + J_p (v_p, w_p); the free row keeps sigma x its rate."""
     for j in range(w.q.shape[0]):
         rc, rp, d = w.lever_child[j], w.lever_parent[j], w.free[j]
@@ -1020,11 +1025,11 @@ def _integrate(phys, fk, springs, w, tau, dt, substeps, iterations, compliance, 
     alpha = compliance / (h * h)
     w.start[:, :] = w.omega
     for index in range(substeps):
-        _set_spin(w, min(index, 2))
-        _substep(phys, fk, springs, w, tau, h, _KICK_START if index == 0 else _KICK_FULL, iterations, alpha, limits, targets)
+        set_spin(w, min(index, 2))
+        _substep(phys, fk, springs, w, tau, h, KICK_START if index == 0 else KICK_FULL, iterations, alpha, limits, targets)
         w.previous[:, :] = w.last
         w.last[:, :] = w.omega
-    _set_spin(w, min(substeps, 2))
+    set_spin(w, min(substeps, 2))
     _finish(phys, fk, springs, w, tau, h, targets)
 
 
@@ -1043,14 +1048,14 @@ def joint_step_into(fk, phys, springs, settings, w, targets, q, qd, tau, q_out, 
             final poses are left in ``w``.
     """
     dt, substeps, iterations, compliance, limits = settings
-    _state_from_joints(fk, phys.com, q, qd, w.pos, w.rot, w.vel, w.omega, w.z_ang, w.origin, w.placements)
+    state_from_joints(fk, phys.com, q, qd, w.pos, w.rot, w.vel, w.omega, w.z_ang, w.origin, w.placements)
     _integrate(phys, fk, springs, w, tau, dt, substeps, iterations, compliance, limits, targets)
-    _frames(phys.local_parent, phys.local_child, w.pos, w.rot, w)
-    _joint_state(w, q, q_out, qd_out)
+    frames_into(phys.local_parent, phys.local_child, w.pos, w.rot, w)
+    write_joint_state(w, q, q_out, qd_out)
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
-def _joint_state(w, q, q_out, qd_out):
+def write_joint_state(w, q, q_out, qd_out):
     """Joint positions [rad] (the turn from ``q`` unwrapped) and rates [rad/s] from the frames in ``w``."""
     for j in range(q.shape[0]):
         turn = _angle(w, j) - q[j]

@@ -9,7 +9,7 @@ rotation vector ``theta`` with ``dR = [theta]x R`` (so a rotated vector ``v = R 
 ``dv = theta x v``); the rotation ``exp(phi)`` has ``theta = J_l(phi) dphi`` (the left
 Jacobian of SO(3)). A linear solve ``x = A^-1 b`` of the joint system
 ``A = S K + alpha I + E (R - alpha) E^T`` (``K = J M^-1 J^T``, ``S = I + E diag(sigma - 1) E^T``,
-``E`` the joints' free axes; :func:`~diffsim_ros.sim.pbd.fast._solve` for both the rigid and
+``E`` the joints' free axes; :func:`~diffsim_ros.sim.pbd.fast.solve_system` for both the rigid and
 the compliant factorizations) has the tangent ``dx = A^-1 (db - dA x)``: the primal's factors
 solve for it, and ``dA x`` is formed from the tangents of the levers, axes, inertias and row
 constants, so the factorization itself is never differentiated.
@@ -27,11 +27,11 @@ from collections import namedtuple
 import numpy as np
 
 from diffsim_ros._compiled import njit
-from diffsim_ros.dynamics.fast import _add_length_gradient, _point_end
+from diffsim_ros.dynamics.fast import add_length_gradient, point_end
 from diffsim_ros.sim.pbd.fast import (
-    _KICK_FINISH, _KICK_FULL, _KICK_START, _SMALL_ANGLE_SQUARED, FASTMATH, _accelerate, _apply, _blocks, _close_substep,
-    _factor, _frames, _joint_load, _joint_state, _limit_targets, _predict, _row_rhs, _set_spin, _so3_exp, _solve,
-    _solve_columns, _state_from_joints, _turn_poses, _velocity_rhs, work_area,
+    KICK_FINISH, KICK_FULL, KICK_START, SMALL_ANGLE_SQUARED, FASTMATH, accelerate_bodies, apply_impulses, row_blocks, close_substep,
+    factor_system, frames_into, joint_load, write_joint_state, limit_targets, predict_positions, row_rhs, set_spin, so3_exp_into, solve_system,
+    solve_system_columns, state_from_joints, turn_poses, velocity_rhs, work_area,
 )
 
 __all__ = ["step_tangents_into", "step_tangents_with", "tangent_area"]
@@ -180,7 +180,7 @@ def _t_placements(fk, dq, rot_w, pos_w, theta, dpos):
 
 @_internal
 def _t_state_from_joints(fk, w, t, qd, dq, dqd):
-    """Tangents of :func:`~diffsim_ros.sim.pbd.fast._state_from_joints` (particles from joints)."""
+    """Tangents of :func:`~diffsim_ros.sim.pbd.fast.state_from_joints` (particles from joints)."""
     parents, axis = fk[0], fk[3]
     rot_w, pos_w = w.placements[2], w.placements[3]
     size, n = dq.shape
@@ -221,7 +221,7 @@ def _t_state_from_joints(fk, w, t, qd, dq, dqd):
 
 @_internal
 def _t_frames(w, t):
-    """Tangents of :func:`~diffsim_ros.sim.pbd.fast._frames` at the primal frames in ``w``."""
+    """Tangents of :func:`~diffsim_ros.sim.pbd.fast.frames_into` at the primal frames in ``w``."""
     size, n = t.q.shape
     for d in range(size):
         for j in range(n):
@@ -290,8 +290,8 @@ def _t_point_springs(springs, fk, w, t):
     z, e, de, dz = np.empty(3), np.empty(3), np.empty(3), np.empty(3)
     for s in range(springs.point_body_a.shape[0]):
         bodies = (springs.point_body_a[s], springs.point_body_b[s])
-        _point_end(springs, 0, s, rot_w, pos_w, ends[0])
-        _point_end(springs, 1, s, rot_w, pos_w, ends[1])
+        point_end(springs, 0, s, rot_w, pos_w, ends[0])
+        point_end(springs, 1, s, rot_w, pos_w, ends[1])
         length = math.sqrt((ends[1, 0] - ends[0, 0]) ** 2 + (ends[1, 1] - ends[0, 1]) ** 2 + (ends[1, 2] - ends[0, 2]) ** 2)
         stretch = length - springs.point_rest_length[s]
         if springs.point_tension_only[s] and not stretch > 0.0:
@@ -299,8 +299,8 @@ def _t_point_springs(springs, fk, w, t):
         for r in range(3):
             unit[r] = (ends[1, r] - ends[0, r]) / length
         grad[:] = 0.0
-        _add_length_gradient(fk, bodies[1], 1.0, ends[1], unit, rot_w, pos_w, grad)
-        _add_length_gradient(fk, bodies[0], -1.0, ends[0], unit, rot_w, pos_w, grad)
+        add_length_gradient(fk, bodies[1], 1.0, ends[1], unit, rot_w, pos_w, grad)
+        add_length_gradient(fk, bodies[0], -1.0, ends[0], unit, rot_w, pos_w, grad)
         rate = _dot_n(grad, qd)
         elastic, c = -springs.point_stiffness[s] * stretch, springs.point_damping[s]
         for d in range(size):
@@ -388,13 +388,13 @@ def _t_before_forces(w, t):
 @_internal
 def _t_joint_torques(phys, w, t, tau, phase):
     """``t.torque``, ``t.damping``: tangents of the joint torques on the particles and the implicit damping
-    (fast._joint_load)."""
+    (fast.joint_load)."""
     coulomb, scale = phys.friction, phys.friction_scale
     size, n = t.q.shape
     t.torque[:, :, :] = 0.0
     for j in range(n):
         rate = w.rate[j]
-        torque, damping, tanh, slope = _joint_load(phys, w, tau, j, phase)
+        torque, damping, tanh, slope = joint_load(phys, w, tau, j, phase)
         a = w.axis_c[j]
         for d in range(size):
             d_rate = t.rate[d, j]
@@ -404,7 +404,7 @@ def _t_joint_torques(phys, w, t, tau, phase):
                 d_slope = -2.0 * coulomb[j] / scale * tanh * d_tanh
                 d_damping += d_slope
                 d_torque += d_slope * rate + slope * d_rate - coulomb[j] * d_tanh
-            if phase == _KICK_FULL:
+            if phase == KICK_FULL:
                 d_torque -= 0.5 * (d_damping * rate + damping * d_rate)
             t.damping[d, j] = 0.5 * d_damping
             for r in range(3):
@@ -415,11 +415,11 @@ def _t_joint_torques(phys, w, t, tau, phase):
 
 @_internal
 def _t_kick(w, t, h, phase):
-    """Tangent of the angular kick ``omega += kick h I^-1 (torque - s x I s)`` (fast._accelerate).
+    """Tangent of the angular kick ``omega += kick h I^-1 (torque - s x I s)`` (fast.accelerate_bodies).
 
     With ``dI v = theta x (I v) - I (theta x v)`` for the world inertias and their inverses.
     """
-    kick = 1.0 if phase == _KICK_FULL else 0.5
+    kick = 1.0 if phase == KICK_FULL else 0.5
     size, particles = t.omega.shape[0], t.omega.shape[1]
     small = t.small
     m, g, ag, ts, tg, dm, dg = small[0, :3], small[1, :3], small[2, :3], small[3, :3], small[4, :3], small[5, :3], small[6, :3]
@@ -453,7 +453,7 @@ def _t_kick(w, t, h, phase):
 
 @_internal
 def _t_blocks(w, t, h, limits, active_targets):
-    """Tangents of the row constants of :func:`~diffsim_ros.sim.pbd.fast._blocks` (limit targets included)."""
+    """Tangents of the row constants of :func:`~diffsim_ros.sim.pbd.fast.row_blocks` (limit targets included)."""
     size, n = t.q.shape
     for d in range(size):
         for j in range(n):
@@ -475,7 +475,7 @@ def _t_blocks(w, t, h, limits, active_targets):
 
 @_internal
 def _wrenches(inv_mass, inv_inertia, lever_child, lever_parent, x, wrench, response):
-    """``wrench = J^T x`` and ``response = M^-1 J^T x`` (N, 6) of row impulses ``x`` (n, 6) (as fast._apply)."""
+    """``wrench = J^T x`` and ``response = M^-1 J^T x`` (N, 6) of row impulses ``x`` (n, 6) (as fast.apply_impulses)."""
     wrench[:, :] = 0.0
     for j in range(x.shape[0]):
         for side in range(2):
@@ -493,7 +493,7 @@ def _wrenches(inv_mass, inv_inertia, lever_child, lever_parent, x, wrench, respo
 
 @_internal
 def _row_velocities(lever_child, lever_parent, motion, j, out):
-    """``out`` (6,) = row ``j`` of ``J motion`` for particle motions (N, 6) [linear, angular] (as fast._velocity_rhs)."""
+    """``out`` (6,) = row ``j`` of ``J motion`` for particle motions (N, 6) [linear, angular] (as fast.velocity_rhs)."""
     c, p = motion[j + 1], motion[j]
     for r in range(3):
         out[r] = c[r] - p[r]
@@ -554,21 +554,21 @@ def _t_system_product(phys, w, t, alpha):
 
 @_internal
 def _solve_system(phys, w, alpha):
-    """``w.solution`` = the joint system's solution for ``w.rhs`` (fast._solve, compiled once here)."""
-    _solve(phys, w, alpha)
+    """``w.solution`` = the joint system's solution for ``w.rhs`` (fast.solve_system, compiled once here)."""
+    solve_system(phys, w, alpha)
 
 
 @_internal
 def _t_solve(phys, w, t, alpha):
     """``t.solution`` = the joint system's solutions for all the columns of ``t.rhs`` (overwritten), the primal's factors."""
-    _solve_columns(phys, w, alpha, t.rhs, t.solution, (t.solve_u, t.solve_correction, t.solve_z))
+    solve_system_columns(phys, w, alpha, t.rhs, t.solution, (t.solve_u, t.solve_correction, t.solve_z))
 
 
 @_internal
 def _respond(phys, w, t, lin, ang):
-    """Keep the solution in ``t.x`` and move ``lin``, ``ang`` (N, 3) by minus its response (fast._apply)."""
+    """Keep the solution in ``t.x`` and move ``lin``, ``ang`` (N, 3) by minus its response (fast.apply_impulses)."""
     t.x[:, :] = w.solution
-    _apply(phys, w, -1.0, lin, ang)
+    apply_impulses(phys, w, -1.0, lin, ang)
 
 
 @_internal
@@ -617,12 +617,12 @@ def _t_turn_poses(w, t):
     for i in range(particles):
         phi = w.phi[i]
         theta2 = phi[0] * phi[0] + phi[1] * phi[1] + phi[2] * phi[2]
-        if theta2 < _SMALL_ANGLE_SQUARED:
+        if theta2 < SMALL_ANGLE_SQUARED:
             b, c = 0.5 - theta2 / 24.0, 1.0 / 6.0 - theta2 / 120.0
         else:
             theta = math.sqrt(theta2)
             b, c = (1.0 - math.cos(theta)) / theta2, (theta - math.sin(theta)) / (theta2 * theta)
-        _so3_exp(phi, turn)
+        so3_exp_into(phi, turn)
         for d in range(size):
             out, dp = t.rot[d, i], t.phi[d, i]
             v[:] = 0.0
@@ -635,7 +635,7 @@ def _t_turn_poses(w, t):
 
 @_internal
 def _t_row_rhs(w, t, alpha):
-    """``t.rhs``: tangents of the projection's right-hand sides (fast._row_rhs)."""
+    """``t.rhs``: tangents of the projection's right-hand sides (fast.row_rhs)."""
     size, n = t.q.shape
     h, dh, turn_vector, dlam = t.small[0, :3], t.small[1, :3], t.small[2, :3], t.small[3]
     for j in range(n):
@@ -683,11 +683,11 @@ def _t_project(phys, w, t, alpha, iterations):
     w.lam[:, :] = 0.0
     t.lam[:, :, :] = 0.0
     for _ in range(iterations):
-        _turn_poses(w)
+        turn_poses(w)
         _t_turn_poses(w, t)
         _frames_at(phys, w)
         _t_frames(w, t)
-        _row_rhs(w, alpha)
+        row_rhs(w, alpha)
         _t_row_rhs(w, t, alpha)
         _solve_and_apply(phys, w, t, alpha, w.pos, w.phi, t.pos, t.phi)
         _update_multipliers(w, t)
@@ -695,19 +695,19 @@ def _t_project(phys, w, t, alpha, iterations):
 
 @_internal
 def _frames_at(phys, w):
-    """fast._frames at the current poses (compiled once here)."""
-    _frames(phys.local_parent, phys.local_child, w.pos, w.rot, w)
+    """fast.frames_into at the current poses (compiled once here)."""
+    frames_into(phys.local_parent, phys.local_child, w.pos, w.rot, w)
 
 
 @_internal
 def _primal_forces(phys, fk, springs, w, tau, h, phase, limits):
-    """fast._accelerate (compiled once here)."""
-    _accelerate(phys, fk, springs, w, tau, h, phase, limits)
+    """fast.accelerate_bodies (compiled once here)."""
+    accelerate_bodies(phys, fk, springs, w, tau, h, phase, limits)
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
 def _forces(phys, fk, springs, w, t, tau, h, phase, limits):
-    """The forces and kicks (fast._accelerate) with their tangents, at the current frames."""
+    """The forces and kicks (fast.accelerate_bodies) with their tangents, at the current frames."""
     _t_before_forces(w, t)
     _primal_forces(phys, fk, springs, w, tau, h, phase, limits)
     _t_joint_springs(springs, w, t)
@@ -719,9 +719,9 @@ def _forces(phys, fk, springs, w, t, tau, h, phase, limits):
 
 @_internal
 def _primal_rows(phys, w, h, limits, alpha, targets):
-    """The substep's row constants (fast._blocks) and the joint system's factors (fast._factor)."""
-    _blocks(phys, w, h, limits, targets)
-    _factor(phys, w, alpha)
+    """The substep's row constants (fast.row_blocks) and the joint system's factors (fast.factor_system)."""
+    row_blocks(phys, w, h, limits, targets)
+    factor_system(phys, w, alpha)
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
@@ -738,19 +738,19 @@ def _t_substep(phys, fk, springs, w, t, tau, h, phase, iterations, alpha, limits
     _t_frames(w, t)
     _forces(phys, fk, springs, w, t, tau, h, phase, limits)
     if limits:
-        _limit_targets(phys, w, h, t.targets)
+        limit_targets(phys, w, h, t.targets)
     _row_constants(phys, w, t, h, limits, alpha)
-    _predict(w, h)
+    predict_positions(w, h)
     _t_predict(t, h)
     _t_project(phys, w, t, alpha, iterations)
-    _close_substep(w, h)
+    close_substep(w, h)
     _t_turn_poses(w, t)
     _t_chords(t, h)
 
 
 @_internal
 def _t_predict(t, h):
-    """Tangents of fast._predict."""
+    """Tangents of fast.predict_positions."""
     pos, pos0, rot, rot0 = t.pos.reshape(-1), t.pos0.reshape(-1), t.rot.reshape(-1), t.rot0.reshape(-1)
     vel, omega, phi = t.vel.reshape(-1), t.omega.reshape(-1), t.phi.reshape(-1)
     for k in range(pos.shape[0]):
@@ -761,7 +761,7 @@ def _t_predict(t, h):
 
 @_internal
 def _t_chords(t, h):
-    """Tangents of the velocities fast._close_substep leaves (the substep's chords)."""
+    """Tangents of the velocities fast.close_substep leaves (the substep's chords)."""
     pos, pos0, vel, omega, phi = t.pos.reshape(-1), t.pos0.reshape(-1), t.vel.reshape(-1), t.omega.reshape(-1), t.phi.reshape(-1)
     for k in range(pos.shape[0]):
         vel[k] = (pos[k] - pos0[k]) / h
@@ -770,7 +770,7 @@ def _t_chords(t, h):
 
 @_internal
 def _t_velocity_rhs(w, t):
-    """``t.rhs``: tangents of the closing velocity projection's right-hand side ``S J (v, w)`` (fast._velocity_rhs)."""
+    """``t.rhs``: tangents of the closing velocity projection's right-hand side ``S J (v, w)`` (fast.velocity_rhs)."""
     size, n = t.q.shape
     motion, d_motion = np.empty((n + 1, 6)), np.empty((n + 1, 6))
     y, dy, dy_ang = t.small[0], t.small[1], t.small[2, :3]
@@ -802,13 +802,13 @@ def _t_finish(phys, fk, springs, w, t, tau, h, phase, limits):
     _forces(phys, fk, springs, w, t, tau, h, phase, limits)
     _row_constants(phys, w, t, h, limits, 0.0)
     _t_velocity_rhs(w, t)
-    _velocity_rhs(w)
+    velocity_rhs(w)
     _solve_and_apply(phys, w, t, 0.0, w.vel, w.omega, t.vel, t.omega)
 
 
 @_internal
 def _t_set_spin(t, chords):
-    """Tangents of fast._set_spin."""
+    """Tangents of fast.set_spin."""
     spin, start, last, previous = t.spin.reshape(-1), t.start.reshape(-1), t.last.reshape(-1), t.previous.reshape(-1)
     for k in range(spin.shape[0]):
         if chords == 0:
@@ -828,17 +828,17 @@ def _t_integrate(phys, fk, springs, w, t, tau, settings):
     w.start[:, :] = w.omega
     t.start[:, :, :] = t.omega
     for index in range(substeps):
-        _set_spin(w, min(index, 2))
+        set_spin(w, min(index, 2))
         _t_set_spin(t, min(index, 2))
-        phase = _KICK_START if index == 0 else _KICK_FULL
+        phase = KICK_START if index == 0 else KICK_FULL
         _t_substep(phys, fk, springs, w, t, tau, h, phase, iterations, alpha, limits)
         w.previous[:, :] = w.last
         w.last[:, :] = w.omega
         t.previous[:, :, :] = t.last
         t.last[:, :, :] = t.omega
-    _set_spin(w, min(substeps, 2))
+    set_spin(w, min(substeps, 2))
     _t_set_spin(t, min(substeps, 2))
-    _t_finish(phys, fk, springs, w, t, tau, h, _KICK_FINISH + 0 * substeps, substeps < 0)
+    _t_finish(phys, fk, springs, w, t, tau, h, KICK_FINISH + 0 * substeps, substeps < 0)
 
 
 # Not inlined: compiled once, then linked into both callers (the PBD MPC's solver,
@@ -860,12 +860,12 @@ def step_tangents_with(fk, phys, springs, settings, w, t, q, qd, tau, q_next, qd
         b: (2n, n) receives ``d(q+, qd+)/d tau`` [rad/(N·m), rad/(s·N·m)].
     """
     n = q.shape[0]
-    _state_from_joints(fk, phys.com, q, qd, w.pos, w.rot, w.vel, w.omega, w.z_ang, w.origin, w.placements)
+    state_from_joints(fk, phys.com, q, qd, w.pos, w.rot, w.vel, w.omega, w.z_ang, w.origin, w.placements)
     _t_state_from_joints(fk, w, t, qd, t.seed_q, t.seed_qd)
     _t_integrate(phys, fk, springs, w, t, tau, settings)
     _frames_at(phys, w)
     _t_frames(w, t)
-    _joint_state(w, q, q_next, qd_next)
+    write_joint_state(w, q, q_next, qd_next)
     _t_angles(w, t)
     _t_rates(w, t, w.omega, t.omega, t.rate)
     for d in range(t.q.shape[0]):
