@@ -147,6 +147,33 @@ def test_the_checker_accepts_downward_imports(tmp_path):
     assert violations(_fake_package(tmp_path, files)) == []
 
 
+def private_imports(root):
+    """``path:line module.name`` of every import of another module's private name (``_x``, not dunder)
+    from the package, relative imports included: what a module shares is public and in its ``__all__``."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if not isinstance(node, ast.ImportFrom) or not (node.level or (node.module or "").startswith(root.name)):
+                continue
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    out.append(f"{path.relative_to(root.parent)}:{node.lineno} {node.module or '.'}.{alias.name}")
+    return out
+
+
+def test_no_module_imports_another_modules_private_names():
+    found = private_imports(REPO / PACKAGE)
+    assert not found, "private names imported from another module:\n" + "\n".join(found)
+
+
+def test_the_private_import_check_finds_absolute_and_relative_imports(tmp_path):
+    files = {"model/a.py": "from diffsim_ros.model.b import public, _private\n",
+             "model/c.py": "def f():\n    from .b import (\n        _hidden,\n    )\n",
+             "model/d.py": "from diffsim_ros.model.b import __version__\nfrom numpy import _globals\n"}
+    found = private_imports(_fake_package(tmp_path, files))
+    assert found == ["diffsim_ros/model/a.py:1 diffsim_ros.model.b._private", "diffsim_ros/model/c.py:2 b._hidden"], found
+
+
 def long_functions(root, limit=MAX_FUNCTION_LINES):
     """``path:line name (lines)`` of every function under ``root`` longer than ``limit`` lines."""
     out = []
