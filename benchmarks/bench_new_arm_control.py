@@ -8,7 +8,8 @@ scaled; armature, damping, Coulomb friction), its fit bag, its ``diffsim-ros ini
 skips them. Then:
 
 1. **Gravity compensation** on the real arm in MuJoCo (``diffsim_ros.testbed.mujoco_plant.MujocoPlant``: the
-   real URDF, its armature, damping and friction, noisy sensors, 1 kHz; the loop of
+   real URDF, its armature, damping and friction, noisy sensors, 1 ms steps where the generator's recordings
+   take 0.5 ms, the controller at 1 kHz; the loop of
    ``bench_control_experiments.run_loop``; every command through the ``SafetyLayer``, ros2_control output):
    at rest at ``POSES`` random poses 0.4 rad inside the limits, held while the safety layer ramps the torque
    in, then released under ``GravityCompensation`` of the nominal URDF, of the calibrated model and of the
@@ -59,15 +60,16 @@ def prepared_arm(name, workdir, seed):
     """The real arm, its bags, robot config and calibration (bench_wrong_urdf's), made once in ``workdir``.
 
     Returns:
-        ``(arm, {"config", "calibration", "fit", "calibrate_cpu"})``; ``calibrate_cpu`` [s] is that of the run
-        that wrote the calibration (kept in ``calibrate.json``).
+        ``(arm, {"config", "calibration", "fit", "calibrate_cpu", "calibrate_status", "calibrated_now"})``;
+        ``calibrate_cpu`` [s] is that of the run that wrote the calibration (kept in ``calibrate.json``).
     """
     sys.path.insert(0, str(TEST))
     from wrong_urdf import make_real_arm
 
     calibration, log = workdir / "calibration" / "calibration.yaml", workdir / "calibrate.json"
     config = workdir / "robot.yaml"
-    if not (calibration.exists() and config.exists() and log.exists()):
+    now = not (calibration.exists() and config.exists() and log.exists())
+    if now:
         arm, paths, _ = record_arm(name, workdir, seed)
         config, _ = init_arm(arm, paths, workdir)
         report = calibrate_arm(config, paths["fit"], workdir, REQUESTED)
@@ -77,7 +79,7 @@ def prepared_arm(name, workdir, seed):
     arm = make_real_arm(name, seed)
     done = json.loads(log.read_text())
     return arm, {"config": config, "calibration": calibration, "fit": workdir / "fit_bag",
-                 "calibrate_cpu": done["cpu"], "calibrate_status": done["status"]}
+                 "calibrate_cpu": done["cpu"], "calibrate_status": done["status"], "calibrated_now": now}
 
 
 def arm_models(config_path, calibration_path, real_urdf):
@@ -207,19 +209,43 @@ def armature_rows(arm, calibration_path):
     return rows, met
 
 
+def armature_combinations(arm, truth, calibration_path):
+    """Rows (expression, truth, calibrated, stddev, error [%]) of calibration.yaml's base parameters that hold an
+    armature the data determine only in combination, the truth's value from the real arm's inertial parameters
+    (:func:`~diffsim_ros.dynamics.regressor.inertial_parameters`, the coordinates of the base parameters' terms)."""
+    import yaml
+
+    from diffsim_ros.dynamics.regressor import INERTIAL_PARAMETERS, inertial_parameters
+
+    document = yaml.safe_load(Path(calibration_path).read_text())
+    combined = {key for key in document.get("combined") or {} if key.endswith(".armature")}
+    pi = inertial_parameters(truth).detach().cpu().numpy()
+    coordinates = {f"{body}.{key}": pi[i, k] for i, body in enumerate(truth.body_names)
+                   for k, key in enumerate(INERTIAL_PARAMETERS)}
+    coordinates.update({f"{joint}.armature": value for joint, value in zip(arm.spec.joints, arm.armature)})
+    rows = []
+    for base in document.get("base_parameters") or []:
+        if not combined & {name for _, name in base["terms"]}:
+            continue
+        value = sum(c * coordinates[name] for c, name in base["terms"])
+        rows.append([f"`{base['expression']}`", f"{value:.4f}", f"{base['value']:.4f}", f"{base['std']:.4f}",
+                     f"{100 * (base['value'] / value - 1):+.1f}"])
+    return rows
+
+
 def drift_rows(drifts):
     """Table rows (plant, model, per-pose drifts, median, worst, smallest nominal/model ratio) and the verdict."""
     rows = []
     for (plant, name), values in drifts.items():
         ratio = np.min(drifts[plant, "nominal"] / values)
         rows.append([plant, name, " / ".join(f"{v:.4f}" for v in values), f"{np.median(values):.4f}",
-                     f"**{values.max():.4f}**", "" if name == "nominal" else f"{ratio:.1f}"])
+                     f"**{values.max():.4f}**", f"{ratio:.1f}" if name == "calibrated" else ""])
     ratio = float(np.min(drifts["no friction", "nominal"] / drifts["no friction", "calibrated"]))
     return rows, ratio >= DRIFT_RATIO, ratio
 
 
 def bench_arm(name, root, seed):
-    """Every table and verdict of one arm, as Markdown lines."""
+    """One arm: its summary-table row and every table and verdict of it, as Markdown lines."""
     from diffsim_ros.model.poses import random_poses
 
     workdir = root / name
@@ -233,11 +259,18 @@ def bench_arm(name, root, seed):
     d_rows, d_met, d_ratio = drift_rows(drifts)
     o_rows, o_met = online_tracking(arm, workdir, paths, config, seed)
     a_rows, a_met = armature_rows(arm, paths["calibration"])
+    c_rows = armature_combinations(arm, models["truth"], paths["calibration"])
     pose_list = "; ".join("[" + ", ".join(f"{v:.2f}" for v in q) + "]" for q in poses)
-    return [
+    free = drifts["no friction", "nominal"], drifts["no friction", "calibrated"], drifts["no friction", "truth"]
+    determined = [abs(float(r[4])) for r in a_rows if r[5] == "yes"]
+    summary = [name, " / ".join(f"{d.max():.4f}" for d in free), f"{d_ratio:.1f}", "yes" if d_met else "**no**",
+               " / ".join(r[5].strip("*") for r in o_rows), "yes" if o_met else "**no**",
+               f"{len(determined)} of {len(a_rows)}, worst {max(determined, default=np.nan):.1f} %", "yes" if a_met else "**no**"]
+    return summary, [
         f"### {name}", "",
-        f"Calibration: `calibrate` exit {paths['calibrate_status']}, {paths['calibrate_cpu']:.0f} s CPU (bench_wrong_urdf's "
-        f"run, seed {seed}); payload frame `{config.payload_frame}`.", "",
+        f"Calibration: `diffsim-ros calibrate --estimate {','.join(REQUESTED)}` on the 30 s fit bag (bench_wrong_urdf's "
+        f"record, init and calibrate, seed {seed}): exit {paths['calibrate_status']}, {paths['calibrate_cpu']:.0f} s CPU "
+        f"({'this run' if paths['calibrated_now'] else 'an earlier run, cached'}); payload frame `{config.payload_frame}`.", "",
         f"**Gravity compensation**: drift over {HOLD:g} s after release [rad], poses [rad] {pose_list}.", "",
         markdown_table(["plant", "model", "drift per pose", "median", "worst", "smallest nominal / model ratio"], d_rows), "",
         f"Verdict (frictionless plant, every pose): nominal / calibrated >= {DRIFT_RATIO:g}: smallest ratio "
@@ -252,6 +285,9 @@ def bench_arm(name, root, seed):
         "**Armature** [kg·m²] (calibration.yaml against the truth):", "",
         markdown_table(["joint", "truth", "calibrated", "stddev", "error [%]", "determined by the data",
                         f"within {100 * ARMATURE_TOL:g} %"], a_rows), "",
+        "The base parameters (calibration.yaml `base_parameters`) that hold the armatures determined only in "
+        "combination, against the same combination of the truth:", "",
+        markdown_table(["base parameter", "truth", "calibrated", "stddev", "error [%]"], c_rows) if c_rows else "(none)", "",
         f"Verdict: every determined armature within {100 * ARMATURE_TOL:g} %: {'**met**' if a_met else '**not met**'}.", ""]
 
 
@@ -264,17 +300,24 @@ def main(argv=None):
     parser.add_argument("--no-write", action="store_true", help="print only; RESULTS.md untouched")
     args = parser.parse_args(argv)
     start, load_start = time.perf_counter(), os.getloadavg()
-    sections = []
+    sections, summaries = [], []
     for name in args.arms.split(","):
-        sections += bench_arm(name, args.out, args.seed)
+        summary, lines = bench_arm(name, args.out, args.seed)
+        summaries.append(summary)
+        sections += lines
     load_end = os.getloadavg()
     command = f"nice python -m benchmarks.bench_new_arm_control --arms {args.arms} --seed {args.seed} --out DIR"
     body = "\n".join([
         "## The controllers on a new arm: gravity compensation and online payload tracking on a Panda and a UR5 "
         "(issue 46)", "",
         f"Measured {machine_line()}, load average (1 min) {load_start[0]:.1f} at the start and {load_end[0]:.1f} at the "
-        f"end (shared machine), {time.perf_counter() - start:.0f} s (cached calibrations not counted); `{command}`.", "",
-        __doc__.split("\n\n", 1)[1].rsplit("\n\nRun:", 1)[0].strip(), "", *sections])
+        f"end (shared machine), {time.perf_counter() - start:.0f} s (calibrations made earlier and cached in DIR: not "
+        f"counted); `{command}`.", "",
+        __doc__.split("\n\n", 1)[1].rsplit("\n\nRun:", 1)[0].strip(), "",
+        markdown_table(["arm", f"worst drift nominal / calibrated / truth, no friction [rad] ({HOLD:g} s, {POSES} poses)",
+                        "smallest nominal / calibrated ratio", f"drift >= {DRIFT_RATIO:g}x", "payload steps: within 2 % for "
+                        "good after [s]", "tracking targets", "armature determined, worst error", "armature within 10 %"],
+                       summaries), "", *sections])
     print(body)
     if not args.no_write:
         write_section("new-arm-control", body)
