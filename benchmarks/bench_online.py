@@ -44,7 +44,8 @@ TUNING = {("batch", "rigid"): ("motion_rate=0",), ("batch", "pbd"): ("motion_rat
 # "streaming@5Hz": the streaming estimator refreshed every 0.2 s (half the fixed cost per second of data)
 
 
-def _read(out):
+def read_replay(out):
+    """``diffsim-ros replay``'s outputs in ``out``: ``({t: {parameter: value}} in time order, updates.csv rows)``."""
     estimates = defaultdict(dict)  # t -> name -> value
     with open(out / "estimates.csv") as handle:
         for row in csv.DictReader(handle):
@@ -67,16 +68,16 @@ def _masses(seed):
     return STEPS.get(seed, STEPS[seed % 2])
 
 
-def _converged(times, mass, new_mass):
-    """Seconds after the step from which every estimate is within the mass target (nan: never)."""
+def converged_after(times, mass, new_mass, step_time=STEP_TIME):
+    """Seconds after the step at ``step_time`` [s] from which every estimate is within the mass target (nan: never)."""
     within = np.abs(mass / new_mass - 1) <= TARGETS["mass"] / 100
-    after = np.flatnonzero(times >= STEP_TIME)
+    after = np.flatnonzero(times >= step_time)
     bad = [i for i in after if not within[i]]
     if not after.size:
         return np.nan
     if not bad:
-        return times[after[0]] - STEP_TIME
-    return times[bad[-1] + 1] - STEP_TIME if bad[-1] + 1 < len(times) else np.nan
+        return times[after[0]] - step_time
+    return times[bad[-1] + 1] - step_time if bad[-1] + 1 < len(times) else np.nan
 
 
 def _evaluate(estimates, updates, truth, masses):
@@ -95,7 +96,7 @@ def _evaluate(estimates, updates, truth, masses):
     accepted = [float(u["t"]) for u in updates if u["accepted"] == "1"]
     refresh = (len(accepted) - 1) / (accepted[-1] - accepted[0]) if len(accepted) > 1 else np.nan
     share = cpu.sum() / (stamps[-1] - stamps[0]) if len(stamps) > 1 else np.nan
-    return errors, _converged(times, mass, masses[1]), cpu, detected, refresh, share
+    return errors, converged_after(times, mass, masses[1]), cpu, detected, refresh, share
 
 
 def _bags(seed, rates, workdir):
@@ -149,7 +150,7 @@ def run(seeds, models, workdir, methods=("batch",), rates=(100,)):
                     if code != 0:
                         rows.append([seed, "", rate, f"{method} {model}", f"exit {code}"] + ["-"] * 11)
                         continue
-                    rows.append(_row(seed, rate, method, model, _evaluate(*_read(out), truth, _masses(seed)), wall))
+                    rows.append(_row(seed, rate, method, model, _evaluate(*read_replay(out), truth, _masses(seed)), wall))
                     print(rows[-1], flush=True)
     return rows
 

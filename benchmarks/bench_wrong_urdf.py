@@ -103,6 +103,17 @@ def record_arm(name, workdir, seed):
     return arm, paths, time.perf_counter() - start
 
 
+def init_arm(arm, paths, workdir):
+    """``diffsim-ros init`` of the arm's robot config from its URDF and fit bag: ``(config path, timed report)``."""
+    config = workdir / "robot.yaml"
+    order = ["--controllers", paths["controllers"]] if "controllers" in paths else \
+        ["--controller-joints", ",".join(arm.spec.controller_joints)]
+    init = _cli("init", "--urdf", paths["urdf"], "--bag", paths["fit"], *order, "--out", config, "--force")
+    if init["status"] != 0:
+        raise RuntimeError(f"diffsim-ros init failed ({init['status']}): {init['err'][-800:]}")
+    return config, init
+
+
 def _tail(text, lines=3, width=400):
     """The last ``lines`` non-empty lines of ``text``, joined, at most ``width`` characters, table-safe."""
     kept = [line.strip() for line in text.strip().splitlines() if line.strip()][-lines:]
@@ -118,16 +129,27 @@ def _calibrate_note(report):
     return f"exit {report['status']}" + ("" if report["status"] == 0 else f" ({counts}): {_tail(err, lines=1)}") + written
 
 
+def calibrate_arm(config, fit_bag, workdir, groups):
+    """``diffsim-ros calibrate`` of ``groups`` on the fit bag into ``workdir/calibration``: its timed report, with
+    ``written`` (the parameter names) when it wrote a calibration.yaml."""
+    import yaml
+
+    out = workdir / "calibration"
+    report = _cli("calibrate", "--config", config, "--bag", fit_bag, "--out", out, "--estimate", ",".join(groups),
+                  "--torque-source", "effort", "--allow-partial", "--force")
+    if (out / "calibration.yaml").exists():
+        report["written"] = sorted(yaml.safe_load((out / "calibration.yaml").read_text())["parameters"])
+    return report
+
+
 def _ours(config, paths, workdir, groups):
     """calibrate then validate: ``(calibrate report, validate report or None, rmse dict or None)``."""
     import yaml
 
     out = workdir / "calibration"
-    calibrate = _cli("calibrate", "--config", config, "--bag", paths["fit"], "--out", out, "--estimate", ",".join(groups),
-                     "--torque-source", "effort", "--allow-partial", "--force")
-    if not (out / "calibration.yaml").exists():
+    calibrate = calibrate_arm(config, paths["fit"], workdir, groups)
+    if "written" not in calibrate:
         return calibrate, None, None
-    calibrate["written"] = sorted(yaml.safe_load((out / "calibration.yaml").read_text())["parameters"])
     validate = _cli("validate", "--config", config, "--calibration", out / "calibration.yaml", "--bag", paths["test"],
                     "--out", workdir / "validation", "--torque-source", "effort", "--force")
     if validate["status"] != 0:
@@ -188,12 +210,7 @@ def bench_arm(name, workdir, seed, requested):
     arm, paths, seconds = record_arm(name, workdir, seed)
     joints = list(arm.spec.joints)
     print(f"{name}: bags recorded in {seconds:.0f} s: {paths['fit']}, {paths['test']}", flush=True)
-    config = workdir / "robot.yaml"
-    order = ["--controllers", paths["controllers"]] if "controllers" in paths else \
-        ["--controller-joints", ",".join(arm.spec.controller_joints)]
-    init = _cli("init", "--urdf", paths["urdf"], "--bag", paths["fit"], *order, "--out", config, "--force")
-    if init["status"] != 0:
-        raise RuntimeError(f"diffsim-ros init failed ({init['status']}): {init['err'][-800:]}")
+    config, init = init_arm(arm, paths, workdir)
     common = {"fit": paths["fit"], "test": paths["test"], "urdf": paths["urdf"], "joints": joints, "truth": str(paths["truth"])}
     reference = run_timed([sys.executable, "-c", _SCRIPT.format(test=str(TEST), sliding=SLIDING), json.dumps({**common, "what": "reference"})])
     baseline = run_timed([sys.executable, "-c", _SCRIPT.format(test=str(TEST), sliding=SLIDING), json.dumps({**common, "what": "baseline"})])

@@ -96,6 +96,23 @@ def test_forward_dynamics_match_mujoco_dof_armature(panda):
         np.testing.assert_allclose(dyn.mass_matrix(model, _t(q)), full[np.ix_(dofs, dofs)], atol=MUJOCO_TOL, rtol=0)
 
 
+def test_the_mujoco_plant_has_the_truths_armature(panda):
+    """The testbed plant's mass matrix is the model's with the same armature (it was zeroed before issue 46)."""
+    import mujoco
+
+    from diffsim_ros.testbed.mujoco_plant import MujocoPlant, PlantTruth
+
+    path, nominal, model = panda
+    plant = MujocoPlant(nominal, path, PlantTruth(armature=tuple(model.params.armature.numpy())))
+    for seed in range(2):
+        q = _state(model, seed)[0]
+        plant.reset(q)
+        full = np.zeros((plant.mj_model.nv, plant.mj_model.nv))
+        mujoco.mj_fullM(plant.mj_model, plant.data, full)
+        dofs = [plant.mj_model.jnt_dofadr[mujoco.mj_name2id(plant.mj_model, mujoco.mjtObj.mjOBJ_JOINT, j)] for j in model.joint_names]
+        np.testing.assert_allclose(dyn.mass_matrix(model, _t(q)), full[np.ix_(dofs, dofs)], atol=MUJOCO_TOL, rtol=0)
+
+
 def test_compiled_rigid_step_matches_the_torch_step_with_armature(panda):
     _, _, model = panda
     model = model.with_parameters({f"{j}.damping": 0.5 for j in model.joint_names})

@@ -26,7 +26,7 @@ import numpy as np
 
 from oracles import PinocchioOracle, example_robot_urdf, mujoco_model
 
-__all__ = ["ARMS", "ArmSpec", "Excitation", "RealArm", "Recording", "link_inertials", "make_real_arm", "mujoco_arm", "perturb_inertials",
+__all__ = ["ARMS", "ArmSpec", "Excitation", "PayloadStep", "RealArm", "Recording", "link_inertials", "make_real_arm", "mujoco_arm", "perturb_inertials",
            "record", "write_ros2_control_bag"]
 
 MASS_ERROR = (0.15, 0.25)  # relative, random sign
@@ -163,11 +163,34 @@ def make_real_arm(name, seed):
     return RealArm(name, spec, text, changes, draw(spec.armature), draw(spec.damping), draw(spec.friction))
 
 
-def mujoco_arm(arm, directory):
-    """MuJoCo model of the real arm, the off-chain joints fixed at 0, and the dof index of each chain joint."""
+@dataclass(frozen=True)
+class PayloadStep:
+    """A point-mass payload welded to ``frame`` at ``com`` [m] whose mass [kg] changes at ``time`` [s] (a load
+    picked up or set down during the motion)."""
+
+    frame: str
+    com: tuple
+    before: float
+    after: float
+    time: float
+
+    def link(self):
+        """The payload as URDF text: a link named ``payload`` and its fixed joint."""
+        x, y, z = (float(v) for v in self.com)
+        return (f'<link name="payload"><inertial><origin xyz="0 0 0"/><mass value="{_num(self.before)}"/>'
+                '<inertia ixx="1e-9" ixy="0" ixz="0" iyy="1e-9" iyz="0" izz="1e-9"/></inertial></link>'
+                f'<joint name="payload_weld" type="fixed"><parent link="{self.frame}"/><child link="payload"/>'
+                f'<origin xyz="{_num(x)} {_num(y)} {_num(z)}" rpy="0 0 0"/></joint>')
+
+
+def mujoco_arm(arm, directory, payload=None):
+    """MuJoCo model of the real arm (with the :class:`PayloadStep`'s body ``payload`` before its step, if any), the
+    off-chain joints fixed at 0, and the dof index of each chain joint."""
     text = arm.urdf_text
     for joint in arm.spec.extra_joints:
         text = re.sub(rf'(<joint\s+name="{re.escape(joint)}"\s+type=)"[a-z]+"', r'\1"fixed"', text)
+    if payload is not None:
+        text = text.replace("</robot>", payload.link() + "</robot>")
     path = Path(directory) / "real_mujoco.urdf"
     path.write_text(text)
     model = mujoco_model(path)
@@ -224,16 +247,18 @@ class Recording:
     """Noise-free efforts at the joint-state stamps [N·m]."""
 
 
-def record(arm, excitation, duration, directory, noise_seed):
-    """Simulate the real arm along ``excitation`` for ``duration`` [s]: a :class:`Recording`.
+def record(arm, excitation, duration, directory, noise_seed, payload=None):
+    """Simulate the real arm along ``excitation`` for ``duration`` [s]: a :class:`Recording`; with a
+    :class:`PayloadStep` ``payload``, carrying it (its mass steps at its time).
 
     Raises:
         RuntimeError: The arm left its joint range or the simulation diverged.
     """
     import mujoco
 
-    model, dofs = mujoco_arm(arm, directory)
+    model, dofs = mujoco_arm(arm, directory, payload)
     data = mujoco.MjData(model)
+    step_at = -1 if payload is None else int(round(payload.time / TIMESTEP))
     nominal = PinocchioOracle(type("Chain", (), {"joint_names": arm.spec.joints}), arm.spec.urdf_path)
     lower, upper = model.jnt_range[model.dof_jntid[dofs]].T
     reference = excitation.reference(arm.spec, lower, upper)
@@ -260,6 +285,8 @@ def record(arm, excitation, duration, directory, noise_seed):
             out["qd"].append(qd + NOISE["qd"] * rng.standard_normal(len(q)))
             out["e"].append(tau + NOISE["effort"] * rng.standard_normal(len(q)))
             out["ea"].append(tau.copy())
+        if step == step_at:
+            model.body_mass[mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, "payload")] = payload.after
         data.qfrc_applied[dofs] = tau
         mujoco.mj_step(model, data)
     q_all = np.array(out["q"])

@@ -64,6 +64,7 @@ class PlantTruth:
             point_b); missing entries take the model's nominal values.
         damping: Joint viscous damping [N·m·s/rad], (n,), or None for the URDF values.
         friction: Joint Coulomb friction [N·m], (n,), or None for zero.
+        armature: Reflected rotor inertia [kg·m²] (MuJoCo's ``dof_armature``), (n,), or None for zero.
         camera_pose: Camera frame in the base frame, (4, 4), or None (no camera).
     """
 
@@ -73,6 +74,7 @@ class PlantTruth:
     damping: tuple | None = None
     friction: tuple | None = None
     camera_pose: np.ndarray | None = None
+    armature: tuple | None = None
 
 
 def random_camera_pose(rng, distance=(1.0, 2.0), look_at=(0.6, 0.3, 0.2)):
@@ -191,8 +193,9 @@ class MujocoPlant:
         n = len(self.joint_names)
         damping = model.params.damping.detach().cpu().numpy() if self.truth.damping is None else np.asarray(self.truth.damping, float)
         friction = np.zeros(n) if self.truth.friction is None else np.asarray(self.truth.friction, float)
-        if damping.shape != (n,) or friction.shape != (n,):
-            raise ValueError(f"truth damping/friction must have shape ({n},)")
+        armature = np.zeros(n) if self.truth.armature is None else np.asarray(self.truth.armature, float)
+        if damping.shape != (n,) or friction.shape != (n,) or armature.shape != (n,):
+            raise ValueError(f"truth damping/friction/armature must have shape ({n},)")
         damping = damping.copy()
         self.mj_model.dof_damping[:] = 0.0
         self.mj_model.dof_frictionloss[:] = 0.0
@@ -205,6 +208,7 @@ class MujocoPlant:
             damping[self.joint_names.index(spring.joint)] += spring.damping
         self.mj_model.dof_damping[self._dof] = damping
         self.mj_model.dof_frictionloss[self._dof] = friction
+        self.mj_model.dof_armature[self._dof] = armature
 
     def _cable(self, spring):
         site = lambda end: self._mj.mj_name2id(self.mj_model, self._mj.mjtObj.mjOBJ_SITE, _site_name(spring, end))  # noqa: E731
