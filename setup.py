@@ -29,7 +29,6 @@ setup(
         # Install torch==2.13.0 first on CPU-only machines (see README); any
         # already-installed torch in this range is used as is.
         "torch>=2.1",
-        "yourdfpy>=0.0.56",
         "lxml",
         "pyyaml",
         "rosbags>=0.10",
@@ -40,7 +39,8 @@ setup(
     ],
     extras_require={
         "sim": ["mujoco>=3.1"],
-        "test": ["pytest", "pytest-xdist", "pin>=3", "mujoco>=3.1", "example-robot-data", "hypothesis>=6"],
+        # yourdfpy: an independent URDF parser the tests hold the package's own reader to.
+        "test": ["pytest", "pytest-xdist", "pin>=3", "mujoco>=3.1", "example-robot-data", "hypothesis>=6", "yourdfpy>=0.0.56"],
         # benchmarks/bench_mpc.py's peer. crocoddyl 3.2.1 with pin 4.1.0 returns wrong dynamics
         # (the benchmark checks against pin.aba); pin 4.0.0 with boost 1.90 matches.
         "bench": ["crocoddyl", "pin==4.0.0", "cmeel-boost~=1.90.0"],

@@ -50,7 +50,7 @@ def test_cli_writes_all_outputs_and_refuses_to_overwrite(tmp_path, bag, capsys):
     assert "static torques" in calibration.metrics
     assert (out / "report.png").stat().st_size > 10_000
     assert oct(os.stat(out / "calibration.yaml").st_mode & 0o777) != "0o600"
-    # The URDF loads with yourdfpy (our loader) and Pinocchio and carries the calibration.
+    # The URDF loads with our reader and Pinocchio and carries the calibration.
     config = load_robot_config(BAXTER_LEFT)
     nominal = config.build_model()
     calibrated = apply_calibration(nominal, calibration)

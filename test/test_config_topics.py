@@ -261,7 +261,8 @@ def test_the_estimator_node_reads_commands_in_the_controllers_order(tmp_path):
 
 def test_movable_joints_off_the_chain_are_locked_at_zero_and_merged():
     """README, "How the URDF becomes the model": the Panda's fingers below panda_link8."""
-    from diffsim_ros.model.urdf import describe_tree, read_urdf
+    from diffsim_ros.model.urdf import describe_tree
+    from diffsim_ros.model.urdf_document import read_urdf
 
     urdf = read_urdf(PANDA_URDF)
     tree = describe_tree(urdf, "panda_link0", "panda_link8")
@@ -269,9 +270,9 @@ def test_movable_joints_off_the_chain_are_locked_at_zero_and_merged():
     last = tree.joints[-1]
     merged = ["panda_link7", "panda_link8", "panda_hand", "panda_hand_tcp", "panda_leftfinger", "panda_rightfinger"]
     assert last.merged_links == merged
-    masses = {link.name: link.inertial.mass if link.inertial else 0.0 for link in urdf.robot.links}
+    masses = {link.name: link.inertial.mass if link.inertial else 0.0 for link in urdf.links}
     assert abs(last.mass - sum(masses[name] for name in merged)) < 1e-12
-    finger = next(j for j in urdf.robot.joints if j.name == "panda_finger_joint1")
+    finger = next(j for j in urdf.joints if j.name == "panda_finger_joint1")
     assert (finger.limit.lower, finger.type) == (0.0, "prismatic")  # q = 0 is inside its limits: the finger closed
     hand, left = tree.frames["panda_hand"].placement, tree.frames["panda_leftfinger"].placement
     assert np.abs(np.linalg.inv(hand) @ left - finger.origin).max() < 1e-12

@@ -9,7 +9,7 @@ and everything else stay as in the source:
 * a joint's armature (reflected rotor inertia), which URDF has no field for, is written as
   Drake's extension: ``<drake:rotor_inertia value="a"/>`` with ``<drake:gear_ratio value="1.0"/>``
   in the ``<actuator>`` of the joint's ``<transmission>`` (one is added where the joint has
-  none), which :func:`~diffsim_ros.model.urdf.read_armatures` reads back;
+  none), which :func:`~diffsim_ros.model.urdf_document.read_urdf` reads back;
 * a payload becomes a link welded to the payload frame (a 1 mm solid sphere, i.e. a point
   mass for every practical purpose, since URDF inertias must be positive definite);
 * spring elements (lever, torsion and point springs), which URDF cannot express (its
@@ -23,7 +23,7 @@ import numpy as np
 from lxml import etree
 
 from diffsim_ros.model.inertia import inertia_from_vector
-from diffsim_ros.model.urdf import DRAKE_NAMESPACE
+from diffsim_ros.model.urdf_document import DRAKE_NAMESPACE
 from diffsim_ros.outputs import atomic_write_text
 
 __all__ = ["export_calibrated_urdf", "PAYLOAD_RADIUS"]

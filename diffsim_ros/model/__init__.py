@@ -1,4 +1,4 @@
-"""Robot model: URDF (yourdfpy) -> fixed structure plus differentiable physical parameters."""
+"""Robot model: URDF (lxml) -> fixed structure plus differentiable physical parameters."""
 
 from diffsim_ros.model.config import RobotConfig, load_robot_config
 from diffsim_ros.model.errors import RobotModelError

@@ -60,7 +60,8 @@ from diffsim_ros.model.springs import (
     TorsionSpring,
     valid_spring_name,
 )
-from diffsim_ros.model.urdf import PRISMATIC, REVOLUTE, describe_tree, read_armatures, read_urdf
+from diffsim_ros.model.urdf import PRISMATIC, REVOLUTE, describe_tree
+from diffsim_ros.model.urdf_document import read_urdf
 
 __all__ = [
     "REVOLUTE",
@@ -239,7 +240,7 @@ class RobotModel:
         Raises:
             RobotModelError: Any problem with the file, the tree, the inertials or the arguments.
         """
-        desc = describe_tree(read_urdf(path_or_xml), base_link, tip_link, read_armatures(path_or_xml))
+        desc = describe_tree(read_urdf(path_or_xml), base_link, tip_link)
         if not desc.joints:
             raise RobotModelError(
                 f"no actuated joints between base_link '{desc.base_link}' and tip_link '{tip_link}'"

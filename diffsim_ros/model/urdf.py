@@ -1,7 +1,8 @@
 """URDF -> kinematic tree with fixed joints merged (numpy; no torch here).
 
-The URDF is read with yourdfpy, without meshes: ``package://`` mesh references that do not
-exist never matter. The tree is reduced to the bodies moved by actuated joints:
+The URDF is read by :func:`~diffsim_ros.model.urdf_document.read_urdf` (its elements as plain
+records, no meshes: ``package://`` mesh references never matter). The tree is reduced to the
+bodies moved by actuated joints:
 
 * fixed joints are merged into their parent body (mass, COM and inertia combined);
 * with ``tip_link``, only the movable joints on the path ``base_link -> tip_link`` stay
@@ -11,21 +12,16 @@ exist never matter. The tree is reduced to the bodies moved by actuated joints:
 * without ``tip_link``, every movable joint below ``base_link`` is actuated (branched trees).
 """
 
-import io
 import logging
 import math
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
-from lxml import etree
 
 from diffsim_ros.model.errors import RobotModelError
 from diffsim_ros.model.inertia import combine_inertials, is_physically_consistent
-from diffsim_ros.resources import describe_path
 
-__all__ = ["DRAKE_NAMESPACE", "JointDescription", "FrameDescription", "TreeDescription", "read_armatures", "read_urdf",
-           "describe_tree"]
+__all__ = ["JointDescription", "FrameDescription", "TreeDescription", "describe_tree"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -78,118 +74,13 @@ class TreeDescription:
     frames: dict
 
 
-def _urdf_document(path_or_xml):
-    """``(text bytes, source name, lxml root)`` of a URDF path or XML string, parsed strictly.
-
-    Raises:
-        RobotModelError: Missing file, malformed XML, or a document that is not a URDF robot.
-    """
-    if isinstance(path_or_xml, bytes):
-        text, source = path_or_xml, "<URDF string>"
-    elif isinstance(path_or_xml, str) and path_or_xml.lstrip().startswith("<"):
-        text, source = path_or_xml.encode(), "<URDF string>"
-    else:
-        source = os.fspath(path_or_xml)
-        if not os.path.isfile(source):
-            raise RobotModelError(f"URDF file not found: {describe_path(source)}")
-        with open(source, "rb") as handle:
-            text = handle.read()
-    # yourdfpy silently "recovers" broken XML; parse strictly first so the user hears of it.
-    try:
-        root = etree.fromstring(text, parser=etree.XMLParser(remove_blank_text=True))
-    except etree.XMLSyntaxError as err:
-        raise RobotModelError(f"malformed URDF XML in {source}: {err}") from None
-    if root.tag != "robot":
-        raise RobotModelError(f"{source} is not a URDF: root element is <{root.tag}>, not <robot>")
-    return text, source, root
-
-
-def read_urdf(path_or_xml):
-    """Parse a URDF file path or XML string with yourdfpy (meshes never loaded).
-
-    Args:
-        path_or_xml: Path to a ``.urdf`` file, or the URDF XML itself as a string or bytes.
-
-    Returns:
-        ``yourdfpy.URDF`` without scene graph or meshes.
-
-    Raises:
-        RobotModelError: Missing file, malformed XML, or a document that is not a URDF robot.
-    """
-    import yourdfpy  # imported here: it pulls trimesh, only needed when parsing
-
-    text, source, _ = _urdf_document(path_or_xml)
-    try:
-        return yourdfpy.URDF.load(
-            io.BytesIO(text),
-            build_scene_graph=False,
-            build_collision_scene_graph=False,
-            load_meshes=False,
-            load_collision_meshes=False,
-        )
-    except Exception as err:  # yourdfpy raises assorted types on bad attribute values
-        raise RobotModelError(f"invalid URDF in {source}: {err}") from None
-
-
-DRAKE_NAMESPACE = "http://drake.mit.edu"
-"""Namespace of Drake's URDF extensions; its ``drake:rotor_inertia`` and ``drake:gear_ratio``
-(in a ``<transmission>``'s ``<actuator>``) carry the armature URDF itself has no field for."""
-
-
-def _drake_value(actuator, key, where):
-    element = actuator.find(f"{{{DRAKE_NAMESPACE}}}{key}")
-    if element is None:
-        return None
-    try:
-        value = float(element.get("value"))
-    except (TypeError, ValueError):
-        value = math.nan
-    if not (math.isfinite(value) and value >= 0):
-        raise RobotModelError(f"{where}: drake:{key} value must be a finite number >= 0, got {element.get('value')!r}")
-    return value
-
-
-def read_armatures(path_or_xml):
-    """Armature (reflected rotor inertia) per joint from Drake's transmission extension.
-
-    A ``<transmission>`` naming one joint whose ``<actuator>`` has ``<drake:rotor_inertia
-    value="I"/>`` (and optionally ``<drake:gear_ratio value="G"/>``, default 1) gives the joint
-    ``I G²`` [kg·m² or kg], as Drake reflects it.
-
-    Returns:
-        Dict joint name -> armature; joints without one are absent.
-
-    Raises:
-        RobotModelError: A malformed value, or two armatures for one joint.
-    """
-    _, source, root = _urdf_document(path_or_xml)
-    out = {}
-    for transmission in root.findall("transmission"):
-        joints = [j.get("name") for j in transmission.findall("joint")]
-        for actuator in transmission.findall("actuator"):
-            where = f"{source}: transmission '{transmission.get('name')}'"
-            inertia = _drake_value(actuator, "rotor_inertia", where)
-            if inertia is None:
-                continue
-            if len(joints) != 1:
-                raise RobotModelError(f"{where}: a drake:rotor_inertia needs exactly one joint, got {joints}")
-            if joints[0] in out:
-                raise RobotModelError(f"{where}: joint '{joints[0]}' has two rotor inertias")
-            ratio = _drake_value(actuator, "gear_ratio", where)
-            out[joints[0]] = inertia * (1.0 if ratio is None else ratio) ** 2
-    return out
-
-
 def _link_inertial(link):
-    """(mass, com (3,), inertia about COM in link axes (3,3), explicit) of a yourdfpy link."""
+    """(mass, com (3,), inertia about COM in link axes (3,3), explicit) of a :class:`UrdfLink`."""
     inertial = link.inertial
     if inertial is None:
         return 0.0, np.zeros(3), np.zeros((3, 3)), False
-    origin = np.eye(4) if inertial.origin is None else np.asarray(inertial.origin, dtype=float)
-    mass = 0.0 if inertial.mass is None else float(inertial.mass)
-    inertia = np.zeros((3, 3)) if inertial.inertia is None else np.asarray(inertial.inertia, float)
-    rot = origin[:3, :3]
-    return mass, origin[:3, 3].copy(), rot @ inertia @ rot.T, True
+    rot = inertial.origin[:3, :3]
+    return inertial.mass, inertial.origin[:3, 3].copy(), rot @ inertial.inertia @ rot.T, True
 
 
 def _check_link_inertial(name, mass, inertia):
@@ -216,8 +107,8 @@ class _Tree:
     """Parent/child maps of a URDF with its structural errors checked."""
 
     def __init__(self, urdf):
-        self.links = {link.name: link for link in urdf.robot.links}
-        self.joints = list(urdf.robot.joints)
+        self.links = {link.name: link for link in urdf.links}
+        self.joints = list(urdf.joints)
         self.parent_joint = {}
         self.children = {name: [] for name in self.links}
         for joint in self.joints:
@@ -269,8 +160,7 @@ def _joint_motion(joint, value):
     """Homogeneous transform of a movable joint at a locked position (joint frame axes)."""
     if joint.type not in _MOVABLE:
         return np.eye(4)
-    axis = np.asarray(joint.axis if joint.axis is not None else (1.0, 0.0, 0.0), dtype=float)
-    axis = axis / np.linalg.norm(axis)
+    axis = joint.axis / np.linalg.norm(joint.axis)
     motion = np.eye(4)
     if joint.type == "prismatic":
         motion[:3, 3] = axis * value
@@ -297,9 +187,9 @@ def _actuated_description(joint, parent, origin):
             f"joint '{joint.name}' has unsupported type '{joint.type}' "
             "(supported: revolute, continuous, prismatic, fixed)"
         )
-    if joint.mimic is not None:
+    if joint.mimic:
         raise RobotModelError(f"joint '{joint.name}' is a mimic joint; mimic joints are not supported")
-    axis = np.asarray(joint.axis if joint.axis is not None else (1.0, 0.0, 0.0), dtype=float)
+    axis = joint.axis
     norm = np.linalg.norm(axis)
     if not norm > 1e-12:
         raise RobotModelError(f"joint '{joint.name}' has a zero axis")
@@ -313,7 +203,6 @@ def _actuated_description(joint, parent, origin):
     lower, upper = (-math.inf, math.inf) if continuous else (value("lower", 0.0), value("upper", 0.0))
     if not continuous and lower > upper:
         raise RobotModelError(f"joint '{joint.name}' has lower limit {lower} > upper limit {upper}")
-    dynamics = joint.dynamics
     return JointDescription(
         name=joint.name,
         type=_MOVABLE[joint.type],
@@ -325,21 +214,20 @@ def _actuated_description(joint, parent, origin):
         upper=upper,
         velocity_limit=value("velocity", math.inf) or math.inf,
         effort_limit=value("effort", math.inf) or math.inf,
-        damping=float(dynamics.damping or 0.0) if dynamics is not None else 0.0,
-        friction=float(dynamics.friction or 0.0) if dynamics is not None else 0.0,
+        damping=joint.damping,
+        friction=joint.friction,
         body=joint.child,
     )
 
 
-def describe_tree(urdf, base_link=None, tip_link=None, armatures=None):
+def describe_tree(urdf, base_link=None, tip_link=None):
     """Reduce a parsed URDF to actuated joints and merged bodies.
 
     Args:
-        urdf: ``yourdfpy.URDF`` from :func:`read_urdf`.
+        urdf: :class:`~diffsim_ros.model.urdf_document.UrdfDocument`; the armatures of joints the
+            model locks or drops are left out (a locked joint's rotor never accelerates).
         base_link: Link fixed to the world; default the URDF root.
         tip_link: Last link of a serial sub-chain; default: the whole tree below ``base_link``.
-        armatures: Joint name -> armature (:func:`read_armatures`); those of joints the model
-            locks or drops are left out (a locked joint's rotor never accelerates).
 
     Returns:
         TreeDescription.
@@ -353,7 +241,7 @@ def describe_tree(urdf, base_link=None, tip_link=None, armatures=None):
     for role, name in (("base_link", base), ("tip_link", tip_link)):
         if name is not None and name not in tree.links:
             raise RobotModelError(
-                f"unknown {role} '{name}'; links in '{urdf.robot.name}': {sorted(tree.links)}"
+                f"unknown {role} '{name}'; links in '{urdf.name}': {sorted(tree.links)}"
             )
     chain = None
     if tip_link is not None:
@@ -370,7 +258,7 @@ def describe_tree(urdf, base_link=None, tip_link=None, armatures=None):
         frames[link_name] = FrameDescription(link_name, body, placement)
         pending = []
         for joint in tree.children[link_name]:
-            origin = placement @ np.asarray(joint.origin if joint.origin is not None else np.eye(4))
+            origin = placement @ joint.origin
             movable = joint.type != "fixed"
             if movable and (chain is None or joint.name in chain):
                 joints.append(_actuated_description(joint, body, origin))
@@ -383,8 +271,8 @@ def describe_tree(urdf, base_link=None, tip_link=None, armatures=None):
         stack.extend(reversed(pending))
 
     _merge_inertials(tree, joints, frames)
-    _set_armatures(joints, armatures or {})
-    return TreeDescription(urdf.robot.name, base, tip_link, joints, frames)
+    _set_armatures(joints, urdf.armatures)
+    return TreeDescription(urdf.name, base, tip_link, joints, frames)
 
 
 def _set_armatures(joints, armatures):

@@ -29,7 +29,7 @@ from diffsim_ros.io.ros_types import FLOAT64_MULTI_ARRAY, JOINT_COMMAND, JOINT_S
 from diffsim_ros.model import RobotModel, RobotModelError, load_robot_config
 from diffsim_ros.model.config import controller_order
 from diffsim_ros.model.config_schema import default_value
-from diffsim_ros.model.urdf import read_urdf
+from diffsim_ros.model.urdf_document import read_urdf
 from diffsim_ros.outputs import atomic_write_text
 
 __all__ = ["BagStreams", "ChainProposal", "bag_streams", "check_controller_joints", "config_text", "controllers_joints",
@@ -60,11 +60,11 @@ class _Tree:
     """Links and joints of a parsed URDF: children, root, movable joints in each subtree."""
 
     def __init__(self, urdf):
-        self.links = [link.name for link in urdf.robot.links]
+        self.links = [link.name for link in urdf.links]
         self.children = {name: [] for name in self.links}
-        for joint in urdf.robot.joints:
+        for joint in urdf.joints:
             self.children.setdefault(joint.parent, []).append(joint)
-        childless = {joint.child for joint in urdf.robot.joints}
+        childless = {joint.child for joint in urdf.joints}
         self.root = next(name for name in self.links if name not in childless)
 
     def movable(self, link):
@@ -144,7 +144,7 @@ def propose_chain(urdf_path, base_link=None, tip_link=None):
         tip_link, more = _tip_below(tree, base_link, base_link)
         notes += more or [f"tip_link {tip_link}: the end of the chain of movable joints below {base_link}"]
     model = RobotModel.from_urdf(urdf_path, base_link=base_link, tip_link=tip_link)
-    return ChainProposal(Path(urdf_path), urdf.robot.name, base_link, tip_link, tuple(model.joint_names), notes)
+    return ChainProposal(Path(urdf_path), urdf.name, base_link, tip_link, tuple(model.joint_names), notes)
 
 
 @dataclass
