@@ -383,8 +383,18 @@ class _Problem:
 
     def residual(self, x):
         candidate, camera = self.space.apply(x)
-        return torch.cat([block.of_coordinates(x) if getattr(block, "prior", False) else block(candidate, camera)
-                          for block in self.blocks])
+        return torch.cat([self._block_rows(block, x, candidate, camera) for block in self.blocks])
+
+    @staticmethod
+    def _block_rows(block, x, candidate, camera):
+        """One block's residual rows; by the chunks of its Jacobian where it has them (bounded memory
+        on long recordings, and the same per-chunk regressors the Jacobian cached)."""
+        if getattr(block, "prior", False):
+            return block.of_coordinates(x)
+        step = getattr(block, "chunk_rows", None)
+        if step:
+            return torch.cat([block(candidate, camera, rows=slice(a, a + step)) for a in range(0, block.samples, step)])
+        return block(candidate, camera)
 
     def full(self, z, base=None):
         """Coordinates with the free ones set to ``z`` and the others from ``base`` (default x0)."""
