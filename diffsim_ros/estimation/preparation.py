@@ -240,9 +240,7 @@ def _consistent_torques(signal, grid, period, options):
     dt = period * 1e-9
     length = window_samples(options.trajectory_filter_window, dt, options.trajectory_polyorder)
     edges, weights = acceleration_kernel(length, options.trajectory_polyorder, dt)
-    edges_ns = np.round(edges * 1e9).astype(np.int64)
-    means = signal.interval_means(grid[:, None] + edges_ns[None, :])  # (T, C, n)
-    return np.einsum("tcn,c->tn", means, weights)
+    return signal.filtered(grid, np.round(edges * 1e9).astype(np.int64), weights)
 
 
 def consistent_torques(signal, grid_ns, period_ns, options):
