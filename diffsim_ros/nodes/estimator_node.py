@@ -29,7 +29,8 @@ Topics:
   drops and watchdogs, the estimator's health (poses, last update and its outcome, its CPU
   share of a core over the last updates: ``estimator CPU [% of a core]``), and the
   kernel warm-up (``<node>: kernels``, :mod:`diffsim_ros.runtime.warmup`: until the compiled
-  torque step is loaded, the torques come from the inverse dynamics; no PBD update runs);
+  torque step is loaded, the torques come from the inverse dynamics; no update runs: a rigid
+  update calls the compiled joint-torque regressor, a PBD update the compiled step);
 * publishes ``~/estimates`` (std_msgs/msg/Float64MultiArray, LATCHED_QOS) after every
   accepted update (layout in :mod:`diffsim_ros.nodes.messages`);
 * publishes ``~/estimated_torques`` (sensor_msgs/msg/JointState, SENSOR_QOS): model joints,
