@@ -11,6 +11,10 @@ regressor depends on the kinematics only (joint placements, axes, gravity, the s
 masses, COMs, inertias or the payload. Identification therefore computes it once per recording
 and gets the torques, and their exact derivatives with respect to every inertial parameter,
 from one matrix product per evaluation, instead of differentiating the recursion each time.
+
+The regressor is computed by one compiled kernel (numba, :func:`regressor_array`, kernel family
+``rigid``): microseconds per sample where torch paid milliseconds of dispatch per call, which the
+streaming estimator pays ten times a second; :func:`joint_torque_regressor` is its torch face.
 """
 
 import numpy as np
