@@ -155,3 +155,27 @@ def test_the_loss_takes_the_regressor_only_for_the_kinematics_it_was_built_with(
     moved = model.with_parameters({"left_w1.origin.xyz": model.get_parameter("left_w1.origin.xyz") + 1e-3})
     block(moved)
     assert calls == [1]
+
+
+def test_the_compiled_regressor_follows_its_inputs_and_refuses_gradients():
+    """One compiled implementation: numpy (regressor_array on a FastDynamics snapshot) and torch give the same
+    numbers, in the inputs' dtype and shape; inputs that require a gradient are refused by name."""
+    from diffsim_ros.dynamics.fast import FastDynamics
+    from diffsim_ros.dynamics.regressor import regressor_array
+
+    model = load_robot_config(BAXTER_LEFT).build_model()
+    q, qd, qdd = _states(model, 4, count=3)
+    y = joint_torque_regressor(model, q, qd, qdd)
+    np.testing.assert_array_equal(regressor_array(FastDynamics.from_model(model), q.numpy(), qd.numpy(), qdd.numpy()),
+                                  y.numpy())
+    one = joint_torque_regressor(model, q[0], qd[0], qdd[0])
+    assert one.shape == (model.nq, model.nq, 10)
+    np.testing.assert_array_equal(one.numpy(), y[0].numpy())
+    single = model.to(dtype=torch.float32)
+    y32 = joint_torque_regressor(single, q.float(), qd.float(), qdd.float())
+    assert y32.dtype == torch.float32
+    np.testing.assert_allclose(y32.numpy(), y.numpy(), rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="not differentiable"):
+        joint_torque_regressor(model, q.requires_grad_(), qd, qdd)
+    with torch.no_grad():
+        np.testing.assert_array_equal(joint_torque_regressor(model, q, qd, qdd).numpy(), y.numpy())

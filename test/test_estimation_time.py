@@ -141,6 +141,29 @@ def test_interval_means_are_the_means_of_consecutive_edges_bit_for_bit(hold):
     assert np.isfinite(expected).all()
 
 
+@pytest.mark.parametrize("hold", ["zoh", "linear", "cubic"])
+@pytest.mark.parametrize("period_ns", [PERIOD_NS, 9_999_874, 9_999_995])  # edges shared, shared, not (a rounding tie)
+@pytest.mark.parametrize("chunk", [4096, 7])  # 7: the stamps cross chunk boundaries (bounded memory on long bags)
+def test_kernel_filtered_torques_share_edges_and_equal_the_per_stamp_means_bit_for_bit(hold, period_ns, chunk, monkeypatch):
+    from diffsim_ros.estimation import data
+    from diffsim_ros.estimation.signals import acceleration_kernel
+
+    monkeypatch.setattr(data, "FILTER_CHUNK", chunk)
+
+    rng = np.random.default_rng(4)
+    stamps = np.cumsum(rng.integers(900_000, 1_100_000, 600)).astype(np.int64)
+    signal = TorqueSignal(stamps, rng.normal(size=(600, 3)), hold)
+    edges, weights = acceleration_kernel(31, 3, period_ns * 1e-9)
+    edges_ns = np.round(edges * 1e9).astype(np.int64)
+    grid = stamps[0] + 200_000_000 + period_ns * np.arange(25)
+    with np.errstate(invalid="ignore"):
+        expected = np.einsum("tcn,c->tn", signal.interval_means(grid[:, None] + edges_ns[None, :]), weights)
+        np.testing.assert_array_equal(signal.filtered(grid, edges_ns, weights), expected)
+        np.testing.assert_array_equal(signal.filtered(grid[3:4], edges_ns, weights), expected[3:4])
+        np.testing.assert_array_equal(signal.filtered(grid[[0, 2, 3]], edges_ns, weights), expected[[0, 2, 3]])  # not uniform
+    assert np.isfinite(expected).all()
+
+
 def test_rests_and_motion_at_a_joint_limit_are_not_used(tmp_path):
     """A limit's torque is in no message: rests and motion samples at a limit are left out."""
     count = 600

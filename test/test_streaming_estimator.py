@@ -9,6 +9,7 @@ import torch
 
 from diffsim_ros.dynamics.passive import passive_torques
 from diffsim_ros.dynamics.rnea import rnea
+from diffsim_ros.estimation.change_detection import ChangeDetector
 from diffsim_ros.estimation.information import NormalEquations, SerialCorrelation
 from diffsim_ros.estimation.motion_filter import StreamingMotionFilter
 from diffsim_ros.estimation.online import OnlineEstimator, OnlineEstimatorConfig
@@ -22,6 +23,8 @@ from oracles import BAXTER_LEFT
 REGRESSION_TOL = 1e-5  # [N·m] rows vs rnea - passive (second-order offset expansion, offsets 0.01 rad away)
 REBASE_TOL = 1e-4  # relative cost of rebased vs recomputed rows: the expansion's third order at 0.03 rad
 JACOBIAN_TOL = 1e-10  # d phi / d theta vs complex step
+ROWS_TOL = 1e-9  # [N·m] rows of models differing in the estimated values (rounding of the cancelled torques)
+SCAN_TOL = 1e-9  # relative: the stacked change scan vs chunk-by-chunk sums
 FILTER_QDD_TOL = 1e-9  # [rad/s²] incremental vs offline Savitzky-Golay
 FILTER_TAU_TOL = 1e-3  # [N·m] incremental vs offline filtered torques (splines over a window vs the whole)
 MASS_TOL, STIFFNESS_TOL, OFFSET_TOL, DAMPING_TOL = 0.02, 0.01, np.radians(0.5), 0.10  # issue 45's before-step targets
@@ -91,6 +94,48 @@ def test_regression_rows_reproduce_inverse_dynamics_and_their_jacobian(model):
     step = 1e-30
     complex_step = np.stack([regression.phi(theta + 1j * step * e)[0].imag / step for e in np.eye(regression.size)], 1)
     assert np.abs(jac - complex_step).max() < JACOBIAN_TOL
+
+
+def test_regression_rows_do_not_depend_on_the_estimated_values(model):
+    """The estimator passes the nominal model for every chunk: rows of a model with other payload,
+    spring, damping and friction values are the same (the estimated torques are A phi, not known)."""
+    regression = TorqueRegression(model, ("payload", "spring", "damping", "friction"))
+    rng = np.random.default_rng(2)
+    q, qd, qdd, tau = (rng.normal(size=(8, model.nq)) for _ in range(4))
+    theta = regression.theta_of(model) + 0.01 * rng.normal(size=regression.size)
+    theta[0] = 1.3
+    other = regression.model_at(model.with_payload(0.5, (0.01, 0.02, 0.05)), theta)
+    a, b = regression.rows(model, q, qd, qdd, tau)
+    a_other, b_other = regression.rows(other, q, qd, qdd, tau)
+    np.testing.assert_allclose(a_other, a, rtol=0, atol=ROWS_TOL)
+    np.testing.assert_allclose(b_other, b, rtol=0, atol=ROWS_TOL)
+
+
+def test_the_change_scan_is_the_likelihood_ratio_of_every_change_time(model):
+    """The stacked scan against the statistic computed chunk by chunk from its definition."""
+    regression = TorqueRegression(model, GROUPS)
+    rng = np.random.default_rng(3)
+    tested = np.zeros(regression.size, bool)
+    tested[:4] = True
+    detector = ChangeDetector(regression, tested, 10**10, 50.0, np.full(regression.size, np.inf))
+    for k in range(7):
+        q, qd, qdd, tau = (rng.normal(size=(10, model.nq)) for _ in range(4))
+        tau[:, 3] += 0.3 * (k >= 4)  # a step the payload may explain
+        detector.add(k * 10**8, (k + 1) * 10**8 - 1, NormalEquations.of_rows(*regression.rows(model, q, qd, qdd, tau),
+                                                                              np.ones((10, model.nq))))
+    theta, variance = regression.start(model), rng.uniform(0.5, 2.0, model.nq)
+    phi, jac = regression.phi(theta)
+    expected = []
+    for k in range(len(detector.chunks)):
+        total = detector.chunks[k][2]
+        for chunk in list(detector.chunks)[k + 1 :]:
+            total = total + chunk[2]
+        hw, gw = total.weighted(variance)
+        score = jac[:, tested].T @ (gw - hw @ phi)
+        info = jac[:, tested].T @ hw @ jac[:, tested]
+        expected.append(score @ np.linalg.pinv(info, rcond=1e-10) @ score)
+    value, first = detector._scan(theta, variance)
+    assert first == int(np.argmax(expected)) and value == pytest.approx(max(expected), rel=SCAN_TOL)
 
 
 def test_rebase_is_a_change_of_basis_of_the_statistics(model):

@@ -88,19 +88,24 @@ class ChangeDetector:
         self._above = 0
 
     def _scan(self, theta, variance):
-        """``(T_k, start_ns, suffix statistics)`` of the best change time, or None without data."""
+        """``(T_k, k)`` of the best change time: its statistic and its chunk's index (oldest first).
+
+        All change times at once: the column-weighted statistics of every chunk, summed from the
+        newest back (``H_k``, ``g_k`` of the data from chunk k on), then the score, information
+        and ``T_k`` of every k as stacked arrays.
+        """
         phi, jac = self.regression.phi(theta)
         j = jac[:, self.tested]
-        best, total = None, None
-        for start_ns, _, stats in reversed(self.chunks):
-            total = stats if total is None else total + stats
-            hw, gw = total.weighted(variance)
-            score = j.T @ (gw - hw @ phi)
-            info = j.T @ hw @ j
-            value = float(score @ np.linalg.pinv(info, rcond=1e-10) @ score)
-            if best is None or value > best[0]:
-                best = (value, start_ns, total)
-        return best
+        inv = 1.0 / variance
+        stats = [c[2] for c in reversed(self.chunks)]  # newest first
+        size = phi.size
+        hw = np.cumsum(np.stack([inv @ s.h.reshape(inv.size, -1) for s in stats]), axis=0).reshape(-1, size, size)
+        gw = np.cumsum(np.stack([inv @ s.g for s in stats]), axis=0)
+        score = (gw - hw @ phi) @ j  # (K, T)
+        info = j.T @ hw @ j  # (K, T, T)
+        values = np.einsum("kt,kts,ks->k", score, np.linalg.pinv(info, rcond=1e-10), score)
+        best = int(np.argmax(values))  # the first of equal maxima: the newest change time
+        return float(values[best]), len(stats) - 1 - best
 
     def test(self, theta, variance, inflation):
         """Whether the newest data mean a change of the tested coordinates.
@@ -115,16 +120,20 @@ class ChangeDetector:
         """
         if not self.chunks:
             return None
-        value, start_ns, total = self._scan(theta, variance * inflation)
+        value, first = self._scan(theta, variance * inflation)
         self.last_statistic = value
         self._above = self._above + 1 if value > self.threshold else 0
         if self._above < self.confirm:
             return None
+        since = tuple(self.chunks)[first:]
+        total = since[-1][2]
+        for chunk in reversed(since[:-1]):  # newest first, as the scan summed
+            total = total + chunk[2]
+        start_ns = since[0][0]
         hw, gw = total.weighted(variance)
         refit, _ = gauss_newton(self.regression, hw, gw, theta, self.tested)
         ratio = float((total.rss(self.regression.phi(refit)[0]) / variance).sum() / max(total.count.sum(), 1.0))
         if ratio > self.fit_ratio or not np.any(np.abs(refit - theta) >= self.min_step):
             return None
-        since = tuple(c for c in self.chunks if c[0] >= start_ns)
         self.reset()
         return Change(start_ns, value, ratio, refit - theta, since)

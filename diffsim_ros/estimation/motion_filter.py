@@ -211,8 +211,7 @@ class StreamingMotionFilter:
             return np.zeros((len(grid_ns), len(self.joint_names))), np.zeros(len(grid_ns), bool)
         _, edges_ns, weights = self._filters
         with np.errstate(invalid="ignore"):  # as preparation.consistent_torques, with the kernel computed once
-            means = signal.interval_means((grid_ns - self._origin_ns)[:, None] + edges_ns[None, :])
-            tau = np.einsum("tcn,c->tn", means, weights)
+            tau = signal.filtered(grid_ns - self._origin_ns, edges_ns, weights)
         valid = np.all(np.isfinite(tau), axis=1)
         if source == "commanded":
             valid &= self._commands_fresh(stamps, grid_ns, half_ns)

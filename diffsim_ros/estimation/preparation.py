@@ -232,9 +232,6 @@ def _signal(streams, stamps_ns, values, hold):
     return TorqueSignal(stamps_ns - streams.t0_ns, values, hold)
 
 
-_TORQUE_CHUNK = 4096  # grid samples per evaluation of the filtered torques (a 60-minute bag has 360k)
-
-
 def _consistent_torques(signal, grid, period, options):
     """Torques at the grid filtered like the accelerations (see :func:`acceleration_kernel`).
 
@@ -243,12 +240,7 @@ def _consistent_torques(signal, grid, period, options):
     dt = period * 1e-9
     length = window_samples(options.trajectory_filter_window, dt, options.trajectory_polyorder)
     edges, weights = acceleration_kernel(length, options.trajectory_polyorder, dt)
-    edges_ns = np.round(edges * 1e9).astype(np.int64)
-    out = np.empty((grid.shape[0], signal.values.shape[1]))
-    for start in range(0, grid.shape[0], _TORQUE_CHUNK):  # (chunk, C, n) at a time: bounded memory on long bags
-        rows = slice(start, start + _TORQUE_CHUNK)
-        out[rows] = np.einsum("tcn,c->tn", signal.interval_means(grid[rows, None] + edges_ns[None, :]), weights)
-    return out
+    return signal.filtered(grid, np.round(edges * 1e9).astype(np.int64), weights)
 
 
 def consistent_torques(signal, grid_ns, period_ns, options):

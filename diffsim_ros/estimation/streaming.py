@@ -68,7 +68,7 @@ class StreamingEstimator:
             raise ValueError("the streaming estimator does not estimate the camera; use method='batch'")
         self.config, self.settings = config, settings or IdentificationSettings(reweight=False, robust="linear")
         self.regression = TorqueRegression(model, config.groups, self.settings.bounds)
-        self.nominal = self.model = model
+        self.nominal = model
         self.camera_pose = None
         self.values, self.stddev, self.updates = {}, {}, []
         self._limits = (model.lower.detach().cpu().numpy(), model.upper.detach().cpu().numpy())
@@ -77,6 +77,7 @@ class StreamingEstimator:
         self.filter = StreamingMotionFilter(config.dataset_options(), model.joint_names, self._limits,
                                             slowest=self._stiction is not None)
         self.theta = self.regression.start(model)
+        self._model = (self.theta, model)  # (theta, its model): the nominal until an estimate is accepted
         self.variance = np.full(model.nq, self.settings.torque_std**2)
         self._reset_statistics()
         self.detector = self._detector()
@@ -101,7 +102,7 @@ class StreamingEstimator:
                               min_step)
 
     def _reset_statistics(self):
-        size, n = self.regression.phi_size, self.model.nq
+        size, n = self.regression.phi_size, self.nominal.nq
         self.train = NormalEquations.zeros(n, size)
         self._held = collections.deque()  # (start_ns, end_ns, NormalEquations, withheld)
         self._train_ns = None  # end of the newest chunk in the training statistics
@@ -144,6 +145,13 @@ class StreamingEstimator:
         """Rest poses kept: none (rests enter as motion samples at zero speed)."""
         return 0
 
+    @property
+    def model(self):
+        """The nominal model with the accepted estimates (built at the first call after an acceptance)."""
+        if self._model[0] is not self.theta:  # theta changes only when an estimate is accepted
+            self._model = (self.theta, self.regression.model_at(self.nominal, self.theta))
+        return self._model[1]
+
     def estimated_torques(self):
         """Causal inverse-dynamics torque at the latest sample [N·m], (n,), or None."""
         return causal_torques(self.model, self._recent, self.config.torque_window)
@@ -157,13 +165,14 @@ class StreamingEstimator:
         """Regression rows (A, b, w) of a filtered chunk."""
         tau = chunk.tau
         if chunk.measured_efforts:
-            delay = float(self.model.params.effort_delay)
+            delay = float(self.nominal.params.effort_delay)  # not estimated here: the nominal's
             if delay != 0.0:  # the batch estimator corrects efforts by delay * their rate; this one does not
                 raise DataError(f"the model's efforts.delay is {delay:g} s and the torques are measured efforts: the "
                                 "streaming estimator does not model an effort delay; use method='batch' or commanded "
                                 "torques")
-            tau = tau - self.model.params.effort_bias.detach().cpu().numpy()
-        a, b = self.regression.rows(self.model, chunk.q, chunk.qd, chunk.qdd, tau)
+            tau = tau - self.nominal.params.effort_bias.detach().cpu().numpy()
+        # The rows do not depend on the estimates' values: the nominal model keeps the regression's snapshots.
+        a, b = self.regression.rows(self.nominal, chunk.q, chunk.qd, chunk.qdd, tau)
         w = np.ones_like(b) if self._stiction is None else (chunk.slowest >= self._stiction).astype(float)
         return a, b, w
 
@@ -171,7 +180,7 @@ class StreamingEstimator:
         """Filtered samples -> chunk statistics, serial correlation, change test; returns a Change or None."""
         a, b, w = self._rows(chunk)
         if self.serial is None:
-            self.serial = SerialCorrelation(self.model.nq, 2 * chunk.filter_span)
+            self.serial = SerialCorrelation(self.nominal.nq, 2 * chunk.filter_span)
         errors = (b - a @ self.regression.phi(self.theta)[0]) / np.sqrt(self.variance)
         stats = NormalEquations.of_rows(a, b, w)
         start, end = int(chunk.stamps_ns[0]), int(chunk.stamps_ns[-1])
@@ -301,7 +310,6 @@ class StreamingEstimator:
     def _accept(self, fit):
         self._settled = True
         self.theta = fit.theta
-        self.model = self.regression.model_at(self.model, self.theta)
         self.values.update(fit.values)
         self.stddev.update(fit.stddev)
         transform = self.regression.rebase(self.theta, _REBASE)

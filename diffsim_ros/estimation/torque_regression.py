@@ -27,7 +27,8 @@ import numpy as np
 import torch
 
 from diffsim_ros.dynamics.passive import DEFAULT_FRICTION_VELOCITY_SCALE, passive_torques
-from diffsim_ros.dynamics.regressor import joint_torque_regressor, regressor_rnea
+from diffsim_ros.dynamics.fast import FastDynamics
+from diffsim_ros.dynamics.regressor import inertial_parameters, regressor_array, regressor_rnea
 from diffsim_ros.dynamics.springs import spring_torques
 from diffsim_ros.estimation.parameters import PAYLOAD_MIN_MASS, PAYLOAD_START_MASS
 from diffsim_ros.model.plausibility import DEFAULT_BOUNDS, scalar_bounds
@@ -40,7 +41,6 @@ OFFSET_TRUST = 0.05
 """[rad] a fit moves a lever spring's offset at most this far from its expansion point (where the
 second-order expansion holds: its third-order error is ~1e-4 N·m there on Baxter's spring)."""
 _LEVER_STEP = 1e-4  # [rad] central-difference step of a lever spring's offset derivatives
-_I6 = ((0, 0), (0, 1), (1, 1), (0, 2), (1, 2), (2, 2))  # the regressor's order of a symmetric inertia
 
 
 @dataclass(frozen=True)
@@ -277,16 +277,26 @@ class TorqueRegression:
 
     # ------------------------------------------------------------------ rows
     def _base_model(self, model):
-        """``model`` with every lever offset at its expansion point (so that A phi is exact there);
-        the last one is reused while neither changed."""
+        """``(base, fast, parameters, phi)``: ``model`` with every lever offset at its expansion point
+        (so that A phi is exact there), its compiled snapshot, its inertial parameters (n, 10) and
+        the lifted parameters of its values (P_phi,); the last ones are reused while neither the
+        model nor an expansion point changed."""
         key = (id(model), tuple(self.base.values()))
         if getattr(self, "_base_key", None) != key:
+            base = model.with_parameters(dict(self.base)) if self.base else model
+            with torch.inference_mode():
+                parameters = inertial_parameters(base)
             self._base_key = key
-            self._base = (model.with_parameters(dict(self.base)) if self.base else model, model)  # model: kept alive
-        return self._base[0]
+            self._base = (base, FastDynamics.from_model(base), parameters, self.phi(self.theta_of(base))[0],
+                          model)  # model: kept alive for its id
+        return self._base[:4]
 
     def rows(self, model, q, qd, qdd, tau):
         """Regression rows of samples: ``A`` (N, n, P_phi) and ``b = tau - known`` (N, n) [N·m].
+
+        ``A`` and ``b`` do not depend on the values of the estimated parameters in ``model``
+        (their torques are ``A phi``, taken out of ``known``): a caller may pass the same model
+        for every chunk, and the snapshots of its base are then built once.
 
         Args:
             model: Current model (every parameter not estimated is read from it).
@@ -294,18 +304,17 @@ class TorqueRegression:
                 [rad/s²], numpy (N, n).
             tau: Joint torques the robot applied [N·m], (N, n) (efforts already less their bias).
         """
-        base = self._base_model(model)
+        base, fast, parameters, phi = self._base_model(model)
+        y = regressor_array(fast, q, qd, qdd)  # (N, n, n, 10)
         like = model.params.mass
-        q_t, qd_t, qdd_t = (torch.as_tensor(x, dtype=like.dtype, device=like.device) for x in (q, qd, qdd))
+        q_t, qd_t, qdd_t, y_t = (torch.as_tensor(x, dtype=like.dtype, device=like.device) for x in (q, qd, qdd, y))
         with torch.inference_mode():
-            y = joint_torque_regressor(base, q_t, qd_t, qdd_t)
-            full = regressor_rnea(y, base, qdd_t) - passive_torques(base, q_t, qd_t)
-            payload_columns = y[:, :, self._payload[0], :].cpu().numpy()
+            full = (regressor_rnea(y_t, base, qdd_t, parameters) - passive_torques(base, q_t, qd_t)).cpu().numpy()
         a = np.zeros(q.shape + (self.phi_size,))
         for b in self.blocks:
             j = b.joint
             if b.kind == "payload":
-                a[:, :, b.p0 : b.p0 + 10] = payload_columns
+                a[:, :, b.p0 : b.p0 + 10] = y[:, :, self._payload[0], :]
             elif b.kind == "lever":
                 a[:, j, b.p0 : b.p0 + 3] = self._lever_columns(base, q_t, b)
             elif b.kind == "torsion":
@@ -316,7 +325,7 @@ class TorqueRegression:
                 a[:, j, b.p0] = qd[:, j]
             else:
                 a[:, j, b.p0] = np.tanh(qd[:, j] / DEFAULT_FRICTION_VELOCITY_SCALE)
-        known = full.cpu().numpy() - a @ self.phi(self.theta_of(base))[0]
+        known = full - a @ phi
         return a, np.asarray(tau, float) - known
 
     def _lever_columns(self, base, q, block):

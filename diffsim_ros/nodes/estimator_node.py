@@ -29,7 +29,8 @@ Topics:
   drops and watchdogs, the estimator's health (poses, last update and its outcome, its CPU
   share of a core over the last updates: ``estimator CPU [% of a core]``), and the
   kernel warm-up (``<node>: kernels``, :mod:`diffsim_ros.runtime.warmup`: until the compiled
-  torque step is loaded, the torques come from the inverse dynamics; no PBD update runs);
+  torque step is loaded, the torques come from the inverse dynamics; no update runs: a rigid
+  update calls the compiled joint-torque regressor, a PBD update the compiled step);
 * publishes ``~/estimates`` (std_msgs/msg/Float64MultiArray, LATCHED_QOS) after every
   accepted update (layout in :mod:`diffsim_ros.nodes.messages`);
 * publishes ``~/estimated_torques`` (sensor_msgs/msg/JointState, SENSOR_QOS): model joints,
@@ -58,6 +59,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from diffsim_ros.control import JointStateBounds
+from diffsim_ros.dynamics.regressor import joint_torque_regressor
 from diffsim_ros.estimation.online import OnlineEstimatorConfig
 from diffsim_ros.estimation.online_estimators import cpu_share, make_online_estimator, refresh_period
 from diffsim_ros.estimation.torque_estimation import StreamingTorqueEstimator
@@ -231,15 +233,18 @@ class EstimatorNode:
         handle.get_logger().info(f"estimating {list(cfg.groups)} from {joint_topic}; calibration -> {self.output_path}")
 
     def _kernel_families(self):
-        """Kernel families of the compiled paths: the torque step, and the PBD updates' kernels."""
-        families = ["rigid"] if self.torque_estimator is not None else []
-        return families + (["pbd", "pbd_mpc"] if self.config.estimation.model == "pbd" else [])
+        """Kernel families of the compiled paths: the torque step and the rigid updates' joint-torque
+        regressor (family ``rigid``), and the PBD updates' kernels."""
+        rigid = self.torque_estimator is not None or self.config.estimation.model == "rigid"
+        return (["rigid"] if rigid else []) + (["pbd", "pbd_mpc"] if self.config.estimation.model == "pbd" else [])
 
     def _prime_kernels(self):
-        """The compiled torque step once on a throwaway estimator (loads its kernels; off the executor)."""
+        """The compiled regressor and torque step once on throwaway data (loads their kernels; off the executor)."""
+        model = self.robot.model
+        q, qd = 0.5 * (model.lower.numpy() + model.upper.numpy()), np.zeros(model.nq)
+        if self.config.estimation.model == "rigid":
+            joint_torque_regressor(model, q, qd, qd)
         if self.torque_estimator is not None:
-            model = self.robot.model
-            q, qd = 0.5 * (model.lower.numpy() + model.upper.numpy()), np.zeros(model.nq)
             estimator = StreamingTorqueEstimator(model, max_period=self.config.torque_max_period)
             estimator.add(0.0, q, qd)
             estimator.add(0.5 * self.config.torque_max_period, q, qd)
@@ -313,7 +318,7 @@ class EstimatorNode:
         if self.joints.watchdog.poll(self.handle.now_ns()) == STALE:
             self.handle.get_logger().warning("joint states stale: no new data for the estimator")
         latest = self.joints.latest
-        if latest is None or self.busy or (self.config.estimation.model == "pbd" and not self.warmup.ready):
+        if latest is None or self.busy or not self.warmup.ready:  # an update runs compiled kernels
             return
         self._accepted_at_start = self._accepted()  # the estimator is the update's until it ends
         self.busy = True

@@ -85,13 +85,16 @@ def _pbd_mpc():
 
 
 def _rigid():
-    """The rigid-body step with its state, torque and parameter Jacobians, and the MPC on it."""
+    """The rigid-body step with its state, torque and parameter Jacobians, the MPC on it, and the
+    joint-torque regressor of the rigid estimators (batch and streaming)."""
+    from diffsim_ros.dynamics.regressor import joint_torque_regressor
     from diffsim_ros.sim.rigid_fast import FastRigidStep
 
     model = _baxter()
     q, qd, tau = _start(model)
     FastRigidStep(model, _DT).jacobians(q, qd, tau, parameters=True)
     _mpc(model, q, qd, kind="rigid")
+    joint_torque_regressor(model, q, qd, tau)
 
 
 def _large_step():
