@@ -31,16 +31,17 @@ CPU_RATIO_TARGET = 30.0  # the 10-minute bag against the 20 s bag
 
 
 def _bag(workdir, seed, duration):
-    """The bag of ``duration`` seconds, written unless ``workdir`` holds it from an earlier run (the
-    generator is deterministic); returns (bag, truth, seconds it took)."""
+    """The bag of ``duration`` seconds (``motion_recordings.record_motion_bag``), written unless ``workdir``
+    holds it from an earlier run (the generator is deterministic); returns (bag, truth, seconds it took)."""
     sys.path.insert(0, str(TEST))
-    from motion_recordings import MotionSpec, random_truth, simulate, write_motion_bag
+    from motion_recordings import MotionSpec, random_truth, record_motion_bag
 
     start = time.perf_counter()
-    truth, bag = random_truth(seed, True), workdir / f"bag_{int(duration)}s_seed{seed}"
-    if not bag.exists():
-        spec = replace(MotionSpec(), duration=float(duration), excitation_seed=seed, noise_seed=100 + seed)
-        write_motion_bag(simulate(truth, spec), bag, "mcap")
+    bag = workdir / f"bag_{int(duration)}s_seed{seed}"
+    if bag.exists():
+        truth = random_truth(seed, True)
+    else:
+        _, truth, _ = record_motion_bag(bag, seed, friction=True, spec=replace(MotionSpec(), duration=float(duration)))
     return bag, truth, time.perf_counter() - start
 
 
