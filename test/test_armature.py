@@ -2,8 +2,8 @@
 
 Held to Pinocchio (``model.armature``) and MuJoCo (``dof_armature``) to 1e-9 in the torch and the
 compiled dynamics, and in the compiled rigid step against the torch step; its derivatives by
-central differences; read from and written to the URDF as Drake's transmission extension; the
-simulators that do not model it refuse a model that has it.
+central differences; in the PBD step (torch and compiled) against MuJoCo, second order, with its
+parameter derivative; read from and written to the URDF as Drake's transmission extension.
 """
 
 import numpy as np
@@ -17,7 +17,9 @@ from diffsim_ros.io.urdf_export import export_calibrated_urdf
 from diffsim_ros.model import RobotModel
 from diffsim_ros.model.errors import RobotModelError
 from diffsim_ros.sim import make_simulator
-from diffsim_ros.sim.pbd.errors import PBDError
+from diffsim_ros.sim import PBDSimulator
+from diffsim_ros.sim.pbd.fast import FastPBD
+from diffsim_ros.sim.rigid import RigidBodySimulator
 from diffsim_ros.sim.rigid_fast import FastRigidStep
 from oracles import EXAMPLE_ARMS, PinocchioOracle, example_robot_urdf, mujoco_model
 
@@ -25,6 +27,9 @@ PIN_TOL = 1e-9  # [N·m], [kg·m²], [rad/s²]: the same algorithms, float64 rou
 MUJOCO_TOL = 1e-9  # MuJoCo's mass matrix from the same URDF inertials (measured 3e-15)
 STEP_TOL = 1e-9  # compiled step against the torch step, one 10 ms step
 FD_TOL = 1e-6  # relative error of a derivative against central differences
+PBD_MUJOCO_TOL = 1e-4  # [rad] PBD (10 substeps of 1 ms) vs MuJoCo RK4 over 0.3 s: the scheme's second-order error
+PBD_MUJOCO_QD_TOL = 5e-3  # [rad/s] the same for the joint rates (as test_pbd_fidelity's Baxter case)
+SECOND_ORDER_RATIO = 3.0  # error(h) / error(h/2) of a second-order scheme is ~4
 ARMATURE = np.array([0.31, 0.27, 0.19, 0.15, 0.08, 0.05, 0.02])  # [kg·m²] a geared 7-joint arm's order of size
 
 
@@ -168,8 +173,88 @@ def test_urdf_round_trip_as_drake_transmission(panda, tmp_path):
         RobotModel.from_urdf(text.replace(f'value="{float(ARMATURE[0])!r}"', 'value="nan"', 1), tip_link="panda_link8")
 
 
-def test_simulators_without_armature_refuse_a_model_that_has_it(panda):
-    _, nominal, model = panda
-    make_simulator(nominal, 0.01, "pbd")  # no armature: fine
-    with pytest.raises(PBDError, match="does not model joint armature"):
-        make_simulator(model, 0.01, "pbd")
+def _pbd_case(model, seed=1, steps=30):
+    rng = np.random.default_rng(seed)
+    model = model.with_parameters({f"{j}.damping": 0.5 for j in model.joint_names})
+    q0, qd0 = rng.uniform(-1, 1, model.nq), rng.uniform(-1, 1, model.nq)
+    return model, q0, qd0, rng.uniform(-3, 3, (steps, model.nq))
+
+
+def _mujoco_rollout(path, model, q0, qd0, tau):
+    """MuJoCo (RK4, 0.1 ms, limits off) with the model's armature and damping: q, qd after every 10 ms."""
+    import mujoco
+
+    mj = mujoco_model(path)
+    mj.opt.timestep, mj.opt.integrator = 1e-4, mujoco.mjtIntegrator.mjINT_RK4
+    mj.jnt_limited[:] = 0
+    names = [mujoco.mj_id2name(mj, mujoco.mjtObj.mjOBJ_JOINT, i) for i in range(mj.njnt)]
+    dofs = np.array([mj.jnt_dofadr[names.index(j)] for j in model.joint_names])
+    mj.dof_armature[dofs] = model.params.armature.numpy()
+    mj.dof_damping[dofs] = model.params.damping.numpy()
+    qpos = mj.jnt_qposadr[[names.index(j) for j in model.joint_names]]
+    data = mujoco.MjData(mj)
+    data.qpos[qpos] = q0
+    data.qvel[dofs] = qd0
+    qs, qds = [], []
+    for u in tau:
+        data.qfrc_applied[dofs] = u
+        for _ in range(100):
+            mujoco.mj_step(mj, data)
+        qs.append(data.qpos[qpos].copy())
+        qds.append(data.qvel[dofs].copy())
+    return np.array(qs), np.array(qds)
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["torch", "compiled"])
+def test_pbd_with_armature_matches_mujoco_dof_armature(panda, fast):
+    """The PBD step carries the armature on the joints' free rows: it matches MuJoCo's M + diag(a)."""
+    path, _, with_armature = panda
+    model, q0, qd0, tau = _pbd_case(with_armature)
+    ref_q, ref_qd = _mujoco_rollout(path, model, q0, qd0, tau)
+    simulator = PBDSimulator(model, dt=0.01, substeps=10, limits=False, fast=fast)
+    assert (simulator.fast_rollout_supported() is None) == fast
+    with torch.no_grad():
+        q, qd = simulator.rollout(_t(q0), _t(qd0), _t(tau))
+        q_none, _ = simulator.__class__(model.with_parameters({f"{j}.armature": 0.0 for j in model.joint_names}),
+                                        dt=0.01, substeps=10, limits=False, fast=fast).rollout(_t(q0), _t(qd0), _t(tau))
+    assert np.abs(q.numpy() - ref_q).max() < PBD_MUJOCO_TOL
+    assert np.abs(qd.numpy() - ref_qd).max() < PBD_MUJOCO_QD_TOL
+    assert np.abs(q_none.numpy() - ref_q).max() > 100 * PBD_MUJOCO_TOL  # the armature matters here
+
+
+def test_pbd_with_armature_is_second_order(panda):
+    _, _, with_armature = panda
+    model, q0, qd0, tau = _pbd_case(with_armature, steps=20)
+    with torch.no_grad():
+        ref, _ = RigidBodySimulator(model, 0.01, substeps=50, integrator="rk4").rollout(_t(q0), _t(qd0), _t(tau))
+        errors = [float((PBDSimulator(model, dt=0.01, substeps=s, limits=False).rollout(_t(q0), _t(qd0), _t(tau))[0] - ref).abs().max())
+                  for s in (5, 10)]
+    assert errors[0] / errors[1] > SECOND_ORDER_RATIO
+
+
+def test_pbd_step_derivative_in_armature_by_central_differences(panda):
+    """d(q+, qd+)/d armature: autograd through the torch PBD step vs central differences of the compiled step."""
+    _, _, with_armature = panda
+    model, q0, qd0, tau = _pbd_case(with_armature)
+    names = [f"{j}.armature" for j in model.joint_names]
+    settings = PBDSimulator(model, dt=0.01, substeps=4, limits=False).settings  # q0 is outside the Panda's limits
+
+    def torch_step(armature):
+        sim = PBDSimulator(model.with_parameters(dict(zip(names, armature))), dt=0.01, substeps=4, limits=False, fast=False)
+        return torch.cat(sim.joint_step(_t(q0), _t(qd0), _t(tau[0])))
+
+    def compiled_step(armature):
+        pbd = FastPBD.from_model(model.with_parameters(dict(zip(names, _t(armature)))))
+        q, qd, _ = pbd.rollout(q0[None], qd0[None], tau[None, :1], 0.01, settings)
+        return np.concatenate([q[0, 0], qd[0, 0]])
+
+    base = model.params.armature.clone()
+    jac = torch.autograd.functional.jacobian(torch_step, base).numpy()
+    np.testing.assert_allclose(torch_step(base).detach().numpy(), compiled_step(base.numpy()), atol=STEP_TOL, rtol=0)
+    step = 1e-6
+    for k in range(model.nq):
+        e = np.zeros(model.nq)
+        e[k] = step
+        column = (compiled_step(base.numpy() + e) - compiled_step(base.numpy() - e)) / (2 * step)
+        np.testing.assert_allclose(jac[:, k], column, atol=FD_TOL * np.abs(jac).max(), rtol=0)
+    assert np.abs(jac).max() > 1e-3  # the step does depend on the armature

@@ -8,6 +8,7 @@ parameters the data cannot determine must be named, never written.
 """
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -21,7 +22,7 @@ from diffsim_ros.estimation.data import Dataset, StaticPoses, UndeterminedError
 from diffsim_ros.estimation.identification import identify, prediction_errors
 from diffsim_ros.pipelines.calibration import calibrate_bag, calibrate_dataset, read_bag_dataset
 from diffsim_ros.model import load_robot_config
-from motion_recordings import ARM, MotionSpec, record_motion_bag, write_robot_config
+from motion_recordings import ARM, MotionSpec, decimate, random_truth, record_motion_bag, simulate, write_motion_bag, write_robot_config
 
 PAYLOAD_MASS_REL = 0.02  # issue targets
 PAYLOAD_COM_M = 5e-3
@@ -64,6 +65,25 @@ def test_motion_alone_through_pbd(tmp_path, config):
     assert run.stages[0][1].blocks == ("simulator dynamics",)
     assert not run.undetermined, run.undetermined
     _check_targets(run.calibration.parameters, truth, friction=False)
+
+
+ARMATURE = (0.12, 0.1, 0.06, 0.05, 0.012, 0.01, 0.004)  # [kg·m²] rotor inertias of a geared arm's size
+ARMATURE_REL = 0.10  # issue 46's target for the armatures the excitation determines
+
+
+def test_armature_through_pbd(tmp_path, config):
+    """Armature (MuJoCo's dof_armature in the plant) identified through the PBD model."""
+    truth = replace(random_truth(4), armature=ARMATURE)
+    streams = decimate(simulate(truth, MotionSpec(excitation_seed=4, noise_seed=104)), 10.0, camera_rate=10.0, command_rate=10.0)
+    bag = write_motion_bag(streams, tmp_path / "bag")
+    run = calibrate_bag(bag, config, ("payload", "spring", "damping", "armature"), model_kind="pbd")
+    assert run.stages[0][1].blocks == ("simulator dynamics",)
+    values = run.calibration.parameters
+    determined = [j for j in ARM if f"{j}.armature" not in run.calibration.combined and f"{j}.armature" not in run.undetermined]
+    assert len(determined) >= 5, (run.undetermined, run.calibration.combined)
+    for joint in determined:
+        assert abs(values[f"{joint}.armature"] / ARMATURE[ARM.index(joint)] - 1) < ARMATURE_REL, joint
+    _check_targets(values, truth, friction=False)
 
 
 def _calibrate_once(calibrations):

@@ -31,11 +31,17 @@ CASES = {
 }
 
 
-@pytest.fixture(scope="module")
-def model():
-    """Baxter's left arm with its shoulder spring, damping and friction (all terms of the step)."""
+ARMATURE = (0.3, 0.3, 0.1, 0.1, 0.02, 0.02, 0.005)  # [kg·m²] rotor inertias (the free rows' momentum)
+
+
+@pytest.fixture(scope="module", params=["friction", "friction-armature"])
+def model(request):
+    """Baxter's left arm with its shoulder spring, damping and friction (all terms of the step), and armature."""
     model = baxter()
-    return model.with_parameters({f"{name}.friction": 0.3 for name in model.joint_names})
+    model = model.with_parameters({f"{name}.friction": 0.3 for name in model.joint_names})
+    if request.param == "friction-armature":
+        model = model.with_parameters({f"{name}.armature": a for name, a in zip(model.joint_names, ARMATURE)})
+    return model
 
 
 def _autograd(model, settings, q, qd, tau):

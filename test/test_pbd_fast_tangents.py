@@ -2,8 +2,8 @@
 
 Both differentiate the same computed step (the same projection sweeps, the active limit set
 decided on the values): the tangents propagated beside one float64 run must equal autograd
-through the torch PBD step to the rounding of the two implementations, through friction, every
-spring law, a payload, compliant and rigid joint rows, and joint-limit rows active and inactive.
+through the torch PBD step to the rounding of the two implementations, through friction, armature,
+every spring law, a payload, compliant and rigid joint rows, and joint-limit rows active and inactive.
 Central differences through the compiled step, an independent reference, are compared with them
 in test_pbd_fast_jacobians.py.
 """
@@ -26,6 +26,7 @@ SEEDS = (3, 11, 29)  # random starts inside the limits
 PAYLOAD = 1.5  # [kg] on the tip frame
 TORQUE_SCALE = 6.0  # [N·m] random torques on top of the holding-like bias below
 BIAS = np.array([0.0, -20.0, 0.0, 6.0, 0.0, 1.0, 0.0])  # [N·m]
+ARMATURE = (0.3, 0.3, 0.1, 0.1, 0.02, 0.02, 0.005)  # [kg·m²]
 LIMIT_EFFECT = 1e-3  # [rad] at least this change of a joint's step by its limit row (the row is active)
 
 
@@ -33,8 +34,14 @@ def _friction(model):
     return model.with_parameters({f"{name}.friction": 0.3 for name in model.joint_names})
 
 
+def _armature(model):
+    """Rotor inertias on every joint, a tenth to a third of Baxter's link inertias about the axes [kg·m²]."""
+    return model.with_parameters({f"{name}.armature": a for name, a in zip(model.joint_names, ARMATURE)})
+
+
 MODELS = {
     "lever-friction": lambda: _friction(baxter()),
+    "armature-friction": lambda: _armature(_friction(baxter())),
     "every-spring-payload": lambda: sprung_baxter().with_payload(PAYLOAD, (0.0, 0.0, 0.05)),
 }
 SETTINGS = {

@@ -338,8 +338,8 @@ def test_chain_elimination_equals_the_dense_solve():
     system = build_system(model)
     control = PBDControl(tau=torch.zeros(model.nq, dtype=model.dtype))
     pose = _pose(model, system, state, control, SolverSettings())
-    _, _, inv_inertia, damping, _ = _accelerate(model, system, state, pose, control, 1e-3, "start", state.omega)
-    blocks = joint_blocks(system, pose.frames, pose.rot, inv_inertia, damping, 0.0, 1e-3)
+    _, _, inv_inertia, damping, rate, _ = _accelerate(model, system, state, pose, control, 1e-3, "start", state.omega)
+    blocks = joint_blocks(system, pose.frames, pose.rot, inv_inertia, damping, rate, 0.0, 1e-3)
     rhs = torch.as_tensor(np.random.default_rng(0).normal(size=(model.nq, 6)), dtype=model.dtype)
     chain = solve_direct(system, blocks, rhs)
     dense = solve_direct(dataclasses.replace(system, fixed_base=False), blocks, rhs)  # base mass is 0: same system

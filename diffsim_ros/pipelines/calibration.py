@@ -124,8 +124,6 @@ def calibrate_dataset(model, dataset, groups, *, settings=IdentificationSettings
     groups = tuple(dict.fromkeys(groups))
     if model_kind not in MODELS:
         raise ValueError(f"unknown model '{model_kind}'; choose from {MODELS}")
-    if model_kind == "pbd" and "armature" in groups:
-        raise ValueError("the PBD model does not model joint armature; estimate the armature group with the rigid model")
     if model_kind == "pbd" and settings.trajectory_loss == "inverse_dynamics":
         raise ValueError("the PBD model needs the simulator_dynamics or rollout loss (inverse dynamics is rigid-body only)")
     guess = camera_initial_guess(model, dataset.camera) if "camera" in groups and dataset.camera is not None else None

@@ -83,6 +83,9 @@ class PBDJoints:
     """Viscous damping [N·m·s/rad or N·s/m], shape (n,)."""
     friction: torch.Tensor
     """Coulomb friction [N·m or N], shape (n,)."""
+    armature: torch.Tensor
+    """Rotor inertia reflected to each joint [kg·m² or kg], shape (n,): a joint-space inertia the
+    bodies do not carry, acting in the joint's free row (:func:`~.constraints.joint_blocks`)."""
     constraint_count: torch.Tensor
     """Number of joints acting on each particle, shape (N,) (Jacobi averaging)."""
     couplings: tuple
@@ -221,6 +224,7 @@ def _joints(model, com, fixed_base):
         upper=model.upper,
         damping=model.params.damping,
         friction=model.params.friction,
+        armature=model.params.armature,
         constraint_count=count,
         couplings=_couplings(parent, child, fixed_base),
         limited=bool(torch.isfinite(model.lower).any() or torch.isfinite(model.upper).any()),
@@ -238,13 +242,9 @@ def build_system(model, base=None):
         PBDSystem.
 
     Raises:
-        PBDError: A body without positive mass or positive-definite inertia, an
-            unsupported joint type, or joint armature (not modelled here).
+        PBDError: A body without positive mass or positive-definite inertia, or an
+            unsupported joint type.
     """
-    if model.has_armature:  # a rotor inertia is joint-space; the bodies here would silently lose it
-        joints = [j for j, a in zip(model.joint_names, model.params.armature.tolist()) if a != 0]
-        raise PBDError(f"the PBD simulator does not model joint armature (rotor inertia), which joints {joints} have; "
-                       "use the rigid-body model (kind='rigid', --model rigid), which does")
     bodies = _bodies(model, base)
     fixed = base is None
     return PBDSystem(bodies=bodies, joints=_joints(model, bodies.com, fixed), gravity=model.gravity, fixed_base=fixed)

@@ -12,7 +12,11 @@ generalized displacement ``(dx, dtheta)`` of each particle (world axes):
   friction) as an XPBD dashpot, ``C_d`` = joint displacement since the substep start,
   compliance ``1 / (h b)``. Solving it together with the rigid rows makes the damping
   implicit in the same projection that moves the joint, which keeps stiffly damped light
-  links (Baxter's wrist) accurate.
+  links (Baxter's wrist) accurate. A joint's armature (rotor inertia ``a``, joint space, on
+  no body) rides on the same row: its impulse over a substep is ``-a (rate_new - rate)``, so
+  ``lambda = h impulse`` adds ``a`` to the row scale and ``a h rate`` to the offset. That is
+  exact for an inertia (no time discretization of its own): the row then moves the joint
+  as ``M + diag(a)`` would.
 
 The dashpot row is multiplied by ``sigma = h b`` (row scaling S = Q + sigma d d^T, Q = I - d d^T),
 which gives every row a finite compliance (rigid rows ``alpha / h^2``, dashpot row 1) so
@@ -125,12 +129,12 @@ class JointBlocks:
     free: torch.Tensor
     """Free direction d of each joint (unit), (..., n, 6)."""
     row_scale: torch.Tensor
-    """Free-row scale sigma: ``h (b + friction slope)`` for a dashpot, 1 at a limit, (..., n)."""
+    """Free-row scale sigma: ``h (b + friction slope) + armature`` for a dashpot, 1 at a limit, (..., n)."""
     row_compliance: torch.Tensor
     """Free-row compliance: 1 for a dashpot, 0 at a limit, (..., n)."""
     offset: torch.Tensor
-    """Free-row offset ``sigma x target``: 0 for a dashpot, the displacement onto the limit
-    at a limit, ``-h^2 K/4 (q - target)`` for a drive, (..., n)."""
+    """Free-row offset ``sigma x target``: ``armature h rate`` for a dashpot, the displacement onto
+    the limit at a limit, plus ``-h^2 K/4 (q - target)`` for a drive, (..., n)."""
     alpha: float
     """Rigid-row compliance over h^2 (0 = rigid)."""
     rot0: torch.Tensor
@@ -172,7 +176,7 @@ def compliance_matrix(free, alpha, row_compliance):
     return alpha * (eye - outer) + row_compliance[..., None, None] * outer
 
 
-def joint_blocks(system, frames0, rot0, inv_inertia_w, damping, compliance, h, limit=None, drive=None):
+def joint_blocks(system, frames0, rot0, inv_inertia_w, damping, rate, compliance, h, limit=None, drive=None):
     """Per-substep joint-row constants, Jacobians at the substep start (SHAKE directions).
 
     Args:
@@ -182,6 +186,8 @@ def joint_blocks(system, frames0, rot0, inv_inertia_w, damping, compliance, h, l
         inv_inertia_w: World inverse inertias, shape (..., N, 3, 3).
         damping: Implicit damping coefficient of every joint (viscous + friction slope)
             [N·m·s/rad or N·s/m], shape (..., n).
+        rate: Joint rates the substep starts from [rad/s or m/s], shape (..., n): what the
+            joints' armature keeps moving at.
         compliance: Rigid-row XPBD compliance [m/N, rad/(N·m)].
         h: Substep [s].
         limit: Optional ``(active, target)``, each (..., n): joints held on a limit this
@@ -199,12 +205,13 @@ def joint_blocks(system, frames0, rot0, inv_inertia_w, damping, compliance, h, l
     lever_p = frames0.pos_c + frames0.lever_c - frames0.pos_p
     parent = _side(-1.0, bodies.inv_mass[joints.parent_index], parent_mats(joints, inv_inertia_w), lever_p)
     free = free_direction(joints, frames0.axis_c)
-    row_scale = h * damping
-    offset = torch.zeros_like(row_scale)
+    # Always present (zero armature adds exact zeros): the armature stays differentiable at 0.
+    row_scale = h * damping + joints.armature
+    offset = joints.armature * (h * rate)
     if drive is not None:
         stiffness, error = drive
         row_scale = row_scale + (h * h) * stiffness
-        offset = -(h * h) * stiffness * error
+        offset = offset - (h * h) * stiffness * error
     row_compliance = torch.ones_like(row_scale)
     if limit is not None:
         active = limit[0]

@@ -376,7 +376,7 @@ _Physics = namedtuple(
     [
         "inv_mass", "inertia", "inv_inertia", "dynamic", "com",  # particles (N,), (N, 3, 3), (N, 3)
         "local_parent", "local_child",  # joint frame columns [lever, axis, reference], (n, 3, 3)
-        "lower", "upper", "damping", "friction",  # joints (n,)
+        "lower", "upper", "damping", "friction", "armature",  # joints (n,)
         "gravity", "friction_scale",  # (3,) [m/s^2], friction velocity scale [rad/s]
     ],
 )
@@ -527,7 +527,8 @@ def row_blocks(phys, w, h, limits, active_targets):
             w.lever_child[j, r] = w.lever_c[j, r]
             w.lever_parent[j, r] = w.pos[j + 1, r] + w.lever_c[j, r] - w.pos[j, r]
             w.free[j, r] = w.axis_c[j, r]
-        w.sigma[j], w.offset[j], w.row_compliance[j] = h * w.damping[j], 0.0, 1.0
+        # the armature's momentum rides on the free row (constraints.joint_blocks)
+        w.sigma[j], w.offset[j], w.row_compliance[j] = h * w.damping[j] + phys.armature[j], phys.armature[j] * h * w.rate[j], 1.0
         if limits and not math.isnan(active_targets[j].real):
             w.sigma[j], w.offset[j], w.row_compliance[j] = 1.0, active_targets[j], 0.0
 
@@ -992,14 +993,15 @@ def _finish(phys, fk, springs, w, tau, h, targets):
     accelerate_bodies(phys, fk, springs, w, tau, h, KICK_FINISH, False)
     row_blocks(phys, w, h, False, targets)
     factor_system(phys, w, 0.0)
-    velocity_rhs(w)
+    velocity_rhs(w, h)
     solve_system(phys, w, 0.0)
     apply_impulses(phys, w, -1.0, w.vel, w.omega)
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
-def velocity_rhs(w):
-    """``w.rhs``: row velocities J_c (v_c, w_c) + J_p (v_p, w_p); the free row keeps sigma x its rate."""
+def velocity_rhs(w, h):
+    """``w.rhs``: row velocities J_c (v_c, w_c) + J_p (v_p, w_p); the free row keeps sigma x its rate
+    less the positional offset over the substep ``h`` [s] (the armature's momentum)."""
     for j in range(w.q.shape[0]):
         rc, rp, d = w.lever_child[j], w.lever_parent[j], w.free[j]
         for side in range(2):
@@ -1015,7 +1017,7 @@ def velocity_rhs(w):
                 w.rhs[j, 3 + row] += sign * om[row]
         rate = d[0] * w.rhs[j, 3] + d[1] * w.rhs[j, 4] + d[2] * w.rhs[j, 5]
         for row in range(3):
-            w.rhs[j, 3 + row] += d[row] * (w.sigma[j] - 1.0) * rate
+            w.rhs[j, 3 + row] += d[row] * ((w.sigma[j] - 1.0) * rate - w.offset[j] / h)
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH)
@@ -1141,7 +1143,7 @@ class FastPBD:
     phys: tuple
     """Particles and joints (a ``_Physics`` named tuple): inverse masses, inertias, inverse
     inertias, dynamic flags, COMs, joint frame columns of both sides, limits, damping,
-    friction, gravity, friction velocity scale."""
+    friction, armature, gravity, friction velocity scale."""
     springs: tuple
     """Spring elements (dynamics.fast.SpringArrays)."""
 
@@ -1154,7 +1156,7 @@ class FastPBD:
         tensors = (
             bodies.inv_mass, bodies.inertia, bodies.inv_inertia, bodies.dynamic, bodies.com,
             joints.local_parent, joints.local_child, joints.lower, joints.upper, joints.damping,
-            joints.friction, system.gravity,
+            joints.friction, joints.armature, system.gravity,
         )
         phys = _Physics(*(_array(t) for t in tensors), float(DEFAULT_FRICTION_VELOCITY_SCALE))
         fk = (dynamics.parents, dynamics.origin_rot, dynamics.origin_xyz, dynamics.axis, dynamics.is_revolute)

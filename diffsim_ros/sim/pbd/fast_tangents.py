@@ -452,8 +452,9 @@ def _t_kick(w, t, h, phase):
 
 
 @_internal
-def _t_blocks(w, t, h, limits, active_targets):
-    """Tangents of the row constants of :func:`~diffsim_ros.sim.pbd.fast.row_blocks` (limit targets included)."""
+def _t_blocks(armature, w, t, h, limits, active_targets):
+    """Tangents of the row constants of :func:`~diffsim_ros.sim.pbd.fast.row_blocks` (limit targets included);
+    ``armature`` (n,) [kg·m²] is a constant of the step, its offset ``a h rate`` moves with the rate."""
     size, n = t.q.shape
     for d in range(size):
         for j in range(n):
@@ -461,7 +462,7 @@ def _t_blocks(w, t, h, limits, active_targets):
                 t.lever_child[d, j, r] = t.lever_c[d, j, r]
                 t.lever_parent[d, j, r] = t.pos[d, j + 1, r] + t.lever_c[d, j, r] - t.pos[d, j, r]
                 t.free[d, j, r] = t.axis_c[d, j, r]
-            t.sigma[d, j], t.offset[d, j] = h * t.damping[d, j], 0.0
+            t.sigma[d, j], t.offset[d, j] = h * t.damping[d, j], armature[j] * h * t.rate[d, j]
             if limits and not math.isnan(active_targets[j]):  # target = limit - q
                 t.sigma[d, j], t.offset[d, j] = 0.0, -t.q[d, j]
 
@@ -728,7 +729,7 @@ def _primal_rows(phys, w, h, limits, alpha, targets):
 def _row_constants(phys, w, t, h, limits, alpha):
     """The substep's row constants (limit targets ``t.targets``) with their tangents, and the joint system's factors."""
     _primal_rows(phys, w, h, limits, alpha, t.targets)
-    _t_blocks(w, t, h, limits, t.targets)
+    _t_blocks(phys.armature, w, t, h, limits, t.targets)
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
@@ -769,8 +770,9 @@ def _t_chords(t, h):
 
 
 @_internal
-def _t_velocity_rhs(w, t):
-    """``t.rhs``: tangents of the closing velocity projection's right-hand side ``S J (v, w)`` (fast.velocity_rhs)."""
+def _t_velocity_rhs(w, t, h):
+    """``t.rhs``: tangents of the closing velocity projection's right-hand side ``S J (v, w)`` less the
+    offset over ``h`` [s] along the free axis (fast.velocity_rhs)."""
     size, n = t.q.shape
     motion, d_motion = np.empty((n + 1, 6)), np.empty((n + 1, 6))
     y, dy, dy_ang = t.small[0], t.small[1], t.small[2, :3]
@@ -786,6 +788,8 @@ def _t_velocity_rhs(w, t):
             _cross_add(w.omega[j], t.lever_parent[d, j], -1.0, dy[:3])
             dy_ang[:] = dy[3:]
             _scaled_rows_tangent(w.free[j], t.free[d, j], w.sigma[j], t.sigma[d, j], y[3:], dy_ang, dy)
+            for r in range(3):
+                dy[3 + r] -= (t.free[d, j, r] * w.offset[j] + w.free[j, r] * t.offset[d, j]) / h
             for r in range(6):
                 t.rhs[j, r, d] = dy[r]
 
@@ -801,8 +805,8 @@ def _t_finish(phys, fk, springs, w, t, tau, h, phase, limits):
     _t_frames(w, t)
     _forces(phys, fk, springs, w, t, tau, h, phase, limits)
     _row_constants(phys, w, t, h, limits, 0.0)
-    _t_velocity_rhs(w, t)
-    velocity_rhs(w)
+    _t_velocity_rhs(w, t, h)
+    velocity_rhs(w, h)
     _solve_and_apply(phys, w, t, 0.0, w.vel, w.omega, t.vel, t.omega)
 
 

@@ -105,8 +105,8 @@ def _accelerate(model, system, state, pose, control, h, phase, spin):
     average acceleration, explicit on the closing kick, where the poses are known.
 
     Returns:
-        ``(vel, omega, inv_inertia_w, implicit damping (..., n), implicit drive or None)``;
-        the drive is ``(stiffness, error)`` for :func:`joint_blocks`.
+        ``(vel, omega, inv_inertia_w, implicit damping (..., n), joint rates before the kick
+        (..., n), implicit drive or None)``; the drive is ``(stiffness, error)`` for :func:`joint_blocks`.
     """
     bodies, joints = system.bodies, system.joints
     kick = _KICKS[phase]
@@ -147,7 +147,7 @@ def _accelerate(model, system, state, pose, control, h, phase, spin):
     vel = state.vel + (kick * h) * (gravity + bodies.inv_mass[:, None] * force)
     gyroscopic = torch.cross(spin, matvec(inertia_w, spin), dim=-1)
     omega = state.omega + (kick * h) * matvec(inv_inertia_w, torque - gyroscopic)
-    return vel, omega, inv_inertia_w, 0.5 * damping, drive
+    return vel, omega, inv_inertia_w, 0.5 * damping, rate, drive
 
 
 def _active_limits(system, pose, free, move, phi):
@@ -189,13 +189,13 @@ def substep(model, system, state, control, h, settings, phase="full", spin=None)
     """
     spin = state.omega if spin is None else spin
     pose = _pose(model, system, state, control, settings)
-    vel, omega, inv_inertia_w, damping, drive = _accelerate(model, system, state, pose, control, h, phase, spin)
+    vel, omega, inv_inertia_w, damping, rate, drive = _accelerate(model, system, state, pose, control, h, phase, spin)
     move, phi = h * vel, h * omega
     limit = None
     if settings.limits and system.joints.limited:
         free = free_direction(system.joints, pose.frames.axis_c)
         limit = _active_limits(system, pose, free, move, phi)
-    blocks = joint_blocks(system, pose.frames, pose.rot, inv_inertia_w, damping, settings.compliance, h, limit, drive)
+    blocks = joint_blocks(system, pose.frames, pose.rot, inv_inertia_w, damping, rate, settings.compliance, h, limit, drive)
     pos = state.pos + move
     if settings.solver == "gauss_seidel":
         pos, phi = project_gauss_seidel(system, blocks, pos, phi, settings.iterations)
@@ -243,7 +243,7 @@ def finish_velocities(model, system, state, control, h, spin, settings=SolverSet
 
     A half kick of the explicit forces at the final poses, then a velocity projection onto
     the joint constraints (rigid rows: zero relative velocity; free rows: implicit damping
-    over h/2), solved directly. Restarting the next step from these velocities continues
+    over h/2, plus the armature's momentum), solved directly. Restarting the next step from these velocities continues
     the leapfrog exactly, so steps can be chained (and joint states round-tripped) without
     losing second order.
 
@@ -260,10 +260,12 @@ def finish_velocities(model, system, state, control, h, spin, settings=SolverSet
         PBDState with velocities at its own time.
     """
     pose = _pose(model, system, state, control, settings)
-    vel, omega, inv_inertia_w, damping, _ = _accelerate(model, system, state, pose, control, h, "finish", spin)
-    blocks = joint_blocks(system, pose.frames, pose.rot, inv_inertia_w, damping, 0.0, h)
+    vel, omega, inv_inertia_w, damping, chord_rate, _ = _accelerate(model, system, state, pose, control, h, "finish", spin)
+    blocks = joint_blocks(system, pose.frames, pose.rot, inv_inertia_w, damping, chord_rate, 0.0, h)
     rows = row_velocities(system, blocks, vel, omega)
     rate = (blocks.free * rows).sum(-1)
-    _, delta_c, delta_p = solve_direct(system, blocks, scaled_errors(blocks.free, blocks.row_scale, rows, rate))
+    # Rows at the velocity level: the positional offset (the armature's a h rate) over h.
+    rhs = scaled_errors(blocks.free, blocks.row_scale, rows, rate) - blocks.free * (blocks.offset / h)[..., None]
+    _, delta_c, delta_p = solve_direct(system, blocks, rhs)
     vel, omega = apply_displacements(system, vel, omega, delta_c, delta_p)
     return state.replace(vel=vel, omega=omega)
