@@ -24,6 +24,7 @@ SAME_ITERATE_TOL = 1e-7  # [N·m] compiled vs torch Gauss-Newton iterates withou
 SAME_COST_RTOL = 1e-9  # default Levenberg damping: the two scale it differently, costs agree
 TRACKING_TOL = 2e-3  # [rad] perfect-model tracking of a 0.3 rad move (as test_control_mpc)
 Q0 = np.array([0.0, -0.3, 0.0, 0.8, 0.0, 0.6, 0.0])
+ARMATURE = (0.3, 0.3, 0.1, 0.1, 0.02, 0.02, 0.005)  # [kg·m²] rotor inertias
 GOAL = Q0 + np.array([0.2, -0.15, 0.0, 0.0, 0.0, 0.0, 0.0])
 
 
@@ -40,7 +41,8 @@ def _pair(model, settings, reference=None):
 
 @pytest.mark.parametrize("horizon, iterations, init", [(3, 1, "gravity"), (5, 3, "zero"), (8, 2, "gravity")])
 def test_same_iterates_as_the_torch_mpc(horizon, iterations, init):
-    model = sprung_baxter().with_payload(1.0)  # springs, damping, friction and a payload in the predictor
+    model = sprung_baxter().with_payload(1.0)  # springs, damping, friction, a payload and armature in the predictor
+    model = model.with_parameters({f"{j}.armature": a for j, a in zip(model.joint_names, ARMATURE)})
     settings = MPCSettings(horizon=horizon, max_iterations=iterations, initialization=init, step_tolerance=0.0, levenberg=0.0)
     torch_mpc, fast_mpc = _pair(model, settings)
     q, qd = Q0 + 0.02, np.full(7, 0.1)
@@ -115,9 +117,12 @@ def test_failures_give_no_command_and_factory_picks_the_solver(model):
         FastModelPredictiveController(RigidBodySimulator(model, DT, integrator="rk4"), SetPoint(Q0), MPCSettings())
 
 
-def test_pbd_predictor_same_iterates_as_the_torch_pbd_mpc(model):
+@pytest.mark.parametrize("armature", [False, True], ids=["plain", "armature"])
+def test_pbd_predictor_same_iterates_as_the_torch_pbd_mpc(model, armature):
     # exact PBD step Jacobians (forward-mode tangents, test_pbd_fast_tangents.py) in the Riccati solver:
     # the torch MPC's Gauss-Newton iterates through the torch PBD step, warm-started calls too
+    if armature:  # the rotors' inertia in both predictors (issue 46)
+        model = model.with_parameters({f"{j}.armature": a for j, a in zip(model.joint_names, ARMATURE)})
     simulator = make_simulator(model, DT, substeps=1, kind="pbd")
     reference = MinimumJerkMove(Q0, GOAL, 0.0, 0.6)
     settings = MPCSettings(max_iterations=2, step_tolerance=0.0, levenberg=0.0)
