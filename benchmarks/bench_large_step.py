@@ -20,7 +20,7 @@ import time
 import numpy as np
 import torch
 
-from benchmarks.common import machine_line, markdown_table, write_section
+from benchmarks.common import load_note, machine_line, markdown_table, write_section
 from diffsim_ros import dynamics as dyn
 from diffsim_ros.model import load_robot_config
 from diffsim_ros.sim.large_step import SDIRKStep
@@ -105,7 +105,7 @@ def main():
             print(rows[-1], flush=True)
     body = "\n\n".join([
         "## Large time steps: SDIRK vs implicit Euler vs MuJoCo RK4 (`python -m benchmarks.bench_large_step`)",
-        machine_line() + f"; load average {load:.2f} at the start" + (" (measured under load)" if load > 0.5 else ""),
+        machine_line() + f"; load average {load:.2f} at the start" + load_note(load),
         __doc__.split("\n\n")[1].replace("\n", " "),
         markdown_table(["integrator", "dt [s]", "joint error at 5 s [rad]", "max speed [rad/s]", "max energy rise per step [J]",
                         "time per step [µs]"], rows),

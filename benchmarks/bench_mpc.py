@@ -28,7 +28,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from benchmarks.common import RESULTS, machine_line, markdown_table, median, write_section
+from benchmarks.common import RESULTS, load_note, machine_line, markdown_table, median, write_section
 from diffsim_ros.control import MinimumJerkMove, MPCSettings, ModelPredictiveController
 from diffsim_ros.control.mpc_fast import FastModelPredictiveController, make_mpc
 from diffsim_ros.sim import make_simulator
@@ -299,7 +299,7 @@ def main():
     body = "\n\n".join([
         "## MPC: compiled solver vs Crocoddyl (`python -m benchmarks.bench_mpc`)",
         machine_line() + (f"; Crocoddyl {crocoddyl.__version__}" if crocoddyl is not None else "; Crocoddyl not installed")
-        + f"; load average {load:.2f} at the start" + (" (measured under load)" if load > 0.5 else ""),
+        + f"; load average {load:.2f} at the start" + load_note(load),
         __doc__.split("\n\n")[1].replace("\n", " "),
         markdown_table(["solver", "H", "median time per call (rate)", "worst tracking error [mrad]"], rows),
         "Ratio = Crocoddyl's time per call / ours (above 1: we are faster): "

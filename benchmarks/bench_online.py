@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import machine_line, markdown_table, write_section
+from benchmarks.common import load_note, machine_line, markdown_table, write_section
 from diffsim_ros.cli import main as cli_main
 from diffsim_ros.estimation.online import OnlineEstimatorConfig
 
@@ -176,8 +176,8 @@ def main(argv=None):
     command = "python -m benchmarks.bench_online " + " ".join(argv if argv is not None else sys.argv[1:])
     body = "\n".join([
         f"### Online estimation through `diffsim-ros replay` (payload steps at {STEP_TIME:g} s of {DURATION:g} s, never at rest)",
-        "", f"Measured {machine_line()}; load average {load[0][0]:.1f} at the start and {load[1][0]:.1f} at the end "
-        f"(5 engineers' runs on 2 cores: CPU figures are inflated by contention). `{command.strip()}`. Batch: rigid with "
+        "", f"Measured {machine_line()}; load average {load[0][0]:.1f} at the start and {load[1][0]:.1f} at the end"
+        f"{load_note(load[0][0], load[1][0])}. `{command.strip()}`. Batch: rigid with "
         f"every motion sample (`{TUNING[('batch', 'rigid')][0]}`), PBD at 33 Hz (`{TUNING[('batch', 'pbd')][0]}`), "
         f"windows of {OnlineEstimatorConfig.window_seconds:g} s, an update every {OnlineEstimatorConfig.update_period:g} s. "
         f"Streaming: rigid, forgetting time constant {OnlineEstimatorConfig.forget_seconds:g} s, a refresh every "

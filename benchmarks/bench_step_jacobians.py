@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 from lxml import etree
 
-from benchmarks.common import machine_line, markdown_table, median, time_call, write_section
+from benchmarks.common import load_note, machine_line, markdown_table, median, time_call, write_section
 from diffsim_ros.model import RobotModel, load_robot_config
 from diffsim_ros.sim.rigid_fast import FastRigidStep
 from oracles import BAXTER_LEFT, BAXTER_URDF
@@ -148,7 +148,7 @@ def main():
     ratio = nimble_jac / jac if nimble_jac else float("nan")
     body = "\n\n".join([
         "## Arm step and Jacobians: compiled analytic derivatives vs Nimble (`python -m benchmarks.bench_step_jacobians`)",
-        machine_line() + f"; load average {load:.2f} at the start" + (" (measured under load)" if load > 0.5 else ""),
+        machine_line() + f"; load average {load:.2f} at the start" + load_note(load),
         __doc__.split("\n\n")[1].replace("\n", " "),
         __doc__.split("\n\n")[2].replace("\n", " ") + f" This run: `{peer_python()}`.",
         markdown_table(["implementation", "step [µs]", "step + state/torque Jacobians [µs]", "|next state - Pinocchio|"], rows),

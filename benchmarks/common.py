@@ -79,6 +79,15 @@ def machine_line():
     )
 
 
+UNDER_LOAD = 0.5
+"""1-minute load average above which a run's figures are marked as measured under load."""
+
+
+def load_note(*loads):
+    """" (measured under load)" when any of the load averages ``loads`` exceeds :data:`UNDER_LOAD`, else ""."""
+    return " (measured under load)" if max(loads) > UNDER_LOAD else ""
+
+
 def measured_line(command, seconds):
     """"Measured <machine>, load average ... at the end, <seconds> s. `<command>`." (``seconds`` nan: written from run logs)."""
     took = f", {seconds:.0f} s" if math.isfinite(seconds) else ", from run logs"
