@@ -21,7 +21,7 @@ import numpy as np
 from diffsim_ros.model.errors import RobotModelError
 from diffsim_ros.model.inertia import combine_inertials, is_physically_consistent
 
-__all__ = ["JointDescription", "FrameDescription", "TreeDescription", "describe_tree"]
+__all__ = ["JointDescription", "FrameDescription", "TreeDescription", "UrdfTree", "describe_tree"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -103,8 +103,10 @@ def _check_link_inertial(name, mass, inertia):
         _LOG.warning("link '%s': principal moments violate the triangle inequality", name)
 
 
-class _Tree:
-    """Parent/child maps of a URDF with its structural errors checked."""
+class UrdfTree:
+    """Parent/child maps of a URDF (a :class:`~diffsim_ros.model.urdf_document.UrdfDocument`) with its
+    structural errors checked: ``links`` (name -> link), ``children`` (link -> joints below it),
+    ``parent_joint`` (link -> the joint above it) and the one ``root`` link."""
 
     def __init__(self, urdf):
         self.links = {link.name: link for link in urdf.links}
@@ -236,7 +238,7 @@ def describe_tree(urdf, base_link=None, tip_link=None):
         RobotModelError: Unknown links, tip not below base, loops, unsupported joints on the
             chain, invalid inertials, or a joint that moves no mass.
     """
-    tree = _Tree(urdf)
+    tree = UrdfTree(urdf)
     base = tree.root if base_link is None else base_link
     for role, name in (("base_link", base), ("tip_link", tip_link)):
         if name is not None and name not in tree.links:

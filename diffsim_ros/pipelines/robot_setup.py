@@ -29,6 +29,7 @@ from diffsim_ros.io.ros_types import FLOAT64_MULTI_ARRAY, JOINT_COMMAND, JOINT_S
 from diffsim_ros.model import RobotModel, RobotModelError, load_robot_config
 from diffsim_ros.model.config import controller_order
 from diffsim_ros.model.config_schema import default_value
+from diffsim_ros.model.urdf import UrdfTree
 from diffsim_ros.model.urdf_document import read_urdf
 from diffsim_ros.outputs import atomic_write_text
 
@@ -56,51 +57,38 @@ class ChainProposal:
     notes: list = field(default_factory=list)
 
 
-class _Tree:
-    """Links and joints of a parsed URDF: children, root, movable joints in each subtree."""
+def _movable(tree, link):
+    """Movable joints in the subtree below ``link`` of a :class:`~diffsim_ros.model.urdf.UrdfTree`."""
+    return sum((joint.type != "fixed") + _movable(tree, joint.child) for joint in tree.children.get(link, []))
 
-    def __init__(self, urdf):
-        self.links = [link.name for link in urdf.links]
-        self.children = {name: [] for name in self.links}
-        for joint in urdf.joints:
-            self.children.setdefault(joint.parent, []).append(joint)
-        childless = {joint.child for joint in urdf.joints}
-        self.root = next(name for name in self.links if name not in childless)
 
-    def movable(self, link):
-        """Movable joints in the subtree below ``link``."""
-        count = 0
-        for joint in self.children.get(link, []):
-            count += (joint.type != "fixed") + self.movable(joint.child)
-        return count
+def _walk(tree, link):
+    """``(tip, joints passed, branch joints, last link)`` of the serial chain from ``link`` down.
 
-    def walk(self, link):
-        """``(tip, joints passed, branch joints, last link)`` of the serial chain from ``link`` down.
-
-        The tip is the child of the last movable joint passed; ``branch joints`` lists, where the
-        chain forks (at the last link) into subtrees with movable joints, the joint into each.
-        """
-        tip, passed = link, 0
-        while True:
-            branches = [j for j in self.children.get(link, []) if j.type != "fixed" or self.movable(j.child)]
-            if len(branches) != 1:
-                return tip, passed, branches, link
-            joint = branches[0]
-            link = joint.child
-            if joint.type != "fixed":
-                tip, passed = link, passed + 1
+    The tip is the child of the last movable joint passed; ``branch joints`` lists, where the
+    chain forks (at the last link) into subtrees with movable joints, the joint into each.
+    """
+    tip, passed = link, 0
+    while True:
+        branches = [j for j in tree.children.get(link, []) if j.type != "fixed" or _movable(tree, j.child)]
+        if len(branches) != 1:
+            return tip, passed, branches, link
+        joint = branches[0]
+        link = joint.child
+        if joint.type != "fixed":
+            tip, passed = link, passed + 1
 
 
 def _fork(tree, base, link, passed, branches):
     """The tip where the chain forks at ``link``: the fork itself for a gripper, else an error with the candidates."""
-    single = all((j.type != "fixed") + tree.movable(j.child) == 1 for j in branches)
+    single = all((j.type != "fixed") + _movable(tree, j.child) == 1 for j in branches)
     if passed >= 2 and single:
         names = [j.name for j in branches]
         return link, [f"tip_link {link}: the chain forks there into {len(names)} single joints {names} (a gripper's "
                       "fingers?): they are locked at 0 (clamped into their limits) and merged into the last body"]
     candidates = []
     for joint in branches:
-        tip, more, _, _ = tree.walk(joint.child)
+        tip, more, _, _ = _walk(tree, joint.child)
         candidates.append(f"{tip} ({passed + (joint.type != 'fixed') + more} movable joints)")
     raise RobotModelError(f"the URDF's chain from {base} is ambiguous: it forks at {link} into {len(branches)} "
                           f"branches with movable joints; give --tip, e.g. one of: {', '.join(candidates)}")
@@ -108,7 +96,7 @@ def _fork(tree, base, link, passed, branches):
 
 def _tip_below(tree, base, link):
     """The proposed tip below ``base`` (walking on from ``link``) and its notes."""
-    tip, passed, branches, fork = tree.walk(link)
+    tip, passed, branches, fork = _walk(tree, link)
     if len(branches) > 1:
         return _fork(tree, base, fork, passed, branches)
     if not passed:
@@ -132,7 +120,7 @@ def propose_chain(urdf_path, base_link=None, tip_link=None):
             the model loader refuses.
     """
     urdf = read_urdf(urdf_path)
-    tree = _Tree(urdf)
+    tree = UrdfTree(urdf)
     notes = []
     for role, name in (("--base", base_link), ("--tip", tip_link)):
         if name is not None and name not in tree.children:
