@@ -111,3 +111,19 @@ def test_a_run_is_met_only_on_both_command_targets():
     assert bench_ros.commands_met(_run("ros2_control", 199.0, 49.0, 10.0, 0.0))
     assert not bench_ros.commands_met(_run("ros2_control", 199.0, 51.0, 10.0, 0.0))
     assert not bench_ros.commands_met(_run("ros2_control", 99.0, 10.0, 10.0, 0.0))
+
+
+def test_the_streaming_overrides_make_an_estimator_the_node_can_build():
+    # The graph's estimator with bench_ros's --estimator-method streaming overrides: the streaming
+    # estimator accepts them (no camera, no rests), so the run measures it rather than a refusal.
+    from diffsim_ros.estimation.online import OnlineEstimatorConfig
+    from diffsim_ros.estimation.online_estimators import make_online_estimator
+    from diffsim_ros.estimation.streaming import StreamingEstimator
+    from diffsim_ros.model import load_robot_config
+    from oracles import BAXTER_LEFT
+
+    params = yaml.safe_load(SIM_PARAMS.read_text())["estimator"]["ros__parameters"]
+    assert "camera" in params["groups"] and "camera" not in bench_ros.STREAMING["groups"]
+    config = OnlineEstimatorConfig(method=bench_ros.STREAMING["method"], groups=tuple(bench_ros.STREAMING["groups"]))
+    estimator = make_online_estimator(load_robot_config(BAXTER_LEFT).build_model(), config)
+    assert isinstance(estimator, StreamingEstimator)
