@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import cpu_hogs, load_note, machine_line, markdown_table, median, write_section
+from benchmarks.common import command_line, cpu_hogs, load_note, machine_line, markdown_table, median, write_section
 
 _TEST = Path(__file__).resolve().parents[1] / "test"
 if str(_TEST) not in sys.path:
@@ -34,22 +34,6 @@ STATE_PERIOD = 0.02  # [s] the probe's joint states (50 Hz)
 TORQUES_TARGET_S = 10.0  # issue 47: estimated torques within 10 s of the first joint state
 EXIT_TARGET_S = 2.0  # issue 47: SIGINT ends the node within 2 s, whatever it is doing
 FIRST_TORQUES_TIMEOUT = 180.0  # [s] give up on a run (reported, not waited for forever)
-
-
-def _publish(probe, topic, model, stop):
-    """Joint states of a slowly moving arm until ``stop()``."""
-    from sensor_msgs.msg import JointState
-
-    publisher = probe.node.create_publisher(JointState, topic, 10)
-    q0, k = 0.5 * (model.lower.numpy() + model.upper.numpy()), 0
-    while not stop():
-        t = k * STATE_PERIOD
-        msg = JointState(name=list(model.joint_names), position=(q0 + 0.1 * np.sin(t)).tolist(),
-                         velocity=np.full(model.nq, 0.1 * np.cos(t)).tolist(), effort=[0.0] * model.nq)
-        msg.header.stamp = probe.node.get_clock().now().to_msg()
-        publisher.publish(msg)
-        k += 1
-        time.sleep(STATE_PERIOD)
 
 
 def _children(pid):
@@ -97,7 +81,8 @@ def cold_run(workdir):
     probe, stop = Probe(domain, "cold_start_probe"), threading.Event()
     model = load_robot(DEFAULT_ROBOT_CONFIG).model
     probe.subscribe(JointState, "/estimator/estimated_torques", qos_profile_sensor_data)
-    feeder = threading.Thread(target=_publish, args=(probe, "/cold/joint_states", model, stop.is_set), daemon=True)
+    feeder = threading.Thread(target=probe.publish_joint_states, args=("/cold/joint_states", model, stop.is_set, STATE_PERIOD),
+                              daemon=True)
     feeder.start()
     launched = time.monotonic()
     node = NodeProcess("estimator_node", env, None, {"joint_states_topic": "/cold/joint_states",
@@ -146,7 +131,7 @@ def main(argv=None):
              str(r["code"]), "yes" if r["torques_s"] <= TORQUES_TARGET_S and r["exit_s"] <= EXIT_TARGET_S
              and r["children_gone_s"] <= EXIT_TARGET_S and r["code"] == 0 else "**no**"] for machine, r in runs]
     torques = [r["torques_s"] for _, r in runs]
-    command = "python -m benchmarks.bench_cold_start " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = command_line("bench_cold_start", argv)
     body = "\n".join([
         "## First start from a cold kernel cache: estimated torques, then Ctrl-C (issue 47)", "",
         f"`{command.strip()}` — {machine_line()}; load average {load_before:.1f} before, {load_after:.1f} after"

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import load_note, machine_line, markdown_table, write_section
+from benchmarks.common import command_line, load_note, machine_line, markdown_table, write_section
 from diffsim_ros.cli import main as cli_main
 from diffsim_ros.estimation.online import OnlineEstimatorConfig
 
@@ -173,7 +173,7 @@ def main(argv=None):
               "damping worst [%]", f"mass from +{SETTLE:.0f} s [%] (worst)", "within 2 % for good after [s]",
               "change detected at [s]", "CPU per update median / max [s]", "estimator CPU [% of a core]",
               "refresh [Hz]", "replay wall [s]", "targets met"]
-    command = "python -m benchmarks.bench_online " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = command_line("bench_online", argv)
     body = "\n".join([
         f"### Online estimation through `diffsim-ros replay` (payload steps at {STEP_TIME:g} s of {DURATION:g} s, never at rest)",
         "", f"Measured {machine_line()}; load average {load[0][0]:.1f} at the start and {load[1][0]:.1f} at the end"

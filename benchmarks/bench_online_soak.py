@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import machine_line, markdown_table, write_section
+from benchmarks.common import command_line, machine_line, markdown_table, write_section
 
 GROUPS = ("payload", "spring", "damping")
 KICK = (0.0, 15.0, 0.0, 8.0, 0.0, 0.0, 0.0)  # [N·m]
@@ -99,7 +99,7 @@ def main(argv=None):
     header = ["seed", "seconds", "changes detected at [s]", "mass worst [%]", "k worst [%]", "damping worst [%]",
               "estimator CPU in updates [% of a core]", "all CPU incl. inputs [% of a core]", "refresh [Hz]",
               "targets met"]
-    command = "python -m benchmarks.bench_online_soak " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = command_line("bench_online_soak", argv)
     body = "\n".join([
         "### Streaming estimator, unchanged robot: a held arm, a collision and a glitching sample (issue 45)", "",
         f"Measured {machine_line()}; load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end. "

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import machine_line, markdown_table, write_section
+from benchmarks.common import command_line, machine_line, markdown_table, write_section
 
 PARTS = (("filter", "motion_filter", "StreamingMotionFilter", "emit"),
          ("  of it: torque kernel", "motion_filter", "StreamingMotionFilter", "_torques"),
@@ -92,7 +92,7 @@ def main(argv=None):
     rows += [[name, f"{totals[name] * per:.2f}", f"{100 * totals[name] / args.seconds:.1f}"] for name, *_ in PARTS]
     rows.append(["peer: joint_torque_regressor alone, 10 samples (median of 50)", f"{1e3 * np.median(peer):.2f}",
                  f"{100 * 10 * np.median(peer):.1f} at 10 calls/s"])
-    command = "python -m benchmarks.bench_streaming_parts " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = command_line("bench_streaming_parts", argv)
     body = "\n".join([
         "### Streaming estimator: CPU per refresh, by part (issue 45)", "",
         f"Measured {machine_line()}; load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end "

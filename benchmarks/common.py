@@ -79,6 +79,11 @@ def machine_line():
     )
 
 
+def command_line(module, argv=None):
+    """The command that ran benchmark ``module`` (e.g. "bench_online") with ``argv`` (default: this process's)."""
+    return " ".join(["python -m benchmarks." + module, *(argv if argv is not None else sys.argv[1:])])
+
+
 UNDER_LOAD = 0.5
 """1-minute load average above which a run's figures are marked as measured under load."""
 

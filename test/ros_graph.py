@@ -247,6 +247,22 @@ class Probe:
             time.sleep(0.05)
         pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
 
+    def publish_joint_states(self, topic, model, stop, period):
+        """Joint states of ``model``'s arm swinging slowly about mid-range, every ``period`` [s] until ``stop()``."""
+        import numpy as np
+        from sensor_msgs.msg import JointState
+
+        publisher = self.node.create_publisher(JointState, topic, 10)
+        q0, k = 0.5 * (model.lower.numpy() + model.upper.numpy()), 0
+        while not stop():
+            t = k * period
+            msg = JointState(name=list(model.joint_names), position=(q0 + 0.1 * np.sin(t)).tolist(),
+                             velocity=np.full(model.nq, 0.1 * np.cos(t)).tolist(), effort=[0.0] * model.nq)
+            msg.header.stamp = self.node.get_clock().now().to_msg()
+            publisher.publish(msg)
+            k += 1
+            time.sleep(period)
+
     def call(self, srv_class, name, request, timeout=10.0):
         """Call a service; returns the response."""
         client = self.node.create_client(srv_class, name)

@@ -261,22 +261,6 @@ def _kernel_status(probe, node):
     return None
 
 
-def _publish_joint_states(probe, topic, model, stop):
-    from sensor_msgs.msg import JointState
-
-    publisher = probe.node.create_publisher(JointState, topic, 10)
-    q0 = 0.5 * (model.lower.numpy() + model.upper.numpy())
-    k = 0
-    while not stop():
-        t = k * JOINT_STATE_PERIOD
-        msg = JointState(name=list(model.joint_names), position=(q0 + 0.1 * np.sin(t)).tolist(),
-                         velocity=np.full(model.nq, 0.1 * np.cos(t)).tolist(), effort=[0.0] * model.nq)
-        msg.header.stamp = probe.node.get_clock().now().to_msg()
-        publisher.publish(msg)
-        k += 1
-        time.sleep(JOINT_STATE_PERIOD)
-
-
 def _warming_up(probe, node, family):
     status = _kernel_status(probe, node)
     return status is not None and status.message == f"warming up: compiling kernels (family {family})"
@@ -310,7 +294,7 @@ def test_cold_start_estimator_warms_up_off_the_executor_and_exits_on_sigint(cold
                                          "calibration_output": str(tmp_path / "calibration.yaml")})
     probe.wait_for(lambda: _warming_up(probe, "estimator", "rigid"), START_TIMEOUT, "estimator warming up")
     model, done = load_robot(DEFAULT_ROBOT_CONFIG).model, threading.Event()
-    feeder = threading.Thread(target=_publish_joint_states, args=(probe, "/warmup/joint_states", model, done.is_set))
+    feeder = threading.Thread(target=probe.publish_joint_states, args=("/warmup/joint_states", model, done.is_set, JOINT_STATE_PERIOD))
     feeder.start()
     try:
         # Torques through the inverse dynamics while the compiled step is still compiling.
@@ -338,7 +322,7 @@ def test_cold_start_controller_commands_nothing_while_warming_up_and_exits_on_si
                                            "follow_estimates": False})
     probe.wait_for(lambda: _warming_up(probe, "controller", "control"), START_TIMEOUT, "controller warming up")
     model, done = load_robot(DEFAULT_ROBOT_CONFIG).model, threading.Event()
-    feeder = threading.Thread(target=_publish_joint_states, args=(probe, "/warmup/joint_states", model, done.is_set))
+    feeder = threading.Thread(target=probe.publish_joint_states, args=("/warmup/joint_states", model, done.is_set, JOINT_STATE_PERIOD))
     feeder.start()
     try:
         probe.wait_for(lambda: _control_says_warming_up(probe), 10.0, "the control status saying warming up")
