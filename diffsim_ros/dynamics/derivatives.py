@@ -9,10 +9,12 @@ are sparse: the motion of body i depends only on the joints that support it, and
 of joint i's own rotation enters body i only, which keeps the forward sweep at half the
 dense cost. M comes from the composite-rigid-body algorithm in world coordinates.
 
-Parameters enter RNEA linearly through each body's inertial ``(m, h, I_o)``:
-:func:`inertial_columns_into` maps increments of one body's inertial to joint torques
-(the columns of the inertial regressor for any parametrization: body mass, COM, inertia,
-payload), reusing the body motions of the last value sweep.
+Parameters enter RNEA linearly through each body's ten inertial parameters ``pi = (m, m c,
+I_o)``: :func:`regressor_into` gives one body's columns of the joint-torque regressor
+``d tau / d pi`` from the body motions of the last value sweep. It is the one implementation of
+the regressor: identification stacks it over samples (:mod:`~diffsim_ros.dynamics.regressor`),
+the rigid step multiplies it by the increments of its parametrization (body mass, COM, inertia,
+payload; :mod:`~diffsim_ros.sim.rigid_fast`).
 
 All kernels write into a :data:`RneaWork` area (no allocation per call). The torch
 algorithms stay the reference; the tests hold these to them to 1e-9.
@@ -28,17 +30,22 @@ from diffsim_ros.dynamics.fast import placements_into
 from diffsim_ros.dynamics.vec3 import add3, cross3, dot3, mat3_vec, put3, row3, scale3, sub3
 
 __all__ = [
+    "INERTIAL_PARAMETERS",
     "RneaWork",
     "aba_derivatives",
-    "inertial_columns_into",
-    "lu_factor",
+        "lu_factor",
     "lu_solve_columns",
     "mass_matrix_into",
     "rnea_derivatives_into",
     "rnea_values_into",
+    "regressor_into",
     "rnea_work",
     "supports",
 ]
+
+INERTIAL_PARAMETERS = ("m", "mcx", "mcy", "mcz", "ixx", "ixy", "iyy", "ixz", "iyz", "izz")
+"""Names of a body's ten inertial parameters, in the regressor's column order (Pinocchio's)."""
+_I6 = ((0, 0), (0, 1), (1, 1), (0, 2), (1, 2), (2, 2))  # the order of a symmetric inertia's six entries
 
 RneaWork = namedtuple(
     "RneaWork",
@@ -53,6 +60,8 @@ RneaWork = namedtuple(
         "d_omega", "d_vel", "d_alpha", "d_acc", "d_torque", "d_force",
         # composite inertias for CRBA (n,), (n, 3), (n, 3, 3)
         "c_mass", "c_h", "c_inertia",
+        # one body's regressor columns of torque and force on their way to the root (3, 10)
+        "y_torque", "y_force",
     ],
 )
 """Work area of the kernels in this module (:func:`rnea_work`)."""
@@ -68,6 +77,7 @@ def rnea_work(n):
         z((n, 3)), z((n, 3)),
         z((n, 2 * n, 3)), z((n, 2 * n, 3)), z((n, 2 * n, 3)), z((n, 2 * n, 3)), z((n, 2 * n, 3)), z((n, 2 * n, 3)),
         z(n), z((n, 3)), z((n, 3, 3)),
+        z((3, 10)), z((3, 10)),
     )
 
 
@@ -268,31 +278,118 @@ def _backward_tangents(parents, origin_rot, axis, is_revolute, work, dtau_dq, dt
         put3(acc_t, p, add3(add3(row3(acc_t, p), mat3_vec(rot, torque_i)), cross3(r, f_par)))
 
 
-# ---------------------------------------------------------------- inertial regressor columns
+# ---------------------------------------------------------------- the inertial regressor
+
+# The one implementation of the joint-torque regressor (d RNEA / d pi): identification's
+# regressor_array and the rigid step's parameter columns both call regressor_into.
 
 
 @njit(cache=True)
-def inertial_columns_into(fk, body, d_mass, d_h, d_inertia, work, out, column):
-    """``out[:, column] += dtau`` for an increment ``(d_mass, d_h (3,), d_inertia (3, 3))`` of body ``body``'s inertial.
+def _body_columns(w, v, al, a, torque, force):
+    """A body's net torque about its origin and its force (body axes) per unit of each of its ten
+    inertial parameters, into ``torque`` and ``force`` (3, 10).
 
-    RNEA is linear in every body's ``(m, h, I_o)`` (body frame, about the body origin), so this
-    is exact; it uses the body motions of the last :func:`rnea_values_into`.
+    ``w, v, al, a`` (3,): the body's angular velocity [rad/s], its origin's velocity [m/s], its
+    angular acceleration [rad/s²] and its origin's acceleration (gravity included) [m/s²]. With ``h = m c``: ``n = I al + h x a + w x (I w + h x v) + v x (m v - h x w)`` and
+    ``f = m a - h x al + w x (m v - h x w)``, linear in ``(m, h, I)``; for the ``h`` columns
+    ``skew(x) skew(y) = y x^T - (x . y) 1``.
+    """
+    torque[:, :] = 0.0
+    force[:, :] = 0.0
+    force[0, 0] = a[0] + w[1] * v[2] - w[2] * v[1]
+    force[1, 0] = a[1] + w[2] * v[0] - w[0] * v[2]
+    force[2, 0] = a[2] + w[0] * v[1] - w[1] * v[0]
+    ww = w[0] * w[0] + w[1] * w[1] + w[2] * w[2]
+    for r in range(3):
+        for c in range(3):
+            force[r, 1 + c] = w[r] * w[c] - (ww if r == c else 0.0)  # skew(al) + skew(w)^2
+            torque[r, 1 + c] = w[r] * v[c] - v[r] * w[c]  # - skew(a) - skew(w) skew(v) + skew(v) skew(w)
+    force[0, 2] -= al[2]
+    force[0, 3] += al[1]
+    force[1, 1] += al[2]
+    force[1, 3] -= al[0]
+    force[2, 1] -= al[1]
+    force[2, 2] += al[0]
+    torque[0, 2] += a[2]
+    torque[0, 3] -= a[1]
+    torque[1, 1] -= a[2]
+    torque[1, 3] += a[0]
+    torque[2, 1] += a[1]
+    torque[2, 2] -= a[0]
+    for k in range(6):  # I al + w x (I w), with I x = L(x) [I_xx, I_xy, I_yy, I_xz, I_yz, I_zz]
+        r, c = _I6[k]
+        e_al = (al[c], al[r])
+        e_w = (w[c], w[r])
+        torque[r, 4 + k] += e_al[0]
+        lw0, lw1, lw2 = 0.0, 0.0, 0.0  # L(w)[:, k]
+        if r == 0:
+            lw0 += e_w[0]
+        elif r == 1:
+            lw1 += e_w[0]
+        else:
+            lw2 += e_w[0]
+        if r != c:
+            torque[c, 4 + k] += e_al[1]
+            if c == 1:
+                lw1 += e_w[1]
+            else:
+                lw2 += e_w[1]
+        torque[0, 4 + k] += w[1] * lw2 - w[2] * lw1
+        torque[1, 4 + k] += w[2] * lw0 - w[0] * lw2
+        torque[2, 4 + k] += w[0] * lw1 - w[1] * lw0
+
+
+@njit(cache=True)
+def _move_to_parent(rot, pos, torque, force):
+    """Columns (3, 10) of a body's torque and force expressed about its parent's origin, parent axes."""
+    for k in range(torque.shape[1]):
+        f0 = rot[0, 0] * force[0, k] + rot[0, 1] * force[1, k] + rot[0, 2] * force[2, k]
+        f1 = rot[1, 0] * force[0, k] + rot[1, 1] * force[1, k] + rot[1, 2] * force[2, k]
+        f2 = rot[2, 0] * force[0, k] + rot[2, 1] * force[1, k] + rot[2, 2] * force[2, k]
+        t0 = rot[0, 0] * torque[0, k] + rot[0, 1] * torque[1, k] + rot[0, 2] * torque[2, k]
+        t1 = rot[1, 0] * torque[0, k] + rot[1, 1] * torque[1, k] + rot[1, 2] * torque[2, k]
+        t2 = rot[2, 0] * torque[0, k] + rot[2, 1] * torque[1, k] + rot[2, 2] * torque[2, k]
+        force[0, k], force[1, k], force[2, k] = f0, f1, f2
+        torque[0, k] = t0 + pos[1] * f2 - pos[2] * f1
+        torque[1, k] = t1 + pos[2] * f0 - pos[0] * f2
+        torque[2, k] = t2 + pos[0] * f1 - pos[1] * f0
+
+
+@njit(cache=True)
+def regressor_into(fk, work, selected, out):
+    """Joint-torque regressor columns of the selected bodies: ``out[i, j, k] = d tau_i / d pi_j,k``.
+
+    ``pi_j`` are body j's ten inertial parameters (:data:`INERTIAL_PARAMETERS`: mass [kg], first
+    moment ``m c`` [kg·m], inertia about the body origin [kg·m²], body axes), so ``out`` (n, n, 10)
+    is in [N·m or N] per unit of each. Exact (RNEA is linear in ``pi``). It reads the body motions
+    and local placements of the last :func:`rnea_values_into` into ``work`` (whose inertials do
+    not matter) and overwrites ``work.y_torque``, ``work.y_force``.
+
+    Args:
+        fk: ``(parents, origin_rot, origin_xyz, axis, is_revolute)``.
+        work: :data:`RneaWork`.
+        selected: (n,) ints: body j's columns ``out[:, j, :]`` are written where ``selected[j]`` is
+            not 0 (zero in the rows of joints that do not support j); the others are left as they are.
+        out: Output (n, n, 10).
     """
     parents, _, _, axis, is_revolute = fk
-    i = body
-    torque, force, _, _ = _body_wrench(
-        d_mass, (d_h[0], d_h[1], d_h[2]), d_inertia,
-        row3(work.omega, i), row3(work.vel, i), row3(work.alpha, i), row3(work.acc, i),
-    )
-    while i >= 0:
-        ax = row3(axis, i)
-        out[i, column] += dot3(ax, torque) if is_revolute[i] else dot3(ax, force)
-        p = parents[i]
-        if p >= 0:
-            rot = work.rot_local[i]
-            force = mat3_vec(rot, force)
-            torque = add3(mat3_vec(rot, torque), cross3(row3(work.pos_local, i), force))
-        i = p
+    torque, force = work.y_torque, work.y_force
+    n = out.shape[0]
+    for j in range(n):  # one call for all bodies: the work tuple is passed once, not once a body
+        if selected[j] == 0:
+            continue
+        for i in range(n):
+            for k in range(10):
+                out[i, j, k] = 0.0
+        _body_columns(work.omega[j], work.vel[j], work.alpha[j], work.acc[j], torque, force)
+        i = j
+        while i >= 0:  # the body's wrench columns, moved up the chain to each joint that carries them
+            carried = torque if is_revolute[i] else force
+            for k in range(10):
+                out[i, j, k] = axis[i, 0] * carried[0, k] + axis[i, 1] * carried[1, k] + axis[i, 2] * carried[2, k]
+            if parents[i] >= 0:
+                _move_to_parent(work.rot_local[i], work.pos_local[i], torque, force)
+            i = parents[i]
 
 
 # ---------------------------------------------------------------- CRBA and small solves

@@ -28,16 +28,18 @@ import torch
 
 from diffsim_ros._compiled import njit
 from diffsim_ros.dynamics.derivatives import (
-    inertial_columns_into,
+    INERTIAL_PARAMETERS,
     lu_factor,
     lu_solve_columns,
     mass_matrix_into,
+    regressor_into,
     rnea_derivatives_into,
     rnea_values_into,
     rnea_work,
 )
 from diffsim_ros.dynamics.fast import FastDynamics, SpringArrays
 from diffsim_ros.dynamics.passive import DEFAULT_FRICTION_VELOCITY_SCALE
+from diffsim_ros.dynamics.regressor import inertial_vector
 from diffsim_ros.dynamics.spring_derivatives import spring_columns, spring_derivatives_into
 from diffsim_ros.model.springs import SPRING_LAWS
 
@@ -74,7 +76,15 @@ def _point_inertia(c):
 
 
 def _inertial_increments(model, fast, groups):
-    """Parameter columns ``(names, kinds, indices)`` and the inertial increments of the inertial ones."""
+    """Parameter columns ``(names, kinds, indices)`` and the inertial increments of the inertial ones.
+
+    An inertial column's increment is ``d pi / d theta`` (10,) of its body (the chain rule through
+    this parametrization: URDF mass, COM and COM inertia, payload mass and COM), so that its
+    column of ``dF/dtheta`` is the regressor's ``Y[:, body, :] @ d pi / d theta``.
+
+    Returns:
+        ``(names, kinds (P,), indices (P,), (bodies (K,), d_pi (K, 10)))`` for K inertial columns.
+    """
     names, kinds, indices = [], [], []
     body, d_mass, d_h, d_inertia = [], [], [], []
 
@@ -124,10 +134,9 @@ def _inertial_increments(model, fast, groups):
         for k in range(3):
             dc = rot[:, k]
             inertial(f"payload.com[{k}]", frame.body, 0.0, m * dc, m * (2.0 * float(c @ dc) * np.eye(3) - np.outer(dc, c) - np.outer(c, dc)))
-    increments = (
-        np.array(body, dtype=np.int64), np.array(d_mass, dtype=np.float64),
-        np.array(d_h, dtype=np.float64).reshape(-1, 3), np.array(d_inertia, dtype=np.float64).reshape(-1, 3, 3),
-    )
+    d_pi = inertial_vector(torch.tensor(d_mass, dtype=torch.float64), torch.tensor(np.reshape(d_h, (-1, 3))),
+                           torch.tensor(np.reshape(d_inertia, (-1, 3, 3)))).numpy()
+    increments = (np.array(body, dtype=np.int64), d_pi.reshape(-1, len(INERTIAL_PARAMETERS)))
     return tuple(names), np.array(kinds, dtype=np.int64), np.array(indices, dtype=np.int64), increments
 
 
@@ -142,7 +151,7 @@ def _anchor_rotations(model):
 
 def _pack(model, dt, substeps, passive, groups):
     fast = FastDynamics.from_model(model)
-    names, kinds, indices, (in_body, in_dm, in_dh, in_di) = _inertial_increments(model, fast, groups)
+    names, kinds, indices, (in_body, in_pi) = _inertial_increments(model, fast, groups)
     sp = fast.springs
     n, s, t, c = model.nq, sp.lever_joints.shape[0], sp.torsion_joints.shape[0], sp.point_body_a.shape[0]
     header = [n, s, t, c, len(names), in_body.shape[0], int(substeps), int(bool(passive))]
@@ -156,7 +165,7 @@ def _pack(model, dt, substeps, passive, groups):
         sp.lever_stiffness, sp.lever_offset, sp.lever_alpha1, sp.lever_l1, sp.lever_l2, sp.lever_rest_length,
         sp.torsion_stiffness, sp.torsion_offset, sp.torsion_damping,
         sp.point_a, sp.point_b, sp.point_stiffness, sp.point_rest_length, sp.point_damping, _anchor_rotations(model),
-        in_dm, in_dh, in_di,
+        in_pi,
     ]
     dt_index = sum(np.size(x) for x in floats[:10]) + 1  # the period inside the constants pair
     floats = np.concatenate([np.asarray(x, dtype=np.float64).reshape(-1) for x in floats])
@@ -176,7 +185,7 @@ def unpack_model(floats, ints):
     Returns:
         ``(fk, inertials, up, springs, anchor_rot, joint (damping, friction, armature), constants
         (friction velocity scale, dt), options (substeps, passive), columns (kinds, indices,
-        inertial bodies, d_mass, d_h, d_inertia))``.
+        inertial bodies, their increments d pi / d theta (K, 10)))``.
     """
     n, s, t, c, cols, nin, substeps, passive = ints[0], ints[1], ints[2], ints[3], ints[4], ints[5], ints[6], ints[7]
     o = _HEADER
@@ -215,16 +224,14 @@ def unpack_model(floats, ints):
     pr, o = _take(floats, o, c)
     pd, o = _take(floats, o, c)
     anchor_rot, o = _take(floats, o, 18 * c)
-    in_dm, o = _take(floats, o, nin)
-    in_dh, o = _take(floats, o, 3 * nin)
-    in_di, o = _take(floats, o, 9 * nin)
+    in_pi, o = _take(floats, o, 10 * nin)
     fk = (parents, origin_rot.reshape((n, 3, 3)), origin_xyz.reshape((n, 3)), axis.reshape((n, 3)), is_rev)
     springs = SpringArrays(
         lever_joints, lever[0], lever[1], lever[2], lever[3], lever[4], lever[5],
         torsion_joints, ts, to, td, body_a, body_b, pa.reshape((c, 3)), pb.reshape((c, 3)), ps, pr, pd, tension_only,
     )
     inertials = (mass, h.reshape((n, 3)), inertia_o.reshape((n, 3, 3)))
-    columns = (kinds, indices, in_body, in_dm, in_dh.reshape((nin, 3)), in_di.reshape((nin, 3, 3)))
+    columns = (kinds, indices, in_body, in_pi.reshape((nin, 10)))
     return (fk, inertials, up, springs, anchor_rot.reshape((c, 2, 3, 3)), (damping, friction, armature), consts,
             (substeps, passive), columns)
 
@@ -234,13 +241,21 @@ def unpack_model(floats, ints):
 
 @njit(cache=True)
 def step_work(n, n_spring_columns, n_columns):
-    """Work area of :func:`step_into` for ``n`` joints, spring and parameter columns."""
+    """Work area of :func:`step_into` for ``n`` joints, spring and parameter columns.
+
+    ``(rnea work, springs, spring outputs, solve, chain, regressor)``; regressor: ``(Y (n, n, 10),
+    marks (n,))``, the bodies' regressor columns of the parameter Jacobians (empty without columns).
+    """
     z = np.zeros
     springs = (z((n, 3)), z((n, 3)), z((n, n)), z(n), z((n, 3)))
     spring_out = (z(n), z((n, n)), z((n, n)), z((n, n)), z((n, n)), z((n, n_spring_columns)), z((n, n_spring_columns)), z((n, n_spring_columns)))
     solve = (z((n, n)), z(n, dtype=np.int64), z((n, 3 * n + n_columns)), z(n), z(n), z(n), z(n), z(n), z(n), z((n, n)), z((n, n)))
     chain = (z((2 * n, 2 * n)), z((2 * n, n)), z((2 * n, n_columns)), z((2 * n, 2 * n)), z((2 * n, n + n_columns)))
-    return rnea_work(n), springs, spring_out, solve, chain
+    # the regressor's buffers live here (its column scratch in the RneaWork): allocating them in
+    # _parameter_rhs, or the scratch here, made every step's Jacobians ~10 % slower (measured),
+    # with or without parameter columns
+    regressor = (z((n if n_columns else 0, n, 10)), z(n, dtype=np.int64))
+    return rnea_work(n), springs, spring_out, solve, chain, regressor
 
 
 @njit(cache=True)
@@ -319,16 +334,30 @@ def _passive_rhs(model, work, h, rhs):
 
 @njit(cache=True)
 def _parameter_rhs(model, work, qd, h, rhs, first, passive):
-    """``rhs[:, first + p] = -dF/dtheta_p`` for every parameter column."""
-    fk, _, _, _, _, _, consts, _, (kinds, indices, in_body, in_dm, in_dh, in_di) = model
-    rw, _, (_, _, _, _, _, de_dp, dcv_dp, ddiag_dp), (_, _, _, _, qdd, _, tanh_v, _, _, _, _), _ = work
-    n, vs = qd.shape[0], consts[0]
+    """``rhs[:, first + p] = -dF/dtheta_p`` for every parameter column (``rhs`` zero there before).
+
+    Inertial columns: ``F`` holds ``RNEA = sum_b Y[:, b, :] pi_b`` at the solved acceleration, so
+    ``dF/dtheta = Y[:, b, :] d pi_b / d theta`` (the regressor at the last RNEA sweep, ``qdd``
+    included); armature, damping, friction and spring columns are the passive terms' own.
+    """
+    fk, _, _, _, _, _, consts, _, (kinds, indices, in_body, in_pi) = model
+    rw, _, (_, _, _, _, _, de_dp, dcv_dp, ddiag_dp), (_, _, _, _, qdd, _, tanh_v, _, _, _, _), _, (y, marks) = work
+    n, vs, parents = qd.shape[0], consts[0], fk[0]
+    marks[:] = 0
+    for index in range(in_body.shape[0]):  # each body with inertial columns once (inertia and payload may share one)
+        marks[in_body[index]] = 1
+    regressor_into(fk, rw, marks, y)
     for p in range(kinds.shape[0]):
         kind, index, col = kinds[p], indices[p], first + p
         if kind == _INERTIAL:
-            inertial_columns_into(fk, in_body[index], in_dm[index], in_dh[index], in_di[index], rw, rhs, col)
-            for j in range(n):
-                rhs[j, col] = -rhs[j, col]
+            b = in_body[index]
+            i = b
+            while i >= 0:  # the joints that carry body b: the other rows of Y[:, b, :] are zero
+                acc = 0.0
+                for k in range(10):
+                    acc += y[i, b, k] * in_pi[index, k]
+                rhs[i, col] = -acc
+                i = parents[i]
         elif kind == _ARMATURE:  # F holds armature * qdd
             rhs[index, col] = -qdd[index]
         elif not passive:
