@@ -318,6 +318,7 @@ def graph_run(seconds, log_dir, baxter, output=BAXTER, estimator=None):
         states = np.asarray([t for t, _ in state_messages])
         stamps = np.asarray([m.header.stamp.sec + 1e-9 * m.header.stamp.nanosec for _, m in state_messages])
         stale_warnings = processes["controller_node"].output().count("joint states stale")
+        rejections = rejection_reasons(processes["sim_robot_node"].output())
         control, hardware = ([{kv.key: kv.value for kv in st.values} for _, msg in probe.messages("/diagnostics")
                               for st in msg.status if st.name == name] for name in ("controller: control",
                                                                                    "sim_robot: hardware"))
@@ -352,9 +353,15 @@ def graph_run(seconds, log_dir, baxter, output=BAXTER, estimator=None):
             "sim_gaps_over_50ms": int(hardware[-1]["joint state gaps > 50 ms"]),
             "sim_gc_pause_ms": float(hardware[-1]["largest GC pause [ms]"]),
             "sim_real_time_factor": min(float(h["real-time factor"]) for h in hardware[1:]),
-            "sim_rejected_commands": int(hardware[-1]["rejected commands"]),
+            "sim_rejected_commands": int(hardware[-1]["rejected commands"]), "sim_rejections": rejections,
             "sim_scheduling": hardware[-1]["scheduling"],
             "gap_p99_ms": percentile(gaps, 99), "modes": sorted(modes), "resources": resources, "soak": soak}
+
+
+def rejection_reasons(log):
+    """The distinct reasons sim_robot's log gives for rejected commands (its throttled warnings), in order."""
+    marker = "command rejected: "
+    return list(dict.fromkeys(line.split(marker, 1)[1].strip() for line in log.splitlines() if marker in line))
 
 
 def _truth():
@@ -490,6 +497,8 @@ def report(latency, runs, load_before, load_after, duration):
                         "longest GC [ms]", "rejected commands", "probe: state arrival gaps > 50 ms (longest)",
                         "state stamp gaps > 50 ms (longest)"], _self_rows(runs)),
         "",
+        *[f"sim_robot on {run['output']} rejected commands because: " + "; ".join(run["sim_rejections"]) + "."
+          for run in runs if run.get("sim_rejections")],
         f"Scheduling: controller {first['controller_scheduling']}, sim_robot {first['sim_scheduling']}, probe "
         f"{first['probe_scheduling']} (no garbage collection while recording: "
         f"{', '.join(str(run['probe_collections']) for run in runs)} collections).",

@@ -127,3 +127,14 @@ def test_the_streaming_overrides_make_an_estimator_the_node_can_build():
     config = OnlineEstimatorConfig(method=bench_ros.STREAMING["method"], groups=tuple(bench_ros.STREAMING["groups"]))
     estimator = make_online_estimator(load_robot_config(BAXTER_LEFT).build_model(), config)
     assert isinstance(estimator, StreamingEstimator)
+
+
+def test_rejection_reasons_are_read_from_sim_robots_warnings_once_each():
+    log = "\n".join([
+        "[WARN] [1.0] [sim_robot]: command rejected: the hardware is still starting (kernels warming up)",
+        "[INFO] [1.5] [sim_robot]: kernels ready",
+        "[WARN] [2.0] [sim_robot]: command rejected: non-finite torques",
+        "[WARN] [3.0] [sim_robot]: command rejected: the hardware is still starting (kernels warming up)",
+    ])
+    assert bench_ros.rejection_reasons(log) == ["the hardware is still starting (kernels warming up)", "non-finite torques"]
+    assert bench_ros.rejection_reasons("[INFO] nothing rejected") == []
