@@ -22,6 +22,7 @@ from diffsim_ros.sim.pbd.fast import FastPBD
 from diffsim_ros.sim.rigid import RigidBodySimulator
 from diffsim_ros.sim.rigid_fast import FastRigidStep
 from oracles import EXAMPLE_ARMS, PinocchioOracle, example_robot_urdf, mujoco_model
+from test_pbd_references import mujoco_rollout
 
 PIN_TOL = 1e-9  # [N·m], [kg·m²], [rad/s²]: the same algorithms, float64 rounding only
 MUJOCO_TOL = 1e-9  # MuJoCo's mass matrix from the same URDF inertials (measured 3e-15)
@@ -180,37 +181,12 @@ def _pbd_case(model, seed=1, steps=30):
     return model, q0, qd0, rng.uniform(-3, 3, (steps, model.nq))
 
 
-def _mujoco_rollout(path, model, q0, qd0, tau):
-    """MuJoCo (RK4, 0.1 ms, limits off) with the model's armature and damping: q, qd after every 10 ms."""
-    import mujoco
-
-    mj = mujoco_model(path)
-    mj.opt.timestep, mj.opt.integrator = 1e-4, mujoco.mjtIntegrator.mjINT_RK4
-    mj.jnt_limited[:] = 0
-    names = [mujoco.mj_id2name(mj, mujoco.mjtObj.mjOBJ_JOINT, i) for i in range(mj.njnt)]
-    dofs = np.array([mj.jnt_dofadr[names.index(j)] for j in model.joint_names])
-    mj.dof_armature[dofs] = model.params.armature.numpy()
-    mj.dof_damping[dofs] = model.params.damping.numpy()
-    qpos = mj.jnt_qposadr[[names.index(j) for j in model.joint_names]]
-    data = mujoco.MjData(mj)
-    data.qpos[qpos] = q0
-    data.qvel[dofs] = qd0
-    qs, qds = [], []
-    for u in tau:
-        data.qfrc_applied[dofs] = u
-        for _ in range(100):
-            mujoco.mj_step(mj, data)
-        qs.append(data.qpos[qpos].copy())
-        qds.append(data.qvel[dofs].copy())
-    return np.array(qs), np.array(qds)
-
-
 @pytest.mark.parametrize("fast", [False, True], ids=["torch", "compiled"])
 def test_pbd_with_armature_matches_mujoco_dof_armature(panda, fast):
     """The PBD step carries the armature on the joints' free rows: it matches MuJoCo's M + diag(a)."""
     path, _, with_armature = panda
     model, q0, qd0, tau = _pbd_case(with_armature)
-    ref_q, ref_qd = _mujoco_rollout(path, model, q0, qd0, tau)
+    ref_q, ref_qd = mujoco_rollout(model, q0, qd0, tau, 0.01, urdf=path, timestep=1e-4)
     simulator = PBDSimulator(model, dt=0.01, substeps=10, limits=False, fast=fast)
     assert (simulator.fast_rollout_supported() is None) == fast
     with torch.no_grad():

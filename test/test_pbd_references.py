@@ -49,7 +49,7 @@ def _spring_callback(model, dofs):
 
 
 def mujoco_rollout(model, q0, qd0, tau_seq, dt, urdf=BAXTER_URDF, timestep=MUJOCO_TIMESTEP):
-    """Joint trajectory of the same URDF in MuJoCo (RK4, limits off, model damping and springs).
+    """Joint trajectory of the same URDF in MuJoCo (RK4, limits off, model damping, armature and springs).
 
     Args:
         model: RobotModel (joint names, damping, springs; no friction or payload).
@@ -68,6 +68,7 @@ def mujoco_rollout(model, q0, qd0, tau_seq, dt, urdf=BAXTER_URDF, timestep=MUJOC
     mj.jnt_limited[:] = 0
     dofs = np.array([mj.jnt_dofadr[mujoco.mj_name2id(mj, mujoco.mjtObj.mjOBJ_JOINT, n)] for n in model.joint_names])
     mj.dof_damping[dofs] = model.params.damping.detach().numpy()
+    mj.dof_armature[dofs] = model.params.armature.detach().numpy()
     data = mujoco.MjData(mj)
     data.qpos[dofs] = np.asarray(q0)
     data.qvel[dofs] = np.asarray(qd0)
