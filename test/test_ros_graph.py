@@ -130,7 +130,10 @@ def test_sim_time_graph_converges_commands_baxter_and_saves_on_sigint(domain, ba
     received = commands()
     assert all(msg.mode == JointCommand.TORQUE_MODE and len(msg.command) == 7 for _, msg in received)
     assert list(received[-1][1].names) == [f"left_{j}" for j in ("s0", "s1", "e0", "e1", "w0", "w1", "w2")]
-    window = [t for t, _ in received[-300:]]
+    # 300 commands after the probe's first /clock (its best-effort subscription may match late)
+    probe.wait_for(lambda: probe.messages("/clock") and sum(t > probe.messages("/clock")[0][0] for t, _ in commands()) > 300,
+                   START_TIMEOUT, "300 commands after the first /clock")
+    window = [t for t, _ in commands()[-300:]]
     # The sim time around the window: the last /clock received before its first command and the first after its
     # last. Not the /clock received inside it: a probe that fell behind receives the backlogged commands in a
     # burst while its best-effort /clock queue (depth 10) dropped most of the clock of that time, which shrinks
