@@ -25,7 +25,7 @@ import torch
 from diffsim_ros.dynamics.kinematics import forward_kinematics
 from diffsim_ros.dynamics.spatial import matrix_to_quat, quat_to_matrix
 from diffsim_ros.estimation import identifiability as ident
-from diffsim_ros.estimation import solvers
+from diffsim_ros.estimation import simulator_jacobians, solvers
 from diffsim_ros.estimation.base_parameters import linear_parameter_report
 from diffsim_ros.estimation.data import DataError, UndeterminedError
 from diffsim_ros.estimation.fit_quality import agreement_verdict, torque_agreement
@@ -62,7 +62,7 @@ __all__ = [
 
 ROBUST_LOSSES = solvers.ROBUST_LOSSES
 forward_jacobian = solvers.forward_jacobian
-JACOBIANS = ("auto", "forward", "finite_difference")
+JACOBIANS = ("auto", "tangents", "forward", "finite_difference")
 
 _NEEDS = {
     "payload": ("static", "trajectories"),
@@ -110,10 +110,13 @@ class IdentificationSettings:
         adam_lr: Adam step size in normalized coordinates.
         bounds: Plausibility bounds (box constraints and the final check).
         policy: :class:`~diffsim_ros.estimation.identifiability.DeterminationPolicy`.
-        jacobian: Jacobians of simulator residuals: ``"forward"`` (forward-mode AD through
-            the torch step), ``"finite_difference"`` (central differences, no gradients:
-            the compiled kernel where the simulator has one) or ``"auto"`` (finite
-            differences where a compiled kernel applies).
+        jacobian: Jacobians of simulator residuals: ``"tangents"`` (exact, from the compiled
+            PBD step's parameter tangents: :mod:`~diffsim_ros.estimation.simulator_jacobians`),
+            ``"forward"`` (forward-mode AD through the torch step), ``"finite_difference"``
+            (central differences, no gradients: the compiled kernel where the simulator has
+            one) or ``"auto"`` (tangents where they apply, else finite differences where a
+            compiled kernel applies, else forward mode; ``IdentificationResult.jacobians``
+            says which each block used and why).
     """
 
     trajectory_loss: str = "auto"
@@ -191,6 +194,8 @@ class IdentificationResult:
             determined combinations hold only with every one of them.
         base_parameters: :class:`~diffsim_ros.estimation.base_parameters.BaseParameters` of
             the inertia group (None without it).
+        jacobians: Residual block -> how its Jacobian was computed (``"tangents"``,
+            ``"finite_difference"``, ``"forward"``), with why the exact tangents did not apply.
     """
 
     model: object
@@ -213,6 +218,7 @@ class IdentificationResult:
     split: object = None
     fitted: tuple | None = None
     combined: dict = field(default_factory=dict)
+    jacobians: dict = field(default_factory=dict)
     base_parameters: object = None
 
 
@@ -356,15 +362,20 @@ def _held_by_prior(block, blocks):
     return block.kind == "log_cholesky" or (prior.armature and block.names[0].endswith(".armature"))
 
 
-def _finite_differences(block, settings):
-    """Whether a block's Jacobian comes from central differences of compiled rollouts."""
+def _jacobian_mode(block, settings, apply, z):
+    """How a block's Jacobian is computed: ``(mode, why)``, mode one of ``"tangents"``
+    (compiled exact tangents), ``"finite_difference"`` (central differences of compiled
+    rollouts) or ``"forward"`` (forward-mode AD through torch)."""
     sim = getattr(block, "simulator", None)
-    if sim is None or settings.jacobian == "forward":
-        return False
-    if settings.jacobian == "finite_difference":
-        return True
+    if sim is None or settings.jacobian in ("forward", "finite_difference"):
+        return ("forward" if sim is None else settings.jacobian), ""
+    why = simulator_jacobians.tangent_support(block, apply, z)
+    if why is None:
+        return "tangents", ""
+    if settings.jacobian == "tangents":
+        raise ValueError(f"jacobian='tangents' does not apply to the {block.name} block: {why}")
     supported = getattr(sim, "fast_rollout_supported", None)
-    return supported is not None and supported() is None
+    return ("finite_difference" if supported is not None and supported() is None else "forward"), why
 
 
 class _Problem:
@@ -379,7 +390,13 @@ class _Problem:
         self.space, self.blocks = space, blocks
         self.x0 = x0
         self.free = np.ones(space.size, dtype=bool)
-        self.fd = [_finite_differences(block, settings) for block in blocks]
+        self.modes = [_jacobian_mode(block, settings, self._model_of, x0) for block in blocks]
+
+    def _model_of(self, x):
+        return self.space.apply(x)[0]
+
+    def _free_model(self, z):
+        return self.space.apply(self.full(z))[0]
 
     def residual(self, x):
         candidate, camera = self.space.apply(x)
@@ -426,9 +443,11 @@ class _Problem:
             rows = sum(block.scale.numel() for block in self.blocks)
             return z.new_full((rows,), torch.inf), z.new_zeros(rows, z.shape[0])
         values, jacobians = [], []
-        for index, fd in enumerate(self.fd):
+        for index, (mode, _) in enumerate(self.modes):
             block = self.blocks[index]
-            if fd:
+            if mode == "tangents":
+                parts = [simulator_jacobians.value_and_jacobian(block, self._free_model, z)]
+            elif mode == "finite_difference":
                 parts = [_central_differences(lambda w, i=index: self._block_residual(i, w), z)]
             elif getattr(block, "chunk_rows", None):  # sample chunks: bounded tangent memory on long recordings
                 step = block.chunk_rows
@@ -817,6 +836,7 @@ def _result(nominal, problem, solution, values, stddev, unidentifiable, before, 
         message=solution.message,
         noise=noise,
         blocks=tuple(b.name for b in problem.blocks),
+        jacobians={b.name: (mode if not why else f"{mode} ({why})") for b, (mode, why) in zip(problem.blocks, problem.modes)},
         errors_before=before[1],
         errors_after=_per_block_errors(problem.blocks, residual),
         agreement=agreement,

@@ -40,6 +40,7 @@ __all__ = [
     "CoordinatePrior",
     "INERTIA_PRIOR",
     "ROLLOUT_SCHEMES",
+    "torques_applied",
 ]
 
 ROLLOUT_SCHEMES = ("angle", "velocity", "both", "torque")
@@ -173,7 +174,7 @@ def _effort_rows(trajectories, like, repeat=None):
                                    torch.tensor(counts, device=like.device))[:, None]
 
 
-def _torques(tau, efforts, model, rate=None):
+def torques_applied(tau, efforts, model, rate=None):
     """Joint torques of measured ``tau`` [N·m]: efforts less the model's effort bias, and read
     ``effort_delay`` later (to first order, with their ``rate`` [N·m/s]) where ``efforts`` is 1
     (shape broadcastable to ``tau``); commanded torques as they are."""
@@ -309,7 +310,7 @@ class SimulatorDynamicsResidual(_Block):
 
     def __call__(self, model, camera_pose=None):
         sim = self.simulator.with_model(model)
-        _, qd1 = sim.rollout(self.q, self.qd, _torques(self.tau, self.efforts, model, self.rate)[:, None, :])
+        _, qd1 = sim.rollout(self.q, self.qd, torques_applied(self.tau, self.efforts, model, self.rate)[:, None, :])
         missing = (self.qd + sim.dt * self.qdd - qd1[:, 0]) / sim.dt
         return self._finish(matvec(mass_matrix(model, self.q), missing))
 
@@ -421,7 +422,7 @@ class InverseDynamicsResidual(_Block):
         q, qd = self.q[rows], self.qd[rows]
         predicted = self.rigid_torques(model, rows) - passive_torques(model, q, qd)
         rate = None if self.rate is None else self.rate[rows]
-        residual = (predicted - _torques(self.tau[rows], self.efforts[rows], model, rate)) / self.scale[rows]
+        residual = (predicted - torques_applied(self.tau[rows], self.efforts[rows], model, rate)) / self.scale[rows]
         if self.weight is not None:
             residual = residual * self.weight[rows]
         return residual.reshape(-1)
@@ -528,7 +529,7 @@ class RolloutResidual(_Block):
         """Simulated ``(q, qd)`` at every sample of every window, shapes (W, K, n)."""
         sim = self.simulator.with_model(model)
         d = self.data
-        q, qd = sim.rollout(d["q0"], d["qd0"], _torques(d["tau"], self.efforts, model), checkpoint_every=self.checkpoint_every)
+        q, qd = sim.rollout(d["q0"], d["qd0"], torques_applied(d["tau"], self.efforts, model), checkpoint_every=self.checkpoint_every)
         m = self.steps_per_sample
         return q[..., m - 1 :: m, :], qd[..., m - 1 :: m, :]
 

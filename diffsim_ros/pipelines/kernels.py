@@ -69,19 +69,27 @@ def _mpc(model, q, qd, **simulator):
 
 
 def _pbd_mpc():
-    """The MPC through PBD, and the PBD step's exact Jacobians (forward-mode tangents) called alone.
+    """The MPC through PBD, the PBD step's exact Jacobians (forward-mode tangents) called alone,
+    and its parameter tangents (the identification's PBD Jacobians).
 
-    One family: both call the one compiled tangent step (``fast_tangents.step_tangents_with``),
-    which the first compiles and the second links.
+    One family: all call the one compiled tangent step (``fast_tangents.step_tangents_core``),
+    which the first compiles and the others link.
     """
+    import numpy as np
+
     from diffsim_ros.sim import PBDSimulator
     from diffsim_ros.sim.pbd.fast import FastPBD
-    from diffsim_ros.sim.pbd.fast_jacobians import pbd_step_jacobians
+    from diffsim_ros.sim.pbd.fast_jacobians import parameter_tensors, pbd_rollout_parameter_tangents, pbd_step_jacobians
 
     model = _baxter()
     q, qd, tau = _start(model)
     _mpc(model, q, qd, kind="pbd", substeps=1)
-    pbd_step_jacobians(FastPBD.from_model(model), q, qd, tau, _DT, PBDSimulator(model, _DT).settings)
+    pbd, settings = FastPBD.from_model(model), PBDSimulator(model, _DT).settings
+    pbd_step_jacobians(pbd, q, qd, tau, _DT, settings)
+    seeds = [np.zeros((1, *t.shape)) for t in parameter_tensors(model)[0]]
+    state = np.zeros((1, 1, model.nq))
+    pbd_rollout_parameter_tangents(pbd, _DT, settings, seeds, np.asarray(q)[None], np.asarray(qd)[None], state, state,
+                                   np.asarray(tau)[None, None], state[:, None])
 
 
 def _rigid():

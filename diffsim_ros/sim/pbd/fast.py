@@ -48,7 +48,7 @@ from diffsim_ros.sim.pbd.bodies import build_system
 
 __all__ = ["accelerate_bodies", "apply_impulses", "close_substep", "factor_system", "fast_rollout_supported",
            "FASTMATH", "FastPBD", "frames_into", "joint_load", "joint_step_into", "keep_torch_threads",
-           "kernel_options", "KICK_FINISH", "KICK_FULL", "KICK_START", "limit_targets", "predict_positions",
+           "kernel_options", "KICK_FINISH", "KICK_FULL", "KICK_START", "limit_targets", "physics_tensors", "predict_positions",
            "row_blocks", "row_rhs", "set_spin", "SMALL_ANGLE_SQUARED", "so3_exp_into", "solve_system",
            "solve_system_columns", "state_from_joints", "turn_poses", "velocity_rhs", "work_area",
            "write_joint_state"]
@@ -1131,6 +1131,21 @@ def _array(t):
     return np.ascontiguousarray(t.detach().to(dtype=torch.float64, device="cpu").numpy())
 
 
+def physics_tensors(model):
+    """The torch tensors a :class:`FastPBD` snapshot's ``phys`` holds, in ``_Physics`` order
+    (but the friction velocity scale), differentiable in the model's parameters: inverse
+    masses (N,), inertias and their inverses (N, 3, 3), dynamic flags (N,), COMs (N, 3),
+    joint frame columns (n, 3, 3) of both sides, limits, damping, friction and armature (n,),
+    gravity (3,)."""
+    system = build_system(model)
+    bodies, joints = system.bodies, system.joints
+    return (
+        bodies.inv_mass, bodies.inertia, bodies.inv_inertia, bodies.dynamic, bodies.com,
+        joints.local_parent, joints.local_child, joints.lower, joints.upper, joints.damping,
+        joints.friction, joints.armature, system.gravity,
+    )
+
+
 @dataclass(frozen=True)
 class FastPBD:
     """Compiled forward PBD rollouts of a RobotModel snapshot (float64 numpy, no gradient).
@@ -1151,14 +1166,7 @@ class FastPBD:
     def from_model(cls, model):
         """Snapshot ``model`` (see :func:`fast_rollout_supported` for what is supported)."""
         dynamics = FastDynamics.from_model(model)
-        system = build_system(model)
-        bodies, joints = system.bodies, system.joints
-        tensors = (
-            bodies.inv_mass, bodies.inertia, bodies.inv_inertia, bodies.dynamic, bodies.com,
-            joints.local_parent, joints.local_child, joints.lower, joints.upper, joints.damping,
-            joints.friction, joints.armature, system.gravity,
-        )
-        phys = _Physics(*(_array(t) for t in tensors), float(DEFAULT_FRICTION_VELOCITY_SCALE))
+        phys = _Physics(*(_array(t) for t in physics_tensors(model)), float(DEFAULT_FRICTION_VELOCITY_SCALE))
         fk = (dynamics.parents, dynamics.origin_rot, dynamics.origin_xyz, dynamics.axis, dynamics.is_revolute)
         return cls(fk=fk, phys=phys, springs=dynamics.springs)
 

@@ -34,7 +34,8 @@ from diffsim_ros.sim.pbd.fast import (
     solve_system_columns, state_from_joints, turn_poses, velocity_rhs, work_area,
 )
 
-__all__ = ["step_tangents_into", "step_tangents_with", "tangent_area"]
+__all__ = ["parameter_area", "PARAMETER_SEEDS", "rollout_parameter_tangents", "step_tangents_core", "step_tangents_into",
+           "step_tangents_with", "tangent_area"]
 
 # Called from compiled code only: no Python wrappers (unboxing the work areas' ~100 arrays from
 # Python objects is most of a small function's compile time).
@@ -66,8 +67,23 @@ _Tangents = namedtuple(
         # primal scratch: a solution (n, 6), its wrenches J^T x and response M^-1 J^T x (N, 6),
         # K x (n, 6), the limit targets (n,), small vectors (8, 6), a rotation (3, 3)
         "x", "wrench", "response0", "kx", "targets", "small", "turn",
+        # parameter directions (:func:`parameter_area`; empty, D = 0, in a state/torque area):
+        # (1,) whether the directions move the snapshot's parameters; the tangents of its
+        # inverse masses (D, N), inertias and inverse inertias in body frames (D, N, 3, 3),
+        # COMs (D, N, 3), joint frame columns (D, n, 3, 3), damping, friction, armature (D, n),
+        # lever springs' stiffness and offset (D, s), torsion springs' (D, t); and scratch: the
+        # world inertias' and inverse inertias' parameter tangents at the forces' poses (D, N, 3, 3)
+        "parametric", "p_inv_mass", "p_inertia", "p_inv_inertia", "p_com", "p_local_parent", "p_local_child",
+        "p_damping", "p_friction", "p_armature", "p_lever_stiffness", "p_lever_offset",
+        "p_torsion_stiffness", "p_torsion_offset", "p_inertia_w", "p_inv_inertia_w",
     ],
 )
+
+PARAMETER_SEEDS = ("inv_mass", "inertia", "inv_inertia", "com", "local_parent", "local_child", "damping", "friction",
+                   "armature", "lever_stiffness", "lever_offset", "torsion_stiffness", "torsion_offset")
+"""The snapshot arrays whose tangents :func:`parameter_area` seeds, in its ``seeds`` order
+(``_Physics`` fields, then dynamics.fast.SpringArrays fields without their ``lever_`` /
+``torsion_`` kind): every other array of the snapshot is held constant."""
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH)
@@ -79,7 +95,47 @@ def tangent_area(n, with_state):
         with_state: True: the ``3n`` directions of ``A`` and ``B`` (the torques, then the
             positions and the velocities); False: the ``n`` torques alone (``B``).
     """
-    size, particles = (3 * n if with_state else n), n + 1
+    size = 3 * n if with_state else n
+    seeds = (np.zeros((size, n)), np.zeros((size, n)), np.zeros((size, n)))
+    for i in range(n):  # the torques first: B alone is the leading n directions
+        seeds[2][i, i] = 1.0
+        if with_state:
+            seeds[0][n + i, i] = 1.0
+            seeds[1][2 * n + i, i] = 1.0
+    return _area(n, size, seeds, 0, 0, 0)
+
+
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH)
+def parameter_area(n, size, seeds):
+    """Tangent work area of :func:`step_tangents_core` along ``size`` parameter directions.
+
+    Args:
+        n: Joints.
+        size: Directions D.
+        seeds: The snapshot arrays' tangents along the directions, in :data:`PARAMETER_SEEDS`
+            order, each (D, *shape of the array) (copied in). The state and torque seeds
+            (``seed_q``, ``seed_qd``, ``seed_tau``, (D, n)) start at zero: the caller sets them.
+    """
+    t = _area(n, size, (np.zeros((size, n)), np.zeros((size, n)), np.zeros((size, n))), size,
+              seeds[9].shape[1], seeds[11].shape[1])
+    t.parametric[0] = True
+    for target, source in ((t.p_inv_mass, seeds[0]), (t.p_damping, seeds[6]), (t.p_friction, seeds[7]),
+                           (t.p_armature, seeds[8]), (t.p_lever_stiffness, seeds[9]), (t.p_lever_offset, seeds[10]),
+                           (t.p_torsion_stiffness, seeds[11]), (t.p_torsion_offset, seeds[12])):
+        target[:, :] = source
+    t.p_inertia[:, :, :, :] = seeds[1]
+    t.p_inv_inertia[:, :, :, :] = seeds[2]
+    t.p_com[:, :, :] = seeds[3]
+    t.p_local_parent[:, :, :, :] = seeds[4]
+    t.p_local_child[:, :, :, :] = seeds[5]
+    return t
+
+
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH)
+def _area(n, size, seeds, psize, levers, torsions):
+    """A tangent area of ``size`` directions with the given state/torque seeds and ``psize``
+    (0 or ``size``) parameter directions."""
+    particles = n + 1
 
     def p3():
         return np.zeros((size, particles, 3))
@@ -90,12 +146,6 @@ def tangent_area(n, with_state):
     def j1():
         return np.zeros((size, n))
 
-    seeds = (j1(), j1(), j1())
-    for i in range(n):  # the torques first: B alone is the leading n directions
-        seeds[2][i, i] = 1.0
-        if with_state:
-            seeds[0][n + i, i] = 1.0
-            seeds[1][2 * n + i, i] = 1.0
     return _Tangents(
         p3(), p3(), p3(), p3(), p3(), p3(), p3(), p3(), p3(), p3(), p3(),
         p3(), p3(),
@@ -108,6 +158,11 @@ def tangent_area(n, with_state):
         seeds[0], seeds[1], seeds[2],
         np.zeros((n, 6)), np.zeros((particles, 6)), np.zeros((particles, 6)), np.zeros((n, 6)), np.full(n, np.nan),
         np.zeros((8, 6)), np.zeros((3, 3)),
+        np.zeros(1, dtype=np.bool_), np.zeros((psize, particles)), np.zeros((psize, particles, 3, 3)),
+        np.zeros((psize, particles, 3, 3)), np.zeros((psize, particles, 3)), np.zeros((psize, n, 3, 3)),
+        np.zeros((psize, n, 3, 3)), np.zeros((psize, n)), np.zeros((psize, n)), np.zeros((psize, n)),
+        np.zeros((psize, levers)), np.zeros((psize, levers)), np.zeros((psize, torsions)), np.zeros((psize, torsions)),
+        np.zeros((psize, particles, 3, 3)), np.zeros((psize, particles, 3, 3)),
     )
 
 
@@ -140,6 +195,28 @@ def _mat_add(mat, v, scale, out):
     """``out += scale * mat @ v`` for a 3x3 matrix and 3-vectors."""
     for r in range(3):
         out[r] += scale * (mat[r, 0] * v[0] + mat[r, 1] * v[1] + mat[r, 2] * v[2])
+
+
+@_internal
+def _add_rotated_columns(rot, local, lever, axis, ref):
+    """``lever, axis, ref += rot @ local[:, 0], rot @ local[:, 1], rot @ local[:, 2]`` (3,) each."""
+    for r in range(3):
+        for c in range(3):
+            lever[r] += rot[r, c] * local[c, 0]
+            axis[r] += rot[r, c] * local[c, 1]
+            ref[r] += rot[r, c] * local[c, 2]
+
+
+@_internal
+def _congruence_into(rot, mat, out):
+    """``out = rot @ mat @ rot^T`` (3, 3)."""
+    for r in range(3):
+        for c in range(3):
+            acc = 0.0
+            for a in range(3):
+                for b in range(3):
+                    acc += rot[r, a] * mat[a, b] * rot[c, b]
+            out[r, c] = acc
 
 
 @_internal
@@ -200,6 +277,8 @@ def _t_state_from_joints(fk, w, t, qd, dq, dqd):
                 t.pos[d, k + 1, r] = t.body_pos[d, k, r]
                 t.z_ang[d, k, r] = z[r] * dqd[d, k]
             _cross_add(th, c, 1.0, t.pos[d, k + 1])
+            if t.parametric[0]:  # the COM moves in its body
+                _mat_add(rot_w[k], t.p_com[d, k + 1], 1.0, t.pos[d, k + 1])
             _cross_add(th, z, qd[k], t.z_ang[d, k])
             for r in range(3):
                 t.omega[d, k + 1, r] = t.omega[d, p, r] + t.z_ang[d, k, r]
@@ -232,6 +311,9 @@ def _t_frames(w, t):
             _rotated(tc, w.lever_c[j], t.lever_c[d, j])
             _rotated(tc, w.axis_c[j], t.axis_c[d, j])
             _rotated(tc, w.ref_c[j], t.ref_c[d, j])
+            if t.parametric[0]:  # the frame columns move in their bodies (a lever with the COM)
+                _add_rotated_columns(w.rot[j], t.p_local_parent[d, j], t.lever_p[d, j], t.axis_p[d, j], t.ref_p[d, j])
+                _add_rotated_columns(w.rot[j + 1], t.p_local_child[d, j], t.lever_c[d, j], t.axis_c[d, j], t.ref_c[d, j])
             for r in range(3):
                 t.anchor[d, j, r] = t.pos[d, j + 1, r] + t.lever_c[d, j, r] - t.pos[d, j, r] - t.lever_p[d, j, r]
 
@@ -370,10 +452,18 @@ def _t_joint_springs(springs, w, t):
         )
         for d in range(size):
             t.spring[d, j] += slope * t.q[d, j]
+        if t.parametric[0]:  # linear in the stiffness; the offset shifts the angle
+            unit = -(length - rest) * l1 * l2 * sine / length
+            for d in range(size):
+                t.spring[d, j] += unit * t.p_lever_stiffness[d, s] - slope * t.p_lever_offset[d, s]
     for s in range(springs.torsion_joints.shape[0]):
         j = springs.torsion_joints[s]
         for d in range(size):
             t.spring[d, j] -= springs.torsion_stiffness[s] * t.q[d, j]
+        if t.parametric[0]:
+            stretch, k = w.q[j] - springs.torsion_offset[s], springs.torsion_stiffness[s]
+            for d in range(size):
+                t.spring[d, j] += -stretch * t.p_torsion_stiffness[d, s] + k * t.p_torsion_offset[d, s]
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
@@ -392,10 +482,12 @@ def _t_joint_torques(phys, w, t, tau, phase):
     coulomb, scale = phys.friction, phys.friction_scale
     size, n = t.q.shape
     t.torque[:, :, :] = 0.0
+    parametric = t.parametric[0]
     for j in range(n):
         rate = w.rate[j]
         torque, damping, tanh, slope = joint_load(phys, w, tau, j, phase)
         a = w.axis_c[j]
+        unit_tanh = math.tanh(rate / scale) if parametric else 0.0  # the friction's shape per unit coefficient
         for d in range(size):
             d_rate = t.rate[d, j]
             d_torque, d_damping = t.seed_tau[d, j] + t.spring[d, j], t.spring_slope[d, j]
@@ -404,6 +496,11 @@ def _t_joint_torques(phys, w, t, tau, phase):
                 d_slope = -2.0 * coulomb[j] / scale * tanh * d_tanh
                 d_damping += d_slope
                 d_torque += d_slope * rate + slope * d_rate - coulomb[j] * d_tanh
+            if parametric:  # the slope and the torque are linear in the coefficient, zero or not
+                d_coulomb = t.p_friction[d, j]
+                d_slope = d_coulomb / scale * (1.0 - unit_tanh * unit_tanh)
+                d_damping += t.p_damping[d, j] + d_slope
+                d_torque += d_slope * rate - d_coulomb * unit_tanh
             if phase == KICK_FULL:
                 d_torque -= 0.5 * (d_damping * rate + damping * d_rate)
             t.damping[d, j] = 0.5 * d_damping
@@ -411,6 +508,17 @@ def _t_joint_torques(phys, w, t, tau, phase):
                 change = d_torque * a[r] + torque * t.axis_c[d, j, r]
                 t.torque[d, j + 1, r] += change
                 t.torque[d, j, r] -= change
+
+
+@_internal
+def _t_world_inertias(phys, w, t):
+    """``t.p_inertia_w``, ``t.p_inv_inertia_w``: the parameter tangents ``R dI R^T`` of the world
+    inertias and their inverses at the current orientations (the forces' poses, held over the substep)."""
+    size, particles = t.p_inertia.shape[0], t.p_inertia.shape[1]
+    for d in range(size):
+        for i in range(particles):
+            _congruence_into(w.rot[i], t.p_inertia[d, i], t.p_inertia_w[d, i])
+            _congruence_into(w.rot[i], t.p_inv_inertia[d, i], t.p_inv_inertia_w[d, i])
 
 
 @_internal
@@ -443,6 +551,9 @@ def _t_kick(w, t, h, phase):
             for r in range(3):
                 ts[r] = ds[r] - ts[r]
             _mat_add(iw, ts, 1.0, dm)
+            if t.parametric[0]:  # + dI s, and the inverse inertia's dI^-1 g
+                _mat_add(t.p_inertia_w[d, i], s, 1.0, dm)
+                _mat_add(t.p_inv_inertia_w[d, i], g, kick * h, t.omega[d, i])
             for r in range(3):
                 dg[r] = t.torque[d, i, r] - tg[r]  # minus theta x g: the inverse inertia's share
             _cross_add(ds, m, -1.0, dg)
@@ -454,8 +565,9 @@ def _t_kick(w, t, h, phase):
 @_internal
 def _t_blocks(armature, w, t, h, limits, active_targets):
     """Tangents of the row constants of :func:`~diffsim_ros.sim.pbd.fast.row_blocks` (limit targets included);
-    ``armature`` (n,) [kg·m²] is a constant of the step, its offset ``a h rate`` moves with the rate."""
+    the armature ``a`` (n,) [kg·m²] adds to the row scale and ``a h rate`` to its offset."""
     size, n = t.q.shape
+    parametric = t.parametric[0]
     for d in range(size):
         for j in range(n):
             for r in range(3):
@@ -463,6 +575,9 @@ def _t_blocks(armature, w, t, h, limits, active_targets):
                 t.lever_parent[d, j, r] = t.pos[d, j + 1, r] + t.lever_c[d, j, r] - t.pos[d, j, r]
                 t.free[d, j, r] = t.axis_c[d, j, r]
             t.sigma[d, j], t.offset[d, j] = h * t.damping[d, j], armature[j] * h * t.rate[d, j]
+            if parametric:
+                t.sigma[d, j] += t.p_armature[d, j]
+                t.offset[d, j] += t.p_armature[d, j] * h * w.rate[j]
             if limits and not math.isnan(active_targets[j]):  # target = limit - q
                 t.sigma[d, j], t.offset[d, j] = 0.0, -t.q[d, j]
 
@@ -519,6 +634,7 @@ def _t_system_product(phys, w, t, alpha):
     """
     x, wrench, z, kx = t.x, t.wrench, t.response0, t.kx
     size, n = t.q.shape
+    parametric = t.parametric[0]
     _wrenches(phys.inv_mass, w.inv_inertia_w, w.lever_child, w.lever_parent, x, wrench, z)
     for j in range(n):
         _row_velocities(w.lever_child, w.lever_parent, z, j, kx[j])
@@ -536,6 +652,10 @@ def _t_system_product(phys, w, t, alpha):
             ang[:] = 0.0
             _mat_add(w.inv_inertia_w[i], resp[i, 3:], 1.0, ang)
             _cross_add(th, z[i, 3:], 1.0, ang)
+            if parametric:  # + the parameters' dM^-1 J^T x
+                _mat_add(t.p_inv_inertia_w[d, i], wrench[i, 3:], 1.0, ang)
+                for c in range(3):
+                    resp[i, c] = t.p_inv_mass[d, i] * wrench[i, c]
             resp[i, 3:] = ang
         for j in range(n):
             _row_velocities(w.lever_child, w.lever_parent, resp, j, row)  # J dZ + dJ Z
@@ -591,6 +711,9 @@ def _t_apply(phys, w, t, d_lin, d_ang):
         for i in range(n + 1):
             for c in range(3):
                 d_ang[d, i, c] -= t.response[d, i, 3 + c]
+            if t.parametric[0]:
+                for c in range(3):
+                    d_lin[d, i, c] -= t.response[d, i, c]
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH, inline="always")
@@ -715,6 +838,8 @@ def _forces(phys, fk, springs, w, t, tau, h, phase, limits):
     if springs.point_body_a.shape[0] > 0:
         _t_point_springs(springs, fk, w, t)
     _t_joint_torques(phys, w, t, tau, phase)
+    if t.parametric[0]:
+        _t_world_inertias(phys, w, t)
     _t_kick(w, t, h, phase)
 
 
@@ -849,6 +974,31 @@ def _t_integrate(phys, fk, springs, w, t, tau, settings):
 # control/mpc_fast.py, and step_tangents_into) instead of compiled again inside each (124 s of
 # CPU on a fresh install, measured under load). numba's default flags, the solver's.
 @njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def step_tangents_core(fk, phys, springs, settings, w, t, q, qd, tau, q_next, qd_next):
+    """One PBD step with the tangents of its state along every direction of ``t``.
+
+    Args:
+        fk, phys, springs: The arrays of a :class:`~diffsim_ros.sim.pbd.fast.FastPBD`.
+        settings: ``(dt [s], substeps, iterations, compliance, limits)``.
+        w: Primal work area (:func:`~diffsim_ros.sim.pbd.fast.work_area`, float64).
+        t: Tangent work area (:func:`tangent_area` or :func:`parameter_area`): the directions
+            are its seeds ``seed_q``, ``seed_qd``, ``seed_tau`` (D, n) and, in a parameter
+            area, the snapshot's parameter tangents.
+        q, qd, tau: Joint positions [rad], velocities [rad/s], torques [N·m], each (n,).
+        q_next, qd_next: (n,) receive the state after the step; ``t.q`` and ``t.rate`` (D, n)
+            its tangents.
+    """
+    state_from_joints(fk, phys.com, q, qd, w.pos, w.rot, w.vel, w.omega, w.z_ang, w.origin, w.placements)
+    _t_state_from_joints(fk, w, t, qd, t.seed_q, t.seed_qd)
+    _t_integrate(phys, fk, springs, w, t, tau, settings)
+    _frames_at(phys, w)
+    _t_frames(w, t)
+    write_joint_state(w, q, q_next, qd_next)
+    _t_angles(w, t)
+    _t_rates(w, t, w.omega, t.omega, t.rate)
+
+
+@njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def step_tangents_with(fk, phys, springs, settings, w, t, q, qd, tau, q_next, qd_next, a, b):
     """One PBD step and its exact Jacobians in vector forward mode, in given work areas.
 
@@ -864,14 +1014,7 @@ def step_tangents_with(fk, phys, springs, settings, w, t, q, qd, tau, q_next, qd
         b: (2n, n) receives ``d(q+, qd+)/d tau`` [rad/(N·m), rad/(s·N·m)].
     """
     n = q.shape[0]
-    state_from_joints(fk, phys.com, q, qd, w.pos, w.rot, w.vel, w.omega, w.z_ang, w.origin, w.placements)
-    _t_state_from_joints(fk, w, t, qd, t.seed_q, t.seed_qd)
-    _t_integrate(phys, fk, springs, w, t, tau, settings)
-    _frames_at(phys, w)
-    _t_frames(w, t)
-    write_joint_state(w, q, q_next, qd_next)
-    _t_angles(w, t)
-    _t_rates(w, t, w.omega, t.omega, t.rate)
+    step_tangents_core(fk, phys, springs, settings, w, t, q, qd, tau, q_next, qd_next)
     for d in range(t.q.shape[0]):
         column, out = (d, b) if d < n else (d - n, a)
         for i in range(n):
@@ -890,3 +1033,41 @@ def step_tangents_into(fk, phys, springs, settings, q, qd, tau, with_state, q_ne
     """
     n = q.shape[0]
     step_tangents_with(fk, phys, springs, settings, work_area(n, q), tangent_area(n, with_state), q, qd, tau, q_next, qd_next, a, b)
+
+
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH)
+def rollout_parameter_tangents(fk, phys, springs, settings, seeds, q0, qd0, dq0, dqd0, tau, dtau, q, qd, dq, dqd):
+    """Rollouts of the PBD step with the tangents of every state along ``D`` parameter directions.
+
+    Forward mode through the rollout: each step's state tangents seed the next one's.
+
+    Args:
+        fk, phys, springs: The arrays of a :class:`~diffsim_ros.sim.pbd.fast.FastPBD`.
+        settings: ``(dt [s], substeps, iterations, compliance, limits)``.
+        seeds: The snapshot's parameter tangents (:data:`PARAMETER_SEEDS`, each (D, ...)).
+        q0, qd0: Initial joint positions [rad] and velocities [rad/s], (B, n).
+        dq0, dqd0: Their tangents, (B, D, n).
+        tau: Joint torques [N·m] of every step, (B, T, n); ``dtau`` (B, T, D) its tangents
+            along the directions, (B, T, D, n).
+        q, qd: (B, T, n) receive the states after every step; ``dq``, ``dqd`` (B, T, D, n)
+            their tangents.
+    """
+    batch, steps, n = tau.shape
+    size = dtau.shape[2]
+    w = work_area(n, q0)
+    t = parameter_area(n, size, seeds)
+    start, rate = np.empty(n), np.empty(n)
+    for b in range(batch):
+        start[:] = q0[b]
+        rate[:] = qd0[b]
+        t.seed_q[:, :] = dq0[b]
+        t.seed_qd[:, :] = dqd0[b]
+        for k in range(steps):
+            t.seed_tau[:, :] = dtau[b, k]
+            step_tangents_core(fk, phys, springs, settings, w, t, start, rate, tau[b, k], q[b, k], qd[b, k])
+            dq[b, k] = t.q
+            dqd[b, k] = t.rate
+            start[:] = q[b, k]
+            rate[:] = qd[b, k]
+            t.seed_q[:, :] = t.q
+            t.seed_qd[:, :] = t.rate
