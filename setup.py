@@ -25,7 +25,7 @@ setup(
     python_requires=">=3.10",
     install_requires=[
         "numpy>=1.24",
-        "scipy>=1.10",
+        "scipy>=1.16",
         # Install torch==2.13.0 first on CPU-only machines (see README); any
         # already-installed torch in this range is used as is.
         "torch>=2.1",
